@@ -1,0 +1,1 @@
+"""The coordinator: party registry, parameter agreement, run orchestration and progress."""

@@ -1,0 +1,1 @@
+"""The party node: encoding, protocol engine, self-audit and the gRPC node."""

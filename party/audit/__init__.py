@@ -1,0 +1,1 @@
+"""Self-audit: uniqueness, bit sensitivity, frequency and insider attacks, CVPL, policy gate."""

@@ -1,0 +1,1 @@
+"""Encoding: linkage schema, normalisation, q-grams, keyed hashing, Bloom filters, blocking keys."""

@@ -1,0 +1,1 @@
+"""The party gRPC node: server, peer clients, run state machine, storage."""

@@ -1,0 +1,1 @@
+"""Protocol engine: segments, filtered candidate sets, secure summation, classification, oracle."""
