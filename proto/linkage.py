@@ -1,0 +1,164 @@
+"""LinkageParameters helpers shared by coordinator and party: JSON file format and canonical digest.
+
+Parameters file (``examples/parameters.json``), a JSON object::
+
+    {"version": 1,
+     "parties": ["party-a", "party-b", "party-c"],      # ring order; parties[0] initiates the ring
+     "schema": {... linkage schema object ...} | "schema.json",  # inline, or a path relative to the file
+     "match_threshold": 0.8,                             # s_t
+     "segment_threshold": 0.7,                           # s_m (0 disables pruning)
+     "one_to_one": false,                                # optional, default false
+     "max_block_size": null}                             # optional, null/0 = no cap
+
+Canonical digest: SHA-256 (lower-case hex) of the canonical JSON of the object above with
+"schema" as the parsed schema object, keys sorted, separators "," and ":", ensure_ascii off, UTF-8,
+floats written by Python's repr, max_block_size 0 written as null. The same digest is computed by
+the coordinator (which treats the schema as opaque JSON) and by every party (which also validates the
+schema with party.encoding). This module is plain Python (no grpc) so both sides can use it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import pathlib
+from collections.abc import Mapping
+from typing import Any
+
+from proto import common_pb2
+
+PARAMETERS_VERSION = 1
+_KNOWN_KEYS = {
+    "version",
+    "parties",
+    "schema",
+    "match_threshold",
+    "segment_threshold",
+    "one_to_one",
+    "max_block_size",
+}
+
+
+class ParametersFormatError(ValueError):
+    """The parameters object is malformed; ``problems`` lists every problem found."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = problems
+        super().__init__(f"{source}: invalid linkage parameters: " + "; ".join(problems))
+
+
+def canonical_json(obj: Any) -> bytes:
+    """The canonical JSON bytes used for digests."""
+    return json.dumps(
+        obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def parameters_from_mapping(
+    obj: Mapping[str, Any], source: str = "<parameters>", base_dir: pathlib.Path | None = None
+) -> common_pb2.LinkageParameters:
+    """Validate the shape of a parameters object and build the message (schema kept opaque)."""
+    problems: list[str] = []
+    if not isinstance(obj, Mapping):
+        raise ParametersFormatError(source, ["top level must be a JSON object"])
+    unknown = sorted(set(obj) - _KNOWN_KEYS)
+    if unknown:
+        problems.append(f"unknown keys {unknown}")
+    version = obj.get("version", PARAMETERS_VERSION)
+    if version != PARAMETERS_VERSION:
+        problems.append(f"version must be {PARAMETERS_VERSION}, got {version!r}")
+    parties = obj.get("parties")
+    if not isinstance(parties, list) or not all(isinstance(p, str) and p for p in parties):
+        problems.append("parties must be a list of non-empty names")
+        parties = []
+    elif len(parties) < 2:
+        problems.append("parties must name at least 2 parties")
+    elif len(set(parties)) != len(parties):
+        problems.append("parties must be distinct")
+    schema = obj.get("schema")
+    schema_obj: Any = None
+    if isinstance(schema, str):
+        path = pathlib.Path(schema)
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        try:
+            schema_obj = json.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            problems.append(f"schema file {path} cannot be read ({exc.strerror})")
+        except json.JSONDecodeError as exc:
+            problems.append(f"schema file {path} is not JSON (line {exc.lineno})")
+    elif isinstance(schema, Mapping):
+        schema_obj = schema
+    else:
+        problems.append("schema must be an object or a path to a schema file")
+    if schema_obj is not None and not isinstance(schema_obj, Mapping):
+        problems.append("schema must be a JSON object")
+        schema_obj = None
+    thresholds = {}
+    for key in ("match_threshold", "segment_threshold"):
+        value = obj.get(key)
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            problems.append(f"{key} must be a number")
+            value = 0.0
+        elif not (math.isfinite(value) and 0.0 <= value <= 1.0):
+            problems.append(f"{key} must be within [0, 1]")
+        thresholds[key] = float(value)
+    one_to_one = obj.get("one_to_one", False)
+    if not isinstance(one_to_one, bool):
+        problems.append("one_to_one must be true or false")
+        one_to_one = False
+    cap = obj.get("max_block_size")
+    if cap is None:
+        cap = 0
+    if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0 or cap >= 2**32:
+        problems.append("max_block_size must be null or a positive integer")
+        cap = 0
+    if problems:
+        raise ParametersFormatError(source, problems)
+    return common_pb2.LinkageParameters(
+        version=PARAMETERS_VERSION,
+        parties=list(parties),
+        schema_json=canonical_json(schema_obj).decode("utf-8"),
+        match_threshold=thresholds["match_threshold"],
+        segment_threshold=thresholds["segment_threshold"],
+        one_to_one=one_to_one,
+        max_block_size=cap,
+    )
+
+
+def load_parameters(path: str | pathlib.Path) -> common_pb2.LinkageParameters:
+    """Read a parameters JSON file (schema inline or a path relative to the file)."""
+    p = pathlib.Path(path)
+    try:
+        obj = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ParametersFormatError(str(p), [f"cannot be read ({exc.strerror})"]) from None
+    except json.JSONDecodeError as exc:
+        raise ParametersFormatError(str(p), [f"not JSON (line {exc.lineno})"]) from None
+    return parameters_from_mapping(obj, str(p), p.parent)
+
+
+def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any]:
+    """The canonical object of a parameters message (schema parsed). Raises ParametersFormatError."""
+    try:
+        schema = json.loads(params.schema_json)
+    except json.JSONDecodeError as exc:
+        raise ParametersFormatError(
+            "<parameters>", [f"schema_json is not JSON: {exc.msg}"]
+        ) from None
+    return {
+        "version": params.version,
+        "parties": list(params.parties),
+        "schema": schema,
+        "match_threshold": params.match_threshold,
+        "segment_threshold": params.segment_threshold,
+        "one_to_one": params.one_to_one,
+        "max_block_size": params.max_block_size or None,
+    }
+
+
+def parameters_digest(params: common_pb2.LinkageParameters) -> str:
+    """SHA-256 hex of the canonical JSON of ``params``."""
+    return hashlib.sha256(canonical_json(parameters_to_mapping(params))).hexdigest()

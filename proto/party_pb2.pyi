@@ -1,0 +1,178 @@
+from proto import common_pb2 as _common_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ProposeRequest(_message.Message):
+    __slots__ = ("run_id", "parameters", "parameters_digest", "directory", "run_timeout_seconds")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    RUN_TIMEOUT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    parameters: _common_pb2.LinkageParameters
+    parameters_digest: str
+    directory: _containers.RepeatedCompositeFieldContainer[_common_pb2.PartyAddress]
+    run_timeout_seconds: float
+    def __init__(self, run_id: _Optional[str] = ..., parameters: _Optional[_Union[_common_pb2.LinkageParameters, _Mapping]] = ..., parameters_digest: _Optional[str] = ..., directory: _Optional[_Iterable[_Union[_common_pb2.PartyAddress, _Mapping]]] = ..., run_timeout_seconds: _Optional[float] = ...) -> None: ...
+
+class ProposeResponse(_message.Message):
+    __slots__ = ("parameters_digest", "key_confirmation")
+    PARAMETERS_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
+    parameters_digest: str
+    key_confirmation: bytes
+    def __init__(self, parameters_digest: _Optional[str] = ..., key_confirmation: _Optional[bytes] = ...) -> None: ...
+
+class PrepareRequest(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ...) -> None: ...
+
+class PrepareResponse(_message.Message):
+    __slots__ = ("allowed", "reasons", "records")
+    ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    REASONS_FIELD_NUMBER: _ClassVar[int]
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    allowed: bool
+    reasons: _containers.RepeatedScalarFieldContainer[str]
+    records: int
+    def __init__(self, allowed: _Optional[bool] = ..., reasons: _Optional[_Iterable[str]] = ..., records: _Optional[int] = ...) -> None: ...
+
+class ExecuteRequest(_message.Message):
+    __slots__ = ("run",)
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ...) -> None: ...
+
+class ExecuteResponse(_message.Message):
+    __slots__ = ("progress", "heartbeat", "summary", "reason")
+    PROGRESS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    progress: _common_pb2.Progress
+    heartbeat: bool
+    summary: _common_pb2.PartySummary
+    reason: str
+    def __init__(self, progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., heartbeat: _Optional[bool] = ..., summary: _Optional[_Union[_common_pb2.PartySummary, _Mapping]] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AbortRequest(_message.Message):
+    __slots__ = ("run_id", "reason")
+    RUN_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    run_id: str
+    reason: str
+    def __init__(self, run_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class AbortResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class PushBlocksRequest(_message.Message):
+    __slots__ = ("run", "source", "total", "digests")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    total: int
+    digests: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., total: _Optional[int] = ..., digests: _Optional[bytes] = ...) -> None: ...
+
+class PushBlocksResponse(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...
+
+class PushShareRequest(_message.Message):
+    __slots__ = ("run", "source", "target", "segment_bits", "total_rows", "block_columns", "rows", "pseudonyms", "block_digests", "segments")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    SEGMENT_BITS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    target: int
+    segment_bits: int
+    total_rows: int
+    block_columns: int
+    rows: int
+    pseudonyms: bytes
+    block_digests: bytes
+    segments: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., segment_bits: _Optional[int] = ..., total_rows: _Optional[int] = ..., block_columns: _Optional[int] = ..., rows: _Optional[int] = ..., pseudonyms: _Optional[bytes] = ..., block_digests: _Optional[bytes] = ..., segments: _Optional[bytes] = ...) -> None: ...
+
+class PushShareResponse(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...
+
+class PassRingRequest(_message.Message):
+    __slots__ = ("run", "source", "hop", "total_rows", "parties", "rows", "candidates", "c_masked", "x_masked")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    HOP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    PARTIES_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    C_MASKED_FIELD_NUMBER: _ClassVar[int]
+    X_MASKED_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    hop: int
+    total_rows: int
+    parties: int
+    rows: int
+    candidates: bytes
+    c_masked: bytes
+    x_masked: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., hop: _Optional[int] = ..., total_rows: _Optional[int] = ..., parties: _Optional[int] = ..., rows: _Optional[int] = ..., candidates: _Optional[bytes] = ..., c_masked: _Optional[bytes] = ..., x_masked: _Optional[bytes] = ...) -> None: ...
+
+class PassRingResponse(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...
+
+class DeliverResultsRequest(_message.Message):
+    __slots__ = ("run", "source", "target", "total_rows", "rows", "linkage_ids", "similarities", "pseudonyms")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    LINKAGE_IDS_FIELD_NUMBER: _ClassVar[int]
+    SIMILARITIES_FIELD_NUMBER: _ClassVar[int]
+    PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    target: int
+    total_rows: int
+    rows: int
+    linkage_ids: bytes
+    similarities: bytes
+    pseudonyms: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., total_rows: _Optional[int] = ..., rows: _Optional[int] = ..., linkage_ids: _Optional[bytes] = ..., similarities: _Optional[bytes] = ..., pseudonyms: _Optional[bytes] = ...) -> None: ...
+
+class DeliverResultsResponse(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...
