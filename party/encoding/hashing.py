@@ -1,0 +1,173 @@
+"""Keyed hashing: the shared secret, HKDF key derivation, and the q-gram -> bit-position schemes.
+
+Key derivation. Every key is ``HKDF-SHA256(secret, salt=b"pprl-linkage/v1", info=...)`` (RFC 5869,
+via the ``cryptography`` package) with ``info`` = ``"pprl/v1/<purpose>/<name>"`` in UTF-8, where
+``purpose`` is one of ``field/<scheme>``, ``blocking``, ``balance`` and ``name`` is the field name,
+blocking-key name or filter length. Different fields, schemes and purposes therefore use
+independent keys, and nothing derived here reveals the secret (HKDF is a PRF in its secret).
+
+Schemes (``l`` = filter length, ``k`` = the field's hash count, ``g`` = the q-gram in UTF-8):
+
+``hmac-sha256-random`` (default). Random hashing: the k positions are drawn from the byte stream
+``HMAC-SHA256(K, ctr_be32 || g)`` for ctr = 0, 1, ..., cut into big-endian 32-bit words; a word x
+is used only if ``x < 2^32 - (2^32 mod l)`` (rejection sampling, so positions are uniform) and gives
+position ``x mod l``. Positions are drawn with replacement. This avoids the linear structure
+``g_i = h1 + i*h2`` of double hashing that the cryptanalysis of Niedermeyer et al. (2014) and of
+Kroll & Steinmetzer (2015) exploits; see Schnell, Rukasz, Borgs et al. (2016) and clkhash's
+``blakeHash`` for the same idea.
+
+``hmac-sha256-double``. Double hashing (Schnell, Bachteler & Reiher 2009; Kirsch & Mitzenmacher
+2006): ``d = HMAC-SHA256(K, g)``, ``h1 = int(d[0:8])``, ``h2 = int(d[8:16])`` (big-endian), positions
+``(h1 + i*h2) mod l`` for i = 0..k-1. Kept for comparability with published CLK work; prefer random.
+
+``mmh3-double``. Fast, explicitly weaker: MurmurHash3 x64-128 of g with a 32-bit seed derived by
+HKDF, split into unsigned halves h1, h2, then double hashing as above. MurmurHash3 is not a keyed
+PRF: there are seed-independent multicollisions (Aumasson & Bernstein 2012) and the seed space is
+only 2^32, so an outsider who sees filters can search for the seed. Use it only when the parties
+accept that the filters' secrecy rests on the segmentation and hardening alone.
+
+Speed. The encoder memoises q-gram -> positions, so HMACs are computed once per distinct q-gram;
+stdlib ``hmac.digest`` (one-shot, OpenSSL-backed) is used here because it has far less per-call
+overhead than ``cryptography``'s HMAC object. ``party.encoding.reference`` recomputes the same
+positions with ``cryptography``'s HMAC, and the tests check that both agree.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable
+from pathlib import Path
+
+import mmh3
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+from party.errors import PprlError
+
+MIN_SECRET_BYTES = 16
+HKDF_SALT = b"pprl-linkage/v1"
+_U32 = 1 << 32
+
+
+class SecretError(PprlError, ValueError):
+    """The shared secret is missing, unreadable or too short (the message never shows it)."""
+
+
+def check_secret(secret: bytes, source: str = "secret") -> bytes:
+    """Return ``secret`` if it is usable; raise SecretError otherwise."""
+    if not isinstance(secret, bytes | bytearray):
+        raise SecretError(f"{source}: the secret must be bytes")
+    if len(secret) == 0:
+        raise SecretError(f"{source}: the shared secret is empty")
+    if len(secret) < MIN_SECRET_BYTES:
+        raise SecretError(
+            f"{source}: the shared secret has {len(secret)} bytes; at least "
+            f"{MIN_SECRET_BYTES} are required (use e.g. 32 random bytes)"
+        )
+    return bytes(secret)
+
+
+def load_secret(path: str | Path) -> bytes:
+    """The raw bytes of a secret file, checked with check_secret."""
+    p = Path(path)
+    try:
+        data = p.read_bytes()
+    except FileNotFoundError:
+        raise SecretError(f"secret file {p}: not found") from None
+    except OSError as exc:
+        raise SecretError(f"secret file {p}: cannot read ({exc.strerror})") from None
+    return check_secret(data, f"secret file {p}")
+
+
+def derive_key(secret: bytes, purpose: str, name: str, length: int = 32) -> bytes:
+    """HKDF-SHA256 key for (purpose, name); see the module docstring for the exact inputs."""
+    info = f"pprl/v1/{purpose}/{name}".encode()
+    return HKDF(algorithm=hashes.SHA256(), length=length, salt=HKDF_SALT, info=info).derive(
+        check_secret(secret)
+    )
+
+
+def field_key(secret: bytes, scheme: str, field: str) -> bytes:
+    """Key (32 bytes) or seed material (4 bytes for mmh3) of one field under one scheme."""
+    return derive_key(secret, f"field/{scheme}", field, 4 if scheme == "mmh3-double" else 32)
+
+
+def random_positions(key: bytes, data: bytes, nbits: int, k: int) -> list[int]:
+    """hmac-sha256-random: k uniform positions in [0, nbits) from an HMAC counter stream."""
+    limit = _U32 - (_U32 % nbits)
+    out: list[int] = []
+    ctr = 0
+    while True:
+        block = hmac.digest(key, ctr.to_bytes(4, "big") + data, "sha256")
+        for j in range(0, 32, 4):
+            x = int.from_bytes(block[j : j + 4], "big")
+            if x < limit:
+                out.append(x % nbits)
+                if len(out) == k:
+                    return out
+        ctr += 1
+
+
+def double_positions(h1: int, h2: int, nbits: int, k: int) -> list[int]:
+    """Double hashing: (h1 + i*h2) mod nbits for i = 0..k-1."""
+    return [(h1 + i * h2) % nbits for i in range(k)]
+
+
+def hmac_double_positions(key: bytes, data: bytes, nbits: int, k: int) -> list[int]:
+    d = hmac.digest(key, data, "sha256")
+    return double_positions(int.from_bytes(d[0:8], "big"), int.from_bytes(d[8:16], "big"), nbits, k)
+
+
+def mmh3_double_positions(seed_bytes: bytes, data: bytes, nbits: int, k: int) -> list[int]:
+    h1, h2 = mmh3.hash64(data, int.from_bytes(seed_bytes, "big"), True, False)
+    return double_positions(h1, h2, nbits, k)
+
+
+PositionFn = Callable[[bytes, bytes, int, int], list[int]]
+SCHEME_FUNCTIONS: dict[str, PositionFn] = {
+    "hmac-sha256-random": random_positions,
+    "hmac-sha256-double": hmac_double_positions,
+    "mmh3-double": mmh3_double_positions,
+}
+
+
+def keyed_stream_ints(key: bytes, bound: int, count: int, label: bytes) -> list[int]:
+    """``count`` uniform integers in [0, bound) from HMAC-SHA256(key, label || ctr_be32) blocks,
+    by rejection sampling of big-endian 32-bit words (same construction as random hashing)."""
+    if bound <= 0 or bound > _U32:
+        raise ValueError("bound out of range")
+    limit = _U32 - (_U32 % bound)
+    out: list[int] = []
+    ctr = 0
+    while len(out) < count:
+        block = hmac.digest(key, label + ctr.to_bytes(4, "big"), "sha256")
+        for j in range(0, 32, 4):
+            x = int.from_bytes(block[j : j + 4], "big")
+            if x < limit:
+                out.append(x % bound)
+                if len(out) == count:
+                    break
+        ctr += 1
+    return out
+
+
+def keyed_permutation(secret: bytes, nbits: int) -> list[int]:
+    """The balancing permutation of [0, nbits): Fisher-Yates driven by a keyed HMAC stream.
+
+    Assumption: HMAC-SHA256 under an HKDF-derived key is a PRF, so the permutation is
+    indistinguishable from uniform to anyone without the secret (Knuth, TAOCP 3.4.2, Algorithm P).
+    Output position i takes input bit perm[i].
+    """
+    key = derive_key(secret, "balance", str(nbits))
+    perm = list(range(nbits))
+    for i in range(nbits - 1, 0, -1):
+        (j,) = keyed_stream_ints(key, i + 1, 1, b"fy" + i.to_bytes(4, "big"))
+        perm[i], perm[j] = perm[j], perm[i]
+    return perm
+
+
+def blocking_digest(key: bytes, value: str) -> int:
+    """64-bit keyed digest of a blocking-key value: first 8 bytes (little-endian) of
+    HMAC-SHA256(key, UTF-8 value); a result of 0 is mapped to 1 (0 means "no value")."""
+    d = int.from_bytes(hmac.digest(key, value.encode("utf-8"), "sha256")[:8], "little")
+    return d or 1
