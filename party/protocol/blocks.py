@@ -1,0 +1,152 @@
+"""Common blocks: digest intersection, per-block membership, size statistics and capped sub-blocking.
+
+A record belongs to every block whose non-zero digest appears in its ``block_digests`` row (multi-pass
+blocking with B keys puts a record in up to B blocks; digest 0 means "no value"). Only blocks whose
+digest is present at every party are compared.
+
+Sub-blocking (``max_block_size = C``). When party j contributes ``n_j > C`` records to a block, its
+records, ordered by a per-record key (the run's pseudonyms in the engine), are cut into
+``k_j = ceil(n_j / C)`` chunks of near-equal size (record of rank r goes to chunk ``r * k_j // n_j``).
+The block becomes ``K = max_j k_j`` sub-blocks; sub-block s takes chunk ``s mod k_j`` of party j.
+A candidate set is compared only if all its records fall in the same sub-block, so a true match in
+an over-size block is kept with probability about ``prod_j 1/k_j * K`` (it is a safety valve for
+pathological blocks, not a recall-neutral optimisation; docs/engine.md has a measured example).
+The rule depends only on data every comparing party holds, so all parties cut alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.protocol.errors import ProtocolError
+
+
+def distinct_digests(digests: np.ndarray) -> np.ndarray:
+    """Sorted distinct non-zero digests of an (n, B) uint64 digest matrix."""
+    flat = np.asarray(digests, dtype=np.uint64).ravel()
+    return np.unique(flat[flat != 0])
+
+
+def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
+    """Digests present in every party's set (sorted uint64); each input is 1-D uint64."""
+    if len(digest_sets) < 2:
+        raise ProtocolError(
+            f"common_blocks needs the digests of at least 2 parties, got {len(digest_sets)}"
+        )
+    result: np.ndarray | None = None
+    for i, d in enumerate(digest_sets):
+        if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
+            raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
+        u = np.unique(d)
+        u = u[u != 0]
+        result = u if result is None else np.intersect1d(result, u, assume_unique=True)
+    assert result is not None
+    return result
+
+
+def check_common(common: np.ndarray) -> np.ndarray:
+    """Validate a common-block list: 1-D uint64, strictly increasing, no zero."""
+    if not isinstance(common, np.ndarray) or common.ndim != 1 or common.dtype != np.uint64:
+        raise ProtocolError("common blocks must be a 1-D uint64 array")
+    if common.size and (common[0] == 0 or np.any(common[1:] <= common[:-1])):
+        raise ProtocolError("common blocks must be sorted, unique and non-zero")
+    return common
+
+
+@dataclass(frozen=True)
+class BlockIndex:
+    """CSR membership: rows of block b (position in ``common``) are ``rows[starts[b]:starts[b+1]]``."""
+
+    starts: np.ndarray  # (len(common) + 1,) int64
+    rows: np.ndarray  # int64 row indices, each block's rows sorted by the ordering key
+
+    def members(self, b: int) -> np.ndarray:
+        return self.rows[self.starts[b] : self.starts[b + 1]]
+
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.starts)
+
+
+def block_index(
+    digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None = None
+) -> BlockIndex:
+    """Which rows of an (n, B) digest matrix belong to each common block.
+
+    Within a block the rows are ordered by ``keys`` (ties and ``None``: by row index).
+    """
+    n, width = digests.shape
+    flat = digests.ravel()
+    rowidx = np.repeat(np.arange(n, dtype=np.int64), width)
+    if common.size == 0 or flat.size == 0:
+        return BlockIndex(np.zeros(common.size + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    pos = np.searchsorted(common, flat)
+    pos_c = np.minimum(pos, common.size - 1)
+    hit = (flat != 0) & (common[pos_c] == flat)
+    block = pos_c[hit].astype(np.int64)
+    rows = rowidx[hit]
+    order_key = np.zeros(n, dtype=np.uint64) if keys is None else np.asarray(keys, dtype=np.uint64)
+    # Sort by (block, key, row); drop a row listed twice for the same block.
+    order = np.lexsort((rows, order_key[rows], block))
+    block, rows = block[order], rows[order]
+    if rows.size:
+        keep = np.ones(rows.size, dtype=bool)
+        keep[1:] = (block[1:] != block[:-1]) | (rows[1:] != rows[:-1])
+        block, rows = block[keep], rows[keep]
+    counts = np.bincount(block, minlength=common.size)
+    starts = np.zeros(common.size + 1, dtype=np.int64)
+    np.cumsum(counts, out=starts[1:])
+    return BlockIndex(starts, rows)
+
+
+def sub_blocks(members: Sequence[np.ndarray], cap: int | None) -> list[list[np.ndarray]]:
+    """Split one block (per-party member rows, already ordered by key) into capped sub-blocks.
+
+    Returns a list of sub-blocks, each a per-party list of row arrays. Without a cap, or when no
+    party exceeds it, the block is returned whole.
+    """
+    if cap is None or all(m.size <= cap for m in members):
+        return [list(members)]
+    ks = [max(1, -(-m.size // cap)) for m in members]
+    chunks: list[list[np.ndarray]] = []
+    for m, k in zip(members, ks, strict=True):
+        rank = np.arange(m.size, dtype=np.int64)
+        which = rank * k // max(m.size, 1)
+        bounds = np.searchsorted(which, np.arange(k + 1))
+        chunks.append([m[bounds[c] : bounds[c + 1]] for c in range(k)])
+    big_k = max(ks)
+    return [[chunks[j][s % ks[j]] for j in range(len(members))] for s in range(big_k)]
+
+
+@dataclass(frozen=True)
+class BlockStats:
+    """One party's view of the common blocks after set_common_blocks."""
+
+    common_blocks: int
+    records: int
+    records_in_common_blocks: int
+    largest_block: int
+    mean_block: float
+    median_block: float
+    p99_block: float
+    blocks_over_cap: int
+
+    @classmethod
+    def from_sizes(
+        cls, sizes: np.ndarray, records: int, in_blocks: int, cap: int | None
+    ) -> BlockStats:
+        nz = sizes[sizes > 0]
+        if nz.size == 0:
+            return cls(int(sizes.size), records, in_blocks, 0, 0.0, 0.0, 0.0, 0)
+        return cls(
+            common_blocks=int(sizes.size),
+            records=records,
+            records_in_common_blocks=in_blocks,
+            largest_block=int(nz.max()),
+            mean_block=float(nz.mean()),
+            median_block=float(np.median(nz)),
+            p99_block=float(np.percentile(nz, 99)),
+            blocks_over_cap=0 if cap is None else int(np.count_nonzero(nz > cap)),
+        )

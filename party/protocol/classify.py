@@ -1,0 +1,87 @@
+"""Classification (Algo 3): multi-party Dice from the sums, threshold, greedy one-to-one, results.
+
+``PartyResults`` is what the initiator sends party j (plain arrays, serialised by the node layer):
+``party`` (its index), ``linkage_ids`` (k,) uint64 (shared by all parties for the same matched set,
+numbered 1.. in the lexicographic order of the sets' pseudonym tuples, which is random), ``similarities``
+(k,) float64 and ``pseudonyms`` (k,) uint64 of party j's own records only. No other party's pseudonyms
+are sent. A party maps its pseudonyms back to record ids locally (``MatchRow``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+def dice(parties: int, common: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Multi-party Dice ``P * c / x`` as float64 (0 where x == 0); c, x integer arrays.
+
+    The single expression used by the engine and the oracle, so s_m = 0 results agree exactly.
+    """
+    c = np.asarray(common, dtype=np.int64)
+    x = np.asarray(total, dtype=np.int64)
+    num = (parties * c).astype(np.float64)
+    den = x.astype(np.float64)
+    out = np.zeros(c.shape, dtype=np.float64)
+    np.divide(num, den, out=out, where=x != 0)
+    return out
+
+
+def greedy_one_to_one(candidates: np.ndarray, similarity: np.ndarray) -> np.ndarray:
+    """Indices of sets kept by greedy one-to-one resolution (sorted ascending).
+
+    Sets are visited by decreasing similarity, ties broken by the lexicographic order of the
+    ``candidates`` rows (smaller first); a set is kept iff none of its records (per column) is
+    already in a kept set. Deterministic given the same rows and similarities.
+    """
+    m, parties = candidates.shape
+    if m == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((*candidates.T[::-1], -similarity))
+    used: list[set[int]] = [set() for _ in range(parties)]
+    kept: list[int] = []
+    for i in order.tolist():
+        row = candidates[i].tolist()
+        if any(row[j] in used[j] for j in range(parties)):
+            continue
+        for j in range(parties):
+            used[j].add(row[j])
+        kept.append(i)
+    return np.sort(np.array(kept, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class Classification:
+    """The initiator's outcome: matched sets (by pseudonym), their Dice, linkage ids, counts."""
+
+    candidates: np.ndarray  # (k, P) uint64, lexicographically sorted
+    similarities: np.ndarray  # (k,) float64
+    linkage_ids: np.ndarray  # (k,) uint64
+    sets_summed: int  # candidate sets that survived every party's filter
+    above_threshold: int  # of those, Dice >= s_t
+    matches: int  # after optional one-to-one resolution
+
+
+@dataclass(frozen=True)
+class PartyResults:
+    """What party ``party`` receives: per matched set its linkage id, similarity and own pseudonym."""
+
+    party: int
+    linkage_ids: np.ndarray  # (k,) uint64
+    similarities: np.ndarray  # (k,) float64
+    pseudonyms: np.ndarray  # (k,) uint64, this party's records only
+
+
+@dataclass(frozen=True)
+class MatchRow:
+    """One matched record of one party, as written to its results file."""
+
+    linkage_id: str
+    similarity: float
+    record_id: str
+
+
+def linkage_label(linkage_id: int) -> str:
+    """The printed form of a linkage id."""
+    return f"L{int(linkage_id):08d}"

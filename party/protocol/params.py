@@ -1,0 +1,90 @@
+"""The parameters one protocol run is executed with (ring order, filter length, thresholds, limits)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from party.protocol.errors import ParameterError
+
+#: Default segment threshold offset below s_t; see docs/engine.md ("Choosing s_m") for the evidence.
+DEFAULT_SEGMENT_MARGIN = 0.1
+
+
+@dataclass(frozen=True)
+class ProtocolParameters:
+    """What every party must agree on before segments move.
+
+    ``parties`` lists party names in ring order: ``parties[0]`` is the initiator of the secure
+    summation, and the party at index ``i`` receives and compares segment ``i`` of every filter.
+    ``segment_threshold`` (s_m) prunes a partial candidate set as soon as its segment Dice is
+    below it (kept when ``>=``, so 0 never prunes). ``max_block_size`` caps the number of records
+    one party contributes to one (sub-)block; larger blocks are split deterministically (see
+    docs/engine.md for the recall cost). ``memory_budget_bytes`` bounds the comparison's working
+    memory and the stored survivors.
+    """
+
+    parties: tuple[str, ...]
+    filter_bits: int
+    match_threshold: float
+    segment_threshold: float
+    one_to_one: bool = False
+    max_block_size: int | None = None
+    memory_budget_bytes: int = 256 * 2**20
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not isinstance(self.parties, tuple) or not all(
+            isinstance(p, str) and p for p in self.parties
+        ):
+            problems.append("parties must be a tuple of non-empty party names")
+        elif len(self.parties) < 2:
+            problems.append(f"need at least 2 parties, got {len(self.parties)}")
+        elif len(set(self.parties)) != len(self.parties):
+            problems.append("party names must be unique")
+        if isinstance(self.filter_bits, bool) or not isinstance(self.filter_bits, int):
+            problems.append("filter_bits must be an integer")
+        elif self.filter_bits <= 0:
+            problems.append(f"filter_bits must be positive, got {self.filter_bits}")
+        elif (
+            isinstance(self.parties, tuple)
+            and len(self.parties) >= 2
+            and self.filter_bits % len(self.parties)
+        ):
+            problems.append(
+                f"filter length l={self.filter_bits} is not divisible by the number of "
+                f"parties P={len(self.parties)}"
+            )
+        for name in ("match_threshold", "segment_threshold"):
+            value = getattr(self, name)
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, int | float)
+                or not math.isfinite(value)
+                or not 0.0 <= value <= 1.0
+            ):
+                problems.append(f"{name} must be a number in [0, 1]")
+        if self.max_block_size is not None and (
+            isinstance(self.max_block_size, bool)
+            or not isinstance(self.max_block_size, int)
+            or self.max_block_size < 1
+        ):
+            problems.append("max_block_size must be a positive integer or None")
+        if (
+            isinstance(self.memory_budget_bytes, bool)
+            or not isinstance(self.memory_budget_bytes, int)
+            or self.memory_budget_bytes < 2**20
+        ):
+            problems.append("memory_budget_bytes must be an integer of at least 1 MiB")
+        if problems:
+            raise ParameterError("invalid protocol parameters: " + "; ".join(problems))
+
+    @property
+    def party_count(self) -> int:
+        """P, the number of parties."""
+        return len(self.parties)
+
+    @property
+    def segment_bits(self) -> int:
+        """l / P, the width of every segment."""
+        return self.filter_bits // len(self.parties)

@@ -1,0 +1,112 @@
+"""Ring secure summation (Algo 2): message format, masks and mod-2^64 arithmetic.
+
+A ``RingMessage`` travels party 0 -> 1 -> ... -> P-1 -> 0 (ring order = party index order of the
+parameters). ``hop`` is 0 when the initiator sends it and increases by one at every party, so party
+i receives hop i-1 and the initiator gets hop P-1 back. ``candidates`` (m, P) uint64 lists candidate
+sets by pseudonym (column j = party j's record), rows strictly increasing in lexicographic order.
+``c_masked``/``x_masked`` (m,) uint64 are, per set, the initiator's random mask plus the c_i
+(common 1-bits of segment i) and x_i (1-bits of party i's whole filter) added so far, mod 2^64.
+
+Security assumptions (Vatsalan & Christen 2014, "Scalable privacy-preserving record linkage for
+multiple databases", CIKM, Algo 2; the standard additive-masking secure sum): honest-but-curious
+parties, no collusion between a party's two ring neighbours, masks fresh and uniform on Z_2^64
+from the OS CSPRNG and used once. Then every value a non-initiator sees is uniform on Z_2^64 and
+independent of the inputs. What is revealed: the set list itself (a party learns which of its
+sets were pruned elsewhere) and, to the initiator, the sums.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.protocol.errors import RingError
+
+_U64 = np.dtype("<u8")
+
+
+@dataclass(frozen=True)
+class RingMessage:
+    """One hop of the secure summation (see the module docstring)."""
+
+    hop: int
+    candidates: np.ndarray  # (m, P) uint64 pseudonyms, rows sorted lexicographically, unique
+    c_masked: np.ndarray  # (m,) uint64
+    x_masked: np.ndarray  # (m,) uint64
+
+    def __len__(self) -> int:
+        return int(self.candidates.shape[0])
+
+
+def row_keys(rows: np.ndarray) -> np.ndarray:
+    """A 1-D structured view of (m, P) uint64 rows that sorts and compares lexicographically."""
+    rows = np.ascontiguousarray(rows, dtype=np.uint64)
+    dt = np.dtype([(f"f{i}", np.uint64) for i in range(rows.shape[1])])
+    return rows.view(dt).reshape(rows.shape[0])
+
+
+def sort_rows(rows: np.ndarray) -> np.ndarray:
+    """Permutation that sorts (m, P) rows lexicographically."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.lexsort(rows.T[::-1])
+
+
+def rows_strictly_increasing(rows: np.ndarray) -> bool:
+    """True iff the rows of an (m, P) array are strictly increasing in lexicographic order."""
+    if rows.shape[0] < 2:
+        return True
+    neq = rows[1:] != rows[:-1]
+    if not np.all(neq.any(axis=1)):
+        return False
+    first = np.argmax(neq, axis=1)
+    at = np.arange(first.size)
+    return bool(np.all(rows[1:][at, first] > rows[:-1][at, first]))
+
+
+def random_masks(m: int, random_bytes: Callable[[int], bytes] = os.urandom) -> np.ndarray:
+    """m uniform uint64 masks from the OS CSPRNG (fresh for every call)."""
+    return np.frombuffer(random_bytes(8 * m), dtype=_U64).astype(np.uint64)
+
+
+def add_mod64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(a + b) mod 2^64 elementwise on uint64."""
+    with np.errstate(over="ignore"):
+        return (a.astype(np.uint64) + b.astype(np.uint64)).astype(np.uint64)
+
+
+def sub_mod64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(a - b) mod 2^64 elementwise on uint64."""
+    with np.errstate(over="ignore"):
+        return (a.astype(np.uint64) - b.astype(np.uint64)).astype(np.uint64)
+
+
+def validate_message(msg: RingMessage, *, parties: int, expected_hop: int, receiver: int) -> None:
+    """Raise RingError unless ``msg`` is well formed and is the hop ``receiver`` should get next."""
+    if not isinstance(msg, RingMessage):
+        raise RingError("expected a RingMessage")
+    if isinstance(msg.hop, bool) or not isinstance(msg.hop, int | np.integer):
+        raise RingError("ring message hop must be an integer")
+    if int(msg.hop) != expected_hop:
+        raise RingError(
+            f"party {receiver} expected ring hop {expected_hop} (from party {expected_hop % parties}) "
+            f"but got hop {msg.hop}: wrong party order or a missing party"
+        )
+    cand = msg.candidates
+    if (
+        not isinstance(cand, np.ndarray)
+        or cand.dtype != np.uint64
+        or cand.ndim != 2
+        or cand.shape[1] != parties
+    ):
+        raise RingError(f"ring message candidates must be an (m, {parties}) uint64 array")
+    m = cand.shape[0]
+    for name in ("c_masked", "x_masked"):
+        a = getattr(msg, name)
+        if not isinstance(a, np.ndarray) or a.dtype != np.uint64 or a.shape != (m,):
+            raise RingError(f"ring message {name} must be an ({m},) uint64 array")
+    if not rows_strictly_increasing(cand):
+        raise RingError("ring message candidate list is not sorted and unique")

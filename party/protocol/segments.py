@@ -1,0 +1,133 @@
+"""Segment shares: what party i sends party j (segment j of every record in a common block).
+
+Wire content of a ``SegmentShare`` (plain numpy arrays + ints, serialised by the node layer):
+``source`` and ``target`` are party indices in ring order; ``segment_bits`` = l / P; row r describes
+one of the source's records that lies in at least one common block: ``pseudonyms[r]`` (uint64) is the
+record's per-run pseudonym, drawn from the OS CSPRNG, non-zero, unique within the source party and
+identical in every share the source sends in this run; ``block_digests[r]`` (B uint64) are the
+record's blocking digests with every digest that is not a common block replaced by 0 (a co-party
+knows the HMAC key, so non-common digests would leak blocking-key values); ``segments[r]`` is bit
+range ``[target * l/P, (target + 1) * l/P)`` of the record's filter, repacked from position 0 in the
+layout of ``party.encoding.bits``. Rows are sorted by pseudonym, so the row order reveals nothing of
+the source table's order.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.encoding.bits import BitLayoutError, check_rows, words_for
+from party.protocol.errors import ShareError
+
+
+@dataclass(frozen=True)
+class SegmentShare:
+    """What party ``source`` sends to party ``target`` (see the module docstring)."""
+
+    source: int
+    target: int
+    segment_bits: int
+    pseudonyms: np.ndarray  # (n,) uint64
+    block_digests: np.ndarray  # (n, B) uint64
+    segments: np.ndarray  # (n, words_for(segment_bits)) uint64
+
+    def __len__(self) -> int:
+        return int(self.pseudonyms.shape[0])
+
+
+def new_pseudonyms(n: int, random_bytes: Callable[[int], bytes] = os.urandom) -> np.ndarray:
+    """n distinct non-zero uint64 pseudonyms from a CSPRNG (``os.urandom``).
+
+    Assumption: the OS CSPRNG output is uniform; collisions among 2^64 values are redrawn, so the
+    result is a uniformly random injective assignment (the ids carry no information about records).
+    """
+    out = np.frombuffer(random_bytes(8 * n), dtype="<u8").astype(np.uint64)
+    for _ in range(64):
+        uniq, first = np.unique(out, return_index=True)
+        bad = np.ones(n, dtype=bool)
+        bad[first] = False
+        bad |= out == 0
+        count = int(bad.sum())
+        if not count:
+            return out
+        out[bad] = np.frombuffer(random_bytes(8 * count), dtype="<u8").astype(np.uint64)
+    raise ShareError("could not draw distinct pseudonyms (is the random source broken?)")
+
+
+def validate_share(
+    share: SegmentShare,
+    *,
+    target: int,
+    parties: int,
+    segment_bits: int,
+    common: np.ndarray,
+    digest_width: int | None,
+) -> None:
+    """Raise ShareError unless ``share`` is a well-formed share for party ``target``.
+
+    Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
+    uniqueness (and non-zero), and that every row names at least one common block and no other block.
+    ``digest_width`` (B) is checked when given.
+    """
+    if not isinstance(share, SegmentShare):
+        raise ShareError("expected a SegmentShare")
+    for name in ("source", "target", "segment_bits"):
+        v = getattr(share, name)
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise ShareError(f"share field {name} must be an integer")
+    src = int(share.source)
+    if not 0 <= src < parties:
+        raise ShareError(f"share source {src} is not a party index (0..{parties - 1})")
+    if int(share.target) != target:
+        raise ShareError(
+            f"share from party {src} is addressed to party {share.target}, not {target}"
+        )
+    if src == target:
+        raise ShareError(f"party {target} cannot receive a share from itself")
+    if int(share.segment_bits) != segment_bits:
+        raise ShareError(
+            f"share from party {src} has {share.segment_bits}-bit segments, expected {segment_bits}"
+        )
+    p, d, s = share.pseudonyms, share.block_digests, share.segments
+    if not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype != np.uint64:
+        raise ShareError(f"share from party {src}: pseudonyms must be a 1-D uint64 array")
+    n = p.shape[0]
+    if (
+        not isinstance(d, np.ndarray)
+        or d.ndim != 2
+        or d.dtype != np.uint64
+        or d.shape[0] != n
+        or d.shape[1] < 1
+    ):
+        raise ShareError(f"share from party {src}: block_digests must be an ({n}, B) uint64 array")
+    if digest_width is not None and d.shape[1] != digest_width:
+        raise ShareError(
+            f"share from party {src}: {d.shape[1]} digests per record, expected {digest_width}"
+        )
+    if not isinstance(s, np.ndarray) or s.ndim != 2 or s.dtype != np.uint64 or s.shape[0] != n:
+        raise ShareError(f"share from party {src}: segments must be an ({n}, words) uint64 array")
+    if s.shape[1] != words_for(segment_bits):
+        raise ShareError(
+            f"share from party {src}: segments have {s.shape[1]} words, "
+            f"{segment_bits} bits need {words_for(segment_bits)}"
+        )
+    try:
+        check_rows(s, segment_bits)
+    except BitLayoutError as exc:
+        raise ShareError(f"share from party {src}: segments: {exc}") from None
+    if n and np.any(p == 0):
+        raise ShareError(f"share from party {src}: pseudonym 0 is reserved")
+    if n and np.unique(p).size != n:
+        raise ShareError(f"share from party {src}: pseudonyms are not unique")
+    flat = d.ravel()
+    nz = flat[flat != 0]
+    if nz.size:
+        pos = np.minimum(np.searchsorted(common, nz), max(common.size - 1, 0))
+        if common.size == 0 or not np.all(common[pos] == nz):
+            raise ShareError(f"share from party {src}: a row names a block that is not common")
+    if n and np.any(np.all(d == 0, axis=1)):
+        raise ShareError(f"share from party {src}: a row belongs to no common block")
