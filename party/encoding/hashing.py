@@ -119,7 +119,9 @@ def hmac_double_positions(key: bytes, data: bytes, nbits: int, k: int) -> list[i
 
 
 def mmh3_double_positions(seed_bytes: bytes, data: bytes, nbits: int, k: int) -> list[int]:
-    h1, h2 = mmh3.hash64(data, int.from_bytes(seed_bytes, "big"), True, False)
+    # Keywords matter: mmh3 5.x ignores a positional ``signed`` argument and returns signed
+    # halves, which would silently change every position (pinned by the known-answer vectors).
+    h1, h2 = mmh3.hash64(data, seed=int.from_bytes(seed_bytes, "big"), x64arch=True, signed=False)
     return double_positions(h1, h2, nbits, k)
 
 
