@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""Prepares the compose demo's volumes: certificates, a shared linkage secret and synthetic data.
+
+Run by the one-shot `setup` service of docker-compose.yml (and by the tests on temporary folders):
+
+    python docker/setup_demo.py --demo-dir /volumes/demo \
+        --coordinator coordinator=/volumes/coordinator \
+        --party party-a=/volumes/party-a --party party-b=/volumes/party-b --party party-c=/volumes/party-c \
+        [--san party-a=HOST ...] [--records 1000 --overlap 0.5 --corruption 0.2 --seed 1]
+
+Volume layout it writes (every node's volume is mounted at /var/lib/pprl inside that node's container;
+docker/config/*.toml name these paths):
+
+    <node>/certs/ca.pem              CA certificate (trust anchor of mutual TLS)
+    <node>/certs/node.pem, node.key  the node's certificate (CN = node name) and private key (0600)
+    <party>/secret/linkage.key       the linkage secret, 32 random bytes (0600), the same at every party
+    <party>/data/records.csv         that party's synthetic records (party i of the generated dataset)
+    <party>/results/                 where the node writes <run-id>/matches.csv
+    <coordinator>/state/             the coordinator's run-state store
+    <demo>/ca/ca.pem, ca.key         the demo CA (kept so that nodes can be added later)
+    <demo>/data/                     the generated dataset: party-<i>.csv, truth.csv, dataset.json
+
+Idempotent and non-destructive: anything that already exists is kept, only what is missing is made
+(so `docker compose up` can be repeated, and a party's results and secret are never replaced). If a
+party already holds a secret, that secret is copied to the parties missing one; two different existing
+secrets are an error. Certificates come from scripts/gen_certs.py and data from scripts/gen_data.py
+(the real project tools, run as subprocesses). The secret is never printed.
+
+In a real deployment none of this runs: each organisation installs its own certificate (from a shared
+or cross-signed CA), receives the secret out of band and provides its own data (docs/deployment.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import secrets
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+SECRET_BYTES = 32
+HERE = pathlib.Path(__file__).resolve().parent
+DEFAULT_SCRIPTS = HERE.parent / "scripts"
+DEFAULT_SANS = ("localhost", "127.0.0.1", "::1")
+
+
+class SetupError(Exception):
+    """A problem that stops the setup; the message names the file or argument."""
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    volume: pathlib.Path
+
+
+def _node_arg(value: str) -> Node:
+    name, sep, path = value.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=DIR, got {value!r}")
+    return Node(name, pathlib.Path(path))
+
+
+def _san_arg(value: str) -> tuple[str, str]:
+    name, sep, host = value.partition("=")
+    if not sep or not name or not host:
+        raise argparse.ArgumentTypeError(f"expected NAME=HOST, got {value!r}")
+    return name, host
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--demo-dir", type=pathlib.Path, required=True, help="CA and generated data")
+    ap.add_argument(
+        "--coordinator", type=_node_arg, required=True, help="NAME=DIR of the coordinator volume"
+    )
+    ap.add_argument(
+        "--party",
+        type=_node_arg,
+        action="append",
+        required=True,
+        help="NAME=DIR of a party volume; repeat, in party (ring) order",
+    )
+    ap.add_argument(
+        "--san",
+        type=_san_arg,
+        action="append",
+        default=[],
+        help="NAME=HOST: an extra host name or IP in NAME's certificate (e.g. its DNS name)",
+    )
+    ap.add_argument("--records", type=int, default=1000, help="records per party")
+    ap.add_argument("--overlap", type=float, default=0.5)
+    ap.add_argument("--corruption", type=float, default=0.2)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--scripts-dir", type=pathlib.Path, default=DEFAULT_SCRIPTS)
+    return ap
+
+
+def _write_atomic(path: pathlib.Path, data: bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        pathlib.Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _run(argv: list[str], what: str) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
+        raise SetupError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+
+
+def gen_certs_argv(
+    scripts: pathlib.Path, ca_dir: pathlib.Path, name: str, hosts: Sequence[str]
+) -> list[str]:
+    argv = [sys.executable, str(scripts / "gen_certs.py"), "--out", str(ca_dir)]
+    for host in hosts:
+        argv += ["--host", host]
+    return [*argv, name]
+
+
+def gen_data_argv(args: argparse.Namespace, out: pathlib.Path) -> list[str]:
+    return [
+        sys.executable,
+        str(args.scripts_dir / "gen_data.py"),
+        "--parties",
+        str(len(args.party)),
+        "--records",
+        str(args.records),
+        "--overlap",
+        str(args.overlap),
+        "--corruption",
+        str(args.corruption),
+        "--seed",
+        str(args.seed),
+        "--out",
+        str(out),
+    ]
+
+
+def ensure_certificates(args: argparse.Namespace, log: list[str]) -> None:
+    ca_dir = args.demo_dir / "ca"
+    hosts: dict[str, list[str]] = {}
+    for name, host in args.san:
+        # gen_certs always adds the node name, localhost, 127.0.0.1 and ::1.
+        if host not in {name, *DEFAULT_SANS} and host not in hosts.get(name, []):
+            hosts.setdefault(name, []).append(host)
+    for node in [args.coordinator, *args.party]:
+        certs = node.volume / "certs"
+        if all((certs / f).is_file() for f in ("ca.pem", "node.pem", "node.key")):
+            continue
+        _run(
+            gen_certs_argv(args.scripts_dir, ca_dir, node.name, hosts.get(node.name, [])),
+            "gen_certs",
+        )
+        _write_atomic(certs / "ca.pem", (ca_dir / "ca.pem").read_bytes(), 0o644)
+        _write_atomic(certs / "node.pem", (ca_dir / f"{node.name}.pem").read_bytes(), 0o644)
+        _write_atomic(certs / "node.key", (ca_dir / f"{node.name}.key").read_bytes(), 0o600)
+        # Only the node keeps its private key.
+        (ca_dir / f"{node.name}.key").unlink()
+        log.append(f"certificate for {node.name}")
+
+
+def ensure_secret(parties: Sequence[Node], log: list[str]) -> None:
+    existing = {}
+    for node in parties:
+        path = node.volume / "secret" / "linkage.key"
+        if path.is_file():
+            existing[node.name] = path.read_bytes()
+    if len(set(existing.values())) > 1:
+        raise SetupError(
+            "the parties' existing secret files differ ("
+            + ", ".join(f"{n}/secret/linkage.key" for n in sorted(existing))
+            + "); remove the wrong ones"
+        )
+    secret = next(iter(existing.values())) if existing else secrets.token_bytes(SECRET_BYTES)
+    for node in parties:
+        if node.name not in existing:
+            _write_atomic(node.volume / "secret" / "linkage.key", secret, 0o600)
+            log.append(f"secret for {node.name}")
+
+
+def ensure_data(args: argparse.Namespace, log: list[str]) -> None:
+    out = args.demo_dir / "data"
+    missing = [p for p in args.party if not (p.volume / "data" / "records.csv").is_file()]
+    if not missing:
+        return
+    if not (out / "truth.csv").is_file():
+        _run(gen_data_argv(args, out), "gen_data")
+        log.append(f"dataset of {len(args.party)} x {args.records} records")
+    for index, node in enumerate(args.party):
+        if node in missing:
+            source = out / f"party-{index}.csv"
+            if not source.is_file():
+                raise SetupError(f"{source} is missing: remove {out} to regenerate the dataset")
+            _write_atomic(node.volume / "data" / "records.csv", source.read_bytes(), 0o644)
+            log.append(f"records for {node.name}")
+
+
+def setup(args: argparse.Namespace) -> list[str]:
+    """Make whatever is missing; returns a list of what was made."""
+    names = [n.name for n in [args.coordinator, *args.party]]
+    if len(set(names)) != len(names):
+        raise SetupError(f"node names must be distinct, got {names}")
+    unknown = sorted({name for name, _ in args.san} - set(names))
+    if unknown:
+        raise SetupError(f"--san names unknown nodes: {unknown}")
+    if len(args.party) < 2:
+        raise SetupError("at least two --party volumes are needed")
+    for script in ("gen_certs.py", "gen_data.py"):
+        if not (args.scripts_dir / script).is_file():
+            raise SetupError(f"{args.scripts_dir / script} does not exist (--scripts-dir)")
+    log: list[str] = []
+    ensure_certificates(args, log)
+    ensure_secret(args.party, log)
+    ensure_data(args, log)
+    for node in args.party:
+        (node.volume / "results").mkdir(parents=True, exist_ok=True)
+    (args.coordinator.volume / "state").mkdir(parents=True, exist_ok=True)
+    return log
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        made = setup(args)
+    except (SetupError, OSError) as exc:
+        print(f"setup_demo: error: {exc}", file=sys.stderr)
+        return 2
+    if made:
+        print("setup_demo: made " + "; ".join(made))
+    else:
+        print("setup_demo: everything was already in place; nothing changed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

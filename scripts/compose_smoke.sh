@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# Builds the image and runs the whole compose demo on a machine with a Docker engine, then checks that every
+# party's results are in its own volume, consistent across parties and correct against the demo's truth.
+#
+#   bash scripts/compose_smoke.sh                        # base image python:3.11-slim-bookworm from a registry
+#   bash scripts/compose_smoke.sh --local-base           # no registry: first build local/debian-python:bookworm
+#                                                        #   with scripts/docker_base_image.sh (root, debootstrap)
+#   PPRL_BASE_IMAGE=my/python:3.12 bash scripts/compose_smoke.sh
+#
+# Environment: PPRL_BASE_IMAGE, PPRL_IMAGE [pprl:smoke], PIP_INDEX_URL / PIP_EXTRA_INDEX_URL / PIP_TRUSTED_HOST
+# (passed to the build), PPRL_DEMO_RECORDS [500], PPRL_DEMO_MIN_F1 [0.9], PPRL_SMOKE_PROJECT [pprlsmoke],
+# PPRL_SMOKE_KEEP=1 (leave containers and volumes for inspection; default: `down -v` at the end) and every
+# variable docker-compose.yml reads (ports, network mode). The project's volumes are removed at the START too,
+# so each smoke run begins from nothing. Exit 0 iff the image, the demo run and every check passed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+die() { echo "compose_smoke: error: $*" >&2; exit 2; }
+say() { echo "== compose_smoke: $*"; }
+
+if [ "${1:-}" = "--local-base" ]; then
+  export PPRL_BASE_IMAGE=${PPRL_BASE_IMAGE:-local/debian-python:bookworm}
+  PPRL_BASE_IMAGE=$PPRL_BASE_IMAGE bash scripts/docker_base_image.sh
+  shift
+fi
+[ $# -eq 0 ] || die "unknown arguments: $* (only --local-base)"
+
+command -v docker >/dev/null || die "the docker CLI is not installed"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (start dockerd, or run where Docker is available)"
+if docker compose version >/dev/null 2>&1; then
+  COMPOSE=(docker compose)
+elif command -v docker-compose >/dev/null; then
+  COMPOSE=(docker-compose)
+else
+  die "neither 'docker compose' nor 'docker-compose' is installed"
+fi
+
+export PPRL_BASE_IMAGE=${PPRL_BASE_IMAGE:-python:3.11-slim-bookworm}
+export PPRL_IMAGE=${PPRL_IMAGE:-pprl:smoke}
+export PPRL_DEMO_RECORDS=${PPRL_DEMO_RECORDS:-500}
+export PPRL_DEMO_MIN_F1=${PPRL_DEMO_MIN_F1:-0.9}
+PROJECT=${PPRL_SMOKE_PROJECT:-pprlsmoke}
+DC=("${COMPOSE[@]}" -p "$PROJECT" -f docker-compose.yml)
+
+cleanup() {
+  local rc=$?
+  if [ $rc -ne 0 ]; then
+    say "FAILED (exit $rc); last logs of every service:"
+    "${DC[@]}" logs --no-color --tail 40 2>&1 || true
+  fi
+  if [ "${PPRL_SMOKE_KEEP:-0}" = 1 ]; then
+    say "PPRL_SMOKE_KEEP=1: containers and volumes of project $PROJECT left in place"
+  else
+    "${DC[@]}" --profile check down -v --remove-orphans >/dev/null 2>&1 || true
+  fi
+  exit $rc
+}
+
+say "compose command: ${COMPOSE[*]} ($("${COMPOSE[@]}" version --short 2>/dev/null || echo '?'))"
+"${DC[@]}" --profile check down -v --remove-orphans >/dev/null 2>&1 || true
+trap cleanup EXIT
+
+say "building $PPRL_IMAGE on $PPRL_BASE_IMAGE"
+build_args=(--build-arg "BASE_IMAGE=$PPRL_BASE_IMAGE")
+for v in PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST; do
+  if [ -n "${!v:-}" ]; then build_args+=(--build-arg "$v=${!v}"); fi
+done
+docker build --network host "${build_args[@]}" -t "$PPRL_IMAGE" . >/tmp/compose_smoke_build.$$.log 2>&1 \
+  || { tail -30 /tmp/compose_smoke_build.$$.log >&2; die "docker build failed (log above)"; }
+rm -f /tmp/compose_smoke_build.$$.log
+
+say "checking the image: non-root user, no compilers, no package caches, both entry points"
+docker run --rm --network none "$PPRL_IMAGE" sh -c '
+  set -e
+  [ "$(id -u)" != 0 ] || { echo "runs as root"; exit 1; }
+  for c in gcc cc c++ g++ clang make; do
+    if command -v "$c" >/dev/null; then echo "compiler $c present"; exit 1; fi
+  done
+  for d in /root/.cache/pip "$HOME/.cache/pip" /var/cache/apt/archives/partial; do
+    if [ -n "$(ls -A "$d" 2>/dev/null)" ]; then echo "cache $d present"; exit 1; fi
+  done
+  if ls /var/cache/apt/archives/*.deb >/dev/null 2>&1; then echo "apt archives present"; exit 1; fi
+  pprl-party --help >/dev/null
+  pprl-coordinator --help >/dev/null
+' || die "image check failed"
+
+say "starting setup, coordinator and parties (waits on completion and health checks)"
+"${DC[@]}" up -d --no-build coordinator party-a party-b party-c
+
+say "running the linkage (runner service)"
+"${DC[@]}" run --rm -T runner
+
+say "checking every party's results volume"
+"${DC[@]}" --profile check run --rm -T check
+
+for party in party-a party-b party-c; do
+  vol="${PROJECT}_${party}"
+  files=$(docker run --rm --network none -v "$vol:/v:ro" "$PPRL_IMAGE" \
+    sh -c 'cd /v/results && ls -1 */matches.csv' | tr '\n' ' ')
+  say "volume $vol holds results: $files"
+done
+say "OK"
