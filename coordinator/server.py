@@ -1,0 +1,79 @@
+"""Running the coordinator: bind (mutual TLS by default), serve Coordinator + health + reflection,
+recover runs a previous process left unfinished, shut down cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+import grpc
+
+from coordinator.config import CoordinatorConfig
+from coordinator.service import CoordinatorService
+from coordinator.store import Store
+from proto import coordinator_pb2, coordinator_pb2_grpc
+from proto.transport import (
+    SERVER_OPTIONS,
+    Security,
+    TlsMaterial,
+    add_health_and_reflection,
+    bind,
+    set_serving,
+)
+
+log = logging.getLogger(__name__)
+COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
+INSECURE_WARNING = (
+    "INSECURE MODE: plaintext gRPC without mutual TLS; caller identities are NOT verified. "
+    "Use only for local experiments, never with real data."
+)
+
+
+def security_for(config: CoordinatorConfig, insecure: bool) -> Security:
+    if insecure:
+        return Security(name=config.name, tls=None)
+    ca, cert, key = config.read_tls()
+    return Security(name=config.name, tls=TlsMaterial(ca=ca, cert=cert, key=key))
+
+
+async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float = 5.0) -> None:
+    if insecure:
+        log.warning(INSECURE_WARNING)
+    security = security_for(config, insecure)
+    store = Store(config.state_db)
+    service = CoordinatorService(config, security, store)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
+    health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
+    port = bind(server, config.listen, security)
+    await server.start()
+    recovered = store.recover()
+    for run_id, parties in recovered:
+        log.warning("run %s was unfinished when the coordinator stopped: marked failed", run_id)
+        asyncio.create_task(
+            service.abort_parties(parties, run_id, "the coordinator restarted during the run")
+        )
+    await set_serving(health, [COORDINATOR_SERVICE], True)
+    if config.port_file is not None:
+        tmp = config.port_file.with_name(config.port_file.name + ".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(config.port_file)
+    log.info(
+        "coordinator %s serving on port %d (%s)",
+        config.name,
+        port,
+        "insecure" if insecure else "mutual TLS",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("coordinator shutting down")
+        await set_serving(health, [COORDINATOR_SERVICE], False)
+        await service.close()
+        await server.stop(grace)
+        store.close()

@@ -1,0 +1,373 @@
+"""Party node configuration: frozen dataclasses loaded from TOML, then PPRL_* environment overrides.
+
+File format (``examples/party.toml``; relative paths are relative to the TOML file)::
+
+    [node]
+    name = "party-a"                  # must equal the CN of the node certificate
+    listen = "127.0.0.1:50061"        # host:port to bind; port 0 picks a free port
+    advertise = "127.0.0.1:50061"     # optional: address the other nodes dial (default: listen,
+                                      #   with the bound port when listen uses port 0)
+    coordinator = "127.0.0.1:50060"   # host:port of the coordinator
+    coordinator_name = "coordinator"  # optional: certificate identity of the coordinator
+    port_file = "run/party-a.port"    # optional: the bound port is written here once serving
+
+    [data]
+    csv = "data/party-a.csv"          # the party's records (CSV with header)
+    id_column = "id"                  # optional: column with the party's record ids
+    secret_file = "secret.key"        # linkage secret shared by the parties out of band
+    schema = "schema.json"            # optional: pin; proposals with another schema are rejected
+    results = "results/party-a"       # results go to <results>/<run-id>/matches.csv
+
+    [tls]                             # required unless serving with --insecure
+    ca = "certs/ca.pem"
+    cert = "certs/party-a.pem"
+    key = "certs/party-a.key"
+
+    [timeouts]                        # seconds, all optional
+    rpc = 30.0                        # deadline of every outgoing unary call / stream
+    stage = 300.0                     # longest wait for another party within one stage
+    heartbeat = 2.0                   # interval of liveness messages to the coordinator
+
+    [audit.policy]                    # optional: passed as a plain mapping to
+    max_insider_reidentification = 0.05   # party.audit.policy.AuditPolicy.from_mapping
+
+Environment overrides (applied after the file; paths relative to the working directory):
+PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
+PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
+PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
+PPRL_HEARTBEAT_INTERVAL. An override set to the empty string clears an optional key.
+
+Secret file: its bytes are the linkage secret, with one trailing newline (LF or CRLF) removed; it
+must hold at least 16 bytes (32 random bytes recommended, e.g. ``head -c 32 /dev/urandom``). The
+secret is never logged; ``repr`` of the config shows only the path.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import tomllib
+import types
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from party.errors import PprlError
+
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+MIN_SECRET_BYTES = 16
+
+# env var -> (section, key, kind); kind is "str", "path" or "float"
+ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
+    "PPRL_NODE_NAME": ("node", "name", "str"),
+    "PPRL_LISTEN": ("node", "listen", "str"),
+    "PPRL_ADVERTISE": ("node", "advertise", "str"),
+    "PPRL_COORDINATOR": ("node", "coordinator", "str"),
+    "PPRL_COORDINATOR_NAME": ("node", "coordinator_name", "str"),
+    "PPRL_PORT_FILE": ("node", "port_file", "path"),
+    "PPRL_DATA_CSV": ("data", "csv", "path"),
+    "PPRL_ID_COLUMN": ("data", "id_column", "str"),
+    "PPRL_SECRET_FILE": ("data", "secret_file", "path"),
+    "PPRL_SCHEMA": ("data", "schema", "path"),
+    "PPRL_RESULTS_DIR": ("data", "results", "path"),
+    "PPRL_TLS_CA": ("tls", "ca", "path"),
+    "PPRL_TLS_CERT": ("tls", "cert", "path"),
+    "PPRL_TLS_KEY": ("tls", "key", "path"),
+    "PPRL_RPC_TIMEOUT": ("timeouts", "rpc", "float"),
+    "PPRL_STAGE_TIMEOUT": ("timeouts", "stage", "float"),
+    "PPRL_HEARTBEAT_INTERVAL": ("timeouts", "heartbeat", "float"),
+}
+
+_KNOWN: dict[str, set[str]] = {
+    "node": {"name", "listen", "advertise", "coordinator", "coordinator_name", "port_file"},
+    "data": {"csv", "id_column", "secret_file", "schema", "results"},
+    "tls": {"ca", "cert", "key"},
+    "timeouts": {"rpc", "stage", "heartbeat"},
+    "audit": {"policy"},
+}
+
+
+class ConfigError(PprlError):
+    """The configuration is invalid; ``problems`` lists every problem, each naming its key."""
+
+    def __init__(self, source: str, problems: list[str]):
+        self.source = source
+        self.problems = list(problems)
+        lines = "\n  - ".join(self.problems)
+        super().__init__(f"{source}: invalid configuration:\n  - {lines}")
+
+
+@dataclass(frozen=True)
+class TlsConfig:
+    """Mutual-TLS material: CA bundle, node certificate chain and private key (PEM files)."""
+
+    ca: pathlib.Path | None = None
+    cert: pathlib.Path | None = None
+    key: pathlib.Path | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.ca is not None and self.cert is not None and self.key is not None
+
+    def read(self) -> tuple[bytes, bytes, bytes]:
+        """(ca, cert, key) PEM bytes; ConfigError naming the file that cannot be read."""
+        out = []
+        for key in ("ca", "cert", "key"):
+            path = getattr(self, key)
+            if path is None:
+                raise ConfigError("tls", [f"tls.{key} is not set"])
+            try:
+                out.append(path.read_bytes())
+            except OSError as exc:
+                raise ConfigError(
+                    "tls", [f"tls.{key}: cannot read {path} ({exc.strerror})"]
+                ) from None
+        return out[0], out[1], out[2]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    rpc: float = 30.0
+    stage: float = 300.0
+    heartbeat: float = 2.0
+
+
+@dataclass(frozen=True)
+class PartyConfig:
+    """Everything a party node needs; built by load_party_config."""
+
+    name: str
+    listen: str
+    coordinator: str
+    data_csv: pathlib.Path
+    secret_file: pathlib.Path
+    results_dir: pathlib.Path
+    advertise: str | None = None
+    coordinator_name: str = "coordinator"
+    port_file: pathlib.Path | None = None
+    id_column: str | None = None
+    schema: pathlib.Path | None = None
+    tls: TlsConfig = field(default_factory=TlsConfig)
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    audit_policy: Mapping[str, Any] | None = None
+    source: str = "<config>"
+
+    def read_secret(self) -> bytes:
+        """The linkage secret (see the module docstring). Never log the result."""
+        return read_secret_file(self.secret_file, "data.secret_file")
+
+
+def read_secret_file(path: pathlib.Path, key: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            str(path), [f"{key}: cannot read the secret file ({exc.strerror})"]
+        ) from None
+    if data.endswith(b"\r\n"):
+        data = data[:-2]
+    elif data.endswith(b"\n"):
+        data = data[:-1]
+    if len(data) < MIN_SECRET_BYTES:
+        raise ConfigError(
+            str(path), [f"{key}: the secret must hold at least {MIN_SECRET_BYTES} bytes"]
+        )
+    return data
+
+
+def check_address(value: Any, key: str, problems: list[str], allow_port_zero: bool) -> str:
+    """Validate host:port (IPv6 hosts in brackets); append a problem naming ``key``."""
+    if not isinstance(value, str) or not value:
+        problems.append(f"{key}: expected host:port")
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        problems.append(f"{key}: expected host:port, got {value!r}")
+        return value
+    p = int(port)
+    if p > 65535 or (p == 0 and not allow_port_zero):
+        problems.append(f"{key}: port {p} out of range")
+    return value
+
+
+def _load_toml(path: pathlib.Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except OSError as exc:
+        raise ConfigError(str(path), [f"cannot read the file ({exc.strerror})"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(str(path), [f"not valid TOML ({exc})"]) from None
+
+
+def apply_env(
+    raw: dict[str, Any],
+    env: Mapping[str, str],
+    table: Mapping[str, tuple[str, str, str]],
+    problems: list[str],
+) -> dict[str, tuple[str, str]]:
+    """Apply overrides in place; return {section.key: (env var, kind)} for the keys overridden."""
+    overridden: dict[str, tuple[str, str]] = {}
+    for var, (section, key, kind) in table.items():
+        if var not in env:
+            continue
+        value: Any = env[var]
+        sect = raw.setdefault(section, {})
+        if not isinstance(sect, dict):
+            continue
+        if value == "":
+            sect.pop(key, None)
+            continue
+        if kind == "float":
+            try:
+                value = float(value)
+            except ValueError:
+                problems.append(f"{var}: expected a number")
+                continue
+        sect[key] = value
+        overridden[f"{section}.{key}"] = (var, kind)
+    return overridden
+
+
+def resolve_path(
+    value: Any, key: str, base: pathlib.Path, from_env: bool, problems: list[str]
+) -> pathlib.Path | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value:
+        problems.append(f"{key}: expected a path")
+        return None
+    p = pathlib.Path(value).expanduser()
+    if not p.is_absolute():
+        p = (pathlib.Path.cwd() if from_env else base) / p
+    return p
+
+
+def parse_timeouts(raw: Any, problems: list[str], defaults: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    if not isinstance(raw, dict):
+        problems.append("timeouts: expected a table")
+        return out
+    for key, value in raw.items():
+        if not hasattr(defaults, key):
+            continue
+        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+            problems.append(f"timeouts.{key}: expected a positive number of seconds")
+            continue
+        out[key] = float(value)
+    return out
+
+
+def load_party_config(
+    path: str | pathlib.Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    require_tls: bool = True,
+    check_files: bool = True,
+) -> PartyConfig:
+    """Load ``path``, apply PPRL_* overrides from ``env`` (default os.environ) and validate.
+
+    Every problem is reported at once in one ConfigError. ``require_tls=False`` (``--insecure``)
+    makes the [tls] table optional; ``check_files=False`` skips checks that files exist.
+    """
+    path = pathlib.Path(path)
+    raw = _load_toml(path)
+    env = os.environ if env is None else env
+    base = path.resolve().parent
+    problems: list[str] = []
+    for section, value in raw.items():
+        if section not in _KNOWN:
+            problems.append(f"unknown table [{section}]")
+        elif not isinstance(value, dict):
+            problems.append(f"{section}: expected a table")
+        else:
+            unknown = sorted(set(value) - _KNOWN[section])
+            problems.extend(f"{section}.{k}: unknown key" for k in unknown)
+    overridden = apply_env(raw, env, ENV_OVERRIDES, problems)
+
+    def get(section: str, key: str) -> Any:
+        sect = raw.get(section, {})
+        return sect.get(key) if isinstance(sect, dict) else None
+
+    def pathof(section: str, key: str, required: bool) -> pathlib.Path | None:
+        value = get(section, key)
+        if value is None:
+            if required:
+                problems.append(f"{section}.{key}: required")
+            return None
+        return resolve_path(
+            value, f"{section}.{key}", base, f"{section}.{key}" in overridden, problems
+        )
+
+    name = get("node", "name")
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        problems.append("node.name: required, lower-case letters, digits and '-' (max 63)")
+        name = ""
+    listen = check_address(get("node", "listen"), "node.listen", problems, allow_port_zero=True)
+    advertise = get("node", "advertise")
+    if advertise is not None:
+        advertise = check_address(advertise, "node.advertise", problems, allow_port_zero=False)
+    coordinator = check_address(
+        get("node", "coordinator"), "node.coordinator", problems, allow_port_zero=False
+    )
+    coordinator_name = get("node", "coordinator_name") or "coordinator"
+    if not isinstance(coordinator_name, str) or not NAME_RE.match(coordinator_name):
+        problems.append("node.coordinator_name: lower-case letters, digits and '-'")
+    id_column = get("data", "id_column")
+    if id_column is not None and (not isinstance(id_column, str) or not id_column):
+        problems.append("data.id_column: expected a column name")
+        id_column = None
+
+    data_csv = pathof("data", "csv", True)
+    secret_file = pathof("data", "secret_file", True)
+    schema = pathof("data", "schema", False)
+    results = pathof("data", "results", True)
+    port_file = pathof("node", "port_file", False)
+    tls = TlsConfig(
+        pathof("tls", "ca", False), pathof("tls", "cert", False), pathof("tls", "key", False)
+    )
+    if require_tls and not tls.complete:
+        missing = [k for k in ("ca", "cert", "key") if getattr(tls, k) is None]
+        problems.extend(
+            f"tls.{k}: required for mutual TLS (or serve with --insecure)" for k in missing
+        )
+    if check_files:
+        for key, p in (
+            ("data.csv", data_csv),
+            ("data.secret_file", secret_file),
+            ("data.schema", schema),
+            ("tls.ca", tls.ca),
+            ("tls.cert", tls.cert),
+            ("tls.key", tls.key),
+        ):
+            if p is not None and not p.is_file():
+                problems.append(f"{key}: file {p} does not exist")
+    timeouts = Timeouts(**parse_timeouts(raw.get("timeouts", {}), problems, Timeouts()))
+    policy: Mapping[str, Any] | None = None
+    audit = raw.get("audit")
+    if isinstance(audit, dict) and "policy" in audit:
+        if not isinstance(audit["policy"], dict):
+            problems.append("audit.policy: expected a table")
+        else:
+            policy = types.MappingProxyType(dict(audit["policy"]))
+    if problems:
+        raise ConfigError(str(path), problems)
+    assert data_csv is not None and secret_file is not None and results is not None
+    return PartyConfig(
+        name=name,
+        listen=listen,
+        advertise=advertise,
+        coordinator=coordinator,
+        coordinator_name=coordinator_name,
+        port_file=port_file,
+        data_csv=data_csv,
+        id_column=id_column,
+        secret_file=secret_file,
+        schema=schema,
+        results_dir=results,
+        tls=tls,
+        timeouts=timeouts,
+        audit_policy=policy,
+        source=str(path),
+    )

@@ -1,0 +1,74 @@
+"""`pprl-party serve` and `pprl-party health`: run a party node and check its gRPC health."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+
+from rich.console import Console
+
+from party.config import load_party_config
+
+log = logging.getLogger(__name__)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = subparsers.add_parser("serve", help="run this party's node (gRPC, mutual TLS)")
+    p.add_argument("--config", required=True, help="party TOML configuration")
+    p.add_argument(
+        "--insecure",
+        action="store_true",
+        help="plaintext without mutual TLS (local experiments only)",
+    )
+    p.set_defaults(func=_serve)
+    h = subparsers.add_parser("health", help="exit 0 iff this party's node reports SERVING")
+    h.add_argument("--config", required=True, help="party TOML configuration")
+    h.add_argument("--insecure", action="store_true", help="the node runs without TLS")
+    h.set_defaults(func=_health)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from party.node.server import INSECURE_WARNING, serve
+
+    config = load_party_config(args.config, require_tls=not args.insecure)
+    if args.insecure:
+        Console(stderr=True).print(f"[bold red]{INSECURE_WARNING}[/]")
+    asyncio.run(serve(config, insecure=args.insecure))
+    return 0
+
+
+def _health(args: argparse.Namespace) -> int:
+    from party.node.server import health
+
+    config = load_party_config(args.config, require_tls=not args.insecure, check_files=False)
+    status = asyncio.run(health(config, args.insecure))
+    Console(stderr=True).print(f"{config.name}: {status}")
+    return 0 if status == "SERVING" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Standalone entry (``python -m party.node.cli``) with only the node's subcommands."""
+    import sys
+
+    from party.errors import PprlError
+
+    parser = argparse.ArgumentParser(prog="pprl-party", description="A party node of PPRL.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    try:
+        return int(args.func(args) or 0)
+    except PprlError as exc:
+        print(f"pprl-party {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

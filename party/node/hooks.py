@@ -1,0 +1,50 @@
+"""Test hooks and the outgoing-bytes recorder of a party node (inactive unless configured).
+
+Hidden test hooks, read from the environment at node start (documented in docs/network.md; they
+exist only so integration tests can hit a stage deterministically):
+
+- ``PPRL_TEST_PAUSE_AT=<point>`` with ``PPRL_TEST_PAUSE_FILE=<path>``: when the node reaches
+  ``<point>`` ("exchange": after sending its block digests, before sending segments; "ring":
+  before passing the ring on; "compare": before the local comparison) it creates ``<path>`` and
+  waits there until the run is aborted.
+- ``PPRL_TEST_CAPTURE_FILE=<path>``: every serialized message the node sends (requests to peers
+  and the coordinator, responses it returns) is appended to ``<path>``, so a test can check that no
+  plaintext quasi-identifier ever leaves the node.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import threading
+from collections.abc import Mapping
+
+from google.protobuf.message import Message
+
+
+class Hooks:
+    def __init__(self, env: Mapping[str, str] | None = None):
+        env = os.environ if env is None else env
+        self.pause_at = env.get("PPRL_TEST_PAUSE_AT") or None
+        pause_file = env.get("PPRL_TEST_PAUSE_FILE")
+        self.pause_file = pathlib.Path(pause_file) if pause_file else None
+        capture = env.get("PPRL_TEST_CAPTURE_FILE")
+        self.capture_file = pathlib.Path(capture) if capture else None
+        self._lock = threading.Lock()
+        self.bytes_sent = 0
+
+    def should_pause(self, point: str) -> bool:
+        if self.pause_at == point:
+            if self.pause_file is not None:
+                self.pause_file.write_text(point)
+            return True
+        return False
+
+    def sent(self, message: Message) -> None:
+        """Count (and, when capturing, record) one outgoing message."""
+        data = message.SerializeToString()
+        with self._lock:
+            self.bytes_sent += len(data)
+            if self.capture_file is not None:
+                with self.capture_file.open("ab") as fh:
+                    fh.write(data)

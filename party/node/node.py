@@ -1,0 +1,766 @@
+"""The party node: the Party gRPC servicer and the per-run driver around the protocol engine.
+
+The node is a thin adapter: it decodes requests, checks the caller's identity and the run's stage,
+and moves SegmentShare / RingMessage / PartyResults objects between the PartyEngine of this party
+and its peers. CPU work (encoding, audit, comparison) runs off the event loop (asyncio.to_thread).
+
+Run life cycle at a party: PROPOSED (parameters accepted, key confirmation returned) -> PREPARED
+(data encoded, audit gate passed; or DECLINED) -> EXECUTING (exchange, compare, ring, results) ->
+DONE or FAILED. Peer data (blocks, shares, ring, results) is accepted in PREPARED and EXECUTING;
+anything else gets FAILED_PRECONDITION.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import logging
+import resource
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+import numpy as np
+
+from party.config import PartyConfig
+from party.encoding.schema import LinkageSchema, load_schema, parse_schema
+from party.errors import PprlError
+from party.node import wire
+from party.node.errors import (
+    AlreadyExists,
+    DigestMismatch,
+    Forbidden,
+    InvalidParameters,
+    Malformed,
+    RunAborted,
+    RunFailed,
+    Unauthenticated,
+    UnknownRun,
+    WrongStage,
+    abort_with,
+)
+from party.node.hooks import Hooks
+from party.node.keyconfirm import key_confirmation
+from party.node.peers import PeerClients
+from party.node.results import remove_run, write_matches
+from party.protocol.blocks import common_blocks
+from party.protocol.params import ProtocolParameters
+from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
+from proto.transport import Security, caller_identity
+
+log = logging.getLogger(__name__)
+S = common_pb2.Stage
+MAX_KEPT_RUNS = 64
+
+
+class Phase(enum.Enum):
+    PROPOSED = "proposed"
+    PREPARING = "preparing"
+    PREPARED = "prepared"
+    DECLINED = "declined"
+    EXECUTING = "executing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+STAGE_NAMES: dict[int, str] = {
+    S.STAGE_EXCHANGING: "exchanging",
+    S.STAGE_COMPARING: "comparing",
+    S.STAGE_SUMMING: "summing",
+    S.STAGE_DONE: "done",
+    S.STAGE_FAILED: "failed",
+}
+
+
+@dataclass
+class Run:
+    run_id: str
+    digest: str
+    message: common_pb2.LinkageParameters
+    params: ProtocolParameters
+    schema: LinkageSchema
+    index: int
+    directory: dict[str, str]
+    phase: Phase = Phase.PROPOSED
+    engine: Any = None
+    records_count: int = 0
+    blocks_in: dict[int, np.ndarray] = field(default_factory=dict)
+    shares_in: set[int] = field(default_factory=set)
+    ring_in: Any = None
+    results_in: Any = None
+    stage: common_pb2.Stage = S.STAGE_UNSPECIFIED
+    reason: str = ""
+    cancel: threading.Event = field(default_factory=threading.Event)
+    events: dict[str, asyncio.Event] = field(default_factory=dict)
+    stage_seconds: dict[str, float] = field(default_factory=dict)
+    bytes_at_start: int = 0
+
+    def event(self, name: str) -> asyncio.Event:
+        ev = self.events.get(name)
+        if ev is None:
+            ev = self.events[name] = asyncio.Event()
+        return ev
+
+    @property
+    def parties(self) -> tuple[str, ...]:
+        return self.params.parties
+
+    @property
+    def ref(self) -> common_pb2.RunRef:
+        return common_pb2.RunRef(run_id=self.run_id, parameters_digest=self.digest)
+
+    @property
+    def others(self) -> list[int]:
+        return [j for j in range(len(self.parties)) if j != self.index]
+
+    @property
+    def aborted(self) -> bool:
+        return self.event("abort").is_set()
+
+
+def protocol_parameters(
+    message: common_pb2.LinkageParameters,
+) -> tuple[LinkageSchema, ProtocolParameters]:
+    """Validate a parameters message with the encoder and engine; InvalidParameters listing problems."""
+    try:
+        schema_obj = json.loads(message.schema_json)
+    except json.JSONDecodeError:
+        raise InvalidParameters("parameters: schema_json is not valid JSON") from None
+    try:
+        schema = parse_schema(schema_obj, source="parameters.schema")
+    except PprlError as exc:
+        raise InvalidParameters(f"parameters: {exc}") from None
+    try:
+        params = ProtocolParameters(
+            parties=tuple(message.parties),
+            filter_bits=schema.output_bits,
+            match_threshold=message.match_threshold,
+            segment_threshold=message.segment_threshold,
+            one_to_one=message.one_to_one,
+            max_block_size=message.max_block_size or None,
+        )
+    except PprlError as exc:
+        raise InvalidParameters(f"parameters: {exc}") from None
+    return schema, params
+
+
+class PartyNode(party_pb2_grpc.PartyServicer):
+    """One party's node: serves pprl.v1.Party and drives its runs."""
+
+    def __init__(self, config: PartyConfig, security: Security, hooks: Hooks | None = None):
+        self.config = config
+        self.security = security
+        self.hooks = hooks or Hooks()
+        self.peers = PeerClients(security, self.hooks)
+        self.runs: OrderedDict[str, Run] = OrderedDict()
+        self.known_identities: set[str] = {config.coordinator_name, config.name}
+        self._secret: bytes | None = None
+        self._pinned_schema: str | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def secret(self) -> bytes:
+        if self._secret is None:
+            self._secret = self.config.read_secret()
+        return self._secret
+
+    def pinned_schema_digest(self) -> str | None:
+        if self.config.schema is None:
+            return None
+        if self._pinned_schema is None:
+            self._pinned_schema = load_schema(self.config.schema).digest()
+        return self._pinned_schema
+
+    def identity(self, context: grpc.aio.ServicerContext) -> str:
+        who = caller_identity(context, self.security.insecure)
+        if not who:
+            raise Unauthenticated("no caller identity (client certificate required)")
+        return who
+
+    def require_coordinator(self, context: grpc.aio.ServicerContext) -> None:
+        who = self.identity(context)
+        if who != self.config.coordinator_name:
+            raise Forbidden(f"caller {who!r} is not the coordinator")
+
+    def get_run(self, run_id: str, who: str) -> Run:
+        run = self.runs.get(run_id)
+        if run is None:
+            if who not in self.known_identities:
+                raise Forbidden(f"caller {who!r} is not a party of any run here")
+            raise UnknownRun(f"unknown run {run_id!r}")
+        if who != self.config.coordinator_name and who not in run.parties:
+            raise Forbidden(f"caller {who!r} is not a party of run {run_id}")
+        return run
+
+    def check_ref(self, ref: common_pb2.RunRef, who: str) -> Run:
+        run = self.get_run(ref.run_id, who)
+        if ref.parameters_digest != run.digest:
+            raise DigestMismatch(f"run {run.run_id}: parameters digest differs from the agreed one")
+        return run
+
+    def _remember(self, run: Run) -> None:
+        self.runs[run.run_id] = run
+        while len(self.runs) > MAX_KEPT_RUNS:
+            old_id, old = next(iter(self.runs.items()))
+            if old.phase in (Phase.EXECUTING, Phase.PREPARING):
+                break
+            self.runs.pop(old_id)
+
+    def _respond(self, message: Any) -> Any:
+        self.hooks.sent(message)
+        return message
+
+    # -- coordinator calls ---------------------------------------------------------------------
+
+    async def Propose(
+        self, request: party_pb2.ProposeRequest, context: grpc.aio.ServicerContext
+    ) -> party_pb2.ProposeResponse:  # noqa: N802
+        try:
+            self.require_coordinator(context)
+            if not wire_run_id_ok(request.run_id):
+                raise Malformed("run_id must be 32 lower-case hex characters")
+            if request.run_id in self.runs:
+                raise AlreadyExists(f"run {request.run_id} was already proposed")
+            try:
+                digest = linkage.parameters_digest(request.parameters)
+            except linkage.ParametersFormatError as exc:
+                raise InvalidParameters(str(exc)) from None
+            if digest != request.parameters_digest:
+                raise DigestMismatch(
+                    f"run {request.run_id}: the parameters digest computed by "
+                    f"{self.config.name} differs from the coordinator's"
+                )
+            schema, params = protocol_parameters(request.parameters)
+            if self.config.name not in params.parties:
+                raise InvalidParameters(f"parameters: party {self.config.name} is not in parties")
+            pinned = self.pinned_schema_digest()
+            if pinned is not None and schema.digest() != pinned:
+                raise DigestMismatch(
+                    f"run {request.run_id}: the proposed schema differs from the schema pinned "
+                    f"in {self.config.name}'s configuration (data.schema)"
+                )
+            directory = {p.name: p.address for p in request.directory}
+            missing = [p for p in params.parties if p not in directory]
+            if missing:
+                raise InvalidParameters(f"directory lacks addresses of parties {missing}")
+            run = Run(
+                run_id=request.run_id,
+                digest=digest,
+                message=request.parameters,
+                params=params,
+                schema=schema,
+                index=params.parties.index(self.config.name),
+                directory=directory,
+            )
+            confirmation = key_confirmation(self.secret(), run.run_id, digest)
+            self._remember(run)
+            self.known_identities.update(params.parties)
+            log.info(
+                "run %s proposed: accepted as party %d of %d",
+                run.run_id,
+                run.index,
+                len(params.parties),
+            )
+            return self._respond(
+                party_pb2.ProposeResponse(parameters_digest=digest, key_confirmation=confirmation)
+            )
+        except Exception as exc:  # noqa: BLE001 - mapped by the catalog
+            await abort_with(context, exc)
+            raise  # unreachable: abort raises
+
+    async def Prepare(
+        self, request: party_pb2.PrepareRequest, context: grpc.aio.ServicerContext
+    ) -> party_pb2.PrepareResponse:  # noqa: N802
+        try:
+            self.require_coordinator(context)
+            run = self.check_ref(request.run, self.config.coordinator_name)
+            if run.phase is not Phase.PROPOSED:
+                raise WrongStage(f"run {run.run_id} is {run.phase.value}, not proposed")
+            run.phase = Phase.PREPARING
+            try:
+                allowed, reasons = await self._prepare(run)
+            except BaseException:
+                run.phase = Phase.FAILED
+                raise
+            run.phase = Phase.PREPARED if allowed else Phase.DECLINED
+            if not allowed:
+                run.reason = "; ".join(reasons)
+            return self._respond(
+                party_pb2.PrepareResponse(
+                    allowed=allowed, reasons=reasons, records=run.records_count
+                )
+            )
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def _prepare(self, run: Run) -> tuple[bool, list[str]]:
+        from party.encoding.encoder import Encoder
+        from party.protocol.engine import PartyEngine
+
+        t0 = time.perf_counter()
+        encoder = Encoder(run.schema, self.secret())
+        records, _report = await asyncio.to_thread(
+            encoder.encode_csv, self.config.data_csv, id_column=self.config.id_column
+        )
+        if run.aborted:
+            raise RunAborted(f"run {run.run_id} was aborted")
+        allowed, reasons = await asyncio.to_thread(self._gate, records, encoder, run)
+        run.records_count = len(records.record_ids)
+        if allowed:
+            run.engine = PartyEngine(run.index, run.params, records)
+        run.stage_seconds["audited"] = time.perf_counter() - t0
+        log.info(
+            "run %s prepared: %d records, gate %s",
+            run.run_id,
+            run.records_count,
+            "passed" if allowed else "declined",
+        )
+        return allowed, reasons
+
+    def _gate(self, records: Any, encoder: Any, run: Run) -> tuple[bool, list[str]]:
+        policy_map = self.config.audit_policy
+        if policy_map is None:
+            return True, []
+        try:
+            from party.audit.gate import check_before_join
+            from party.audit.policy import AuditPolicy
+        except ImportError:
+            return False, [
+                f"{self.config.name}: an audit policy is configured but the audit gate is not installed"
+            ]
+        policy = AuditPolicy.from_mapping(dict(policy_map))
+        decision = check_before_join(records, encoder, run.schema, run.params, policy)
+        reasons = [f"{self.config.name}: {r}" for r in decision.reasons]
+        return bool(decision.allowed), reasons
+
+    async def Execute(
+        self, request: party_pb2.ExecuteRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[party_pb2.ExecuteResponse]:  # noqa: N802
+        try:
+            self.require_coordinator(context)
+            run = self.check_ref(request.run, self.config.coordinator_name)
+            if run.phase is not Phase.PREPARED:
+                raise WrongStage(f"run {run.run_id} is {run.phase.value}, not prepared")
+            run.phase = Phase.EXECUTING
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            return
+        queue: asyncio.Queue[party_pb2.ExecuteResponse] = asyncio.Queue()
+        task = asyncio.create_task(self._execute(run, queue.put_nowait))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), self.config.timeouts.heartbeat)
+                except TimeoutError:
+                    item = party_pb2.ExecuteResponse(
+                        progress=common_pb2.Progress(party=self.config.name, stage=run.stage),
+                        heartbeat=True,
+                    )
+                yield self._respond(item)
+                if item.HasField("summary"):
+                    break
+        finally:
+            if not task.done():
+                self.abort_run(run, f"the coordinator closed {self.config.name}'s Execute stream")
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def Abort(
+        self, request: party_pb2.AbortRequest, context: grpc.aio.ServicerContext
+    ) -> party_pb2.AbortResponse:  # noqa: N802
+        try:
+            self.require_coordinator(context)
+            run = self.get_run(request.run_id, self.config.coordinator_name)
+            self.abort_run(run, request.reason or "aborted by the coordinator")
+            remove_run(self.config.results_dir, run.run_id)
+            return self._respond(party_pb2.AbortResponse())
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    def abort_run(self, run: Run, reason: str) -> None:
+        if run.phase in (Phase.DONE, Phase.FAILED, Phase.DECLINED):
+            if run.phase is Phase.DONE:
+                run.phase = Phase.FAILED
+                run.reason = reason
+            return
+        if not run.aborted:
+            log.warning("run %s aborted: %s", run.run_id, reason)
+        run.reason = run.reason or reason
+        run.cancel.set()
+        run.event("abort").set()
+        if run.phase in (Phase.PROPOSED, Phase.PREPARED):
+            run.phase = Phase.FAILED
+
+    # -- peer calls ----------------------------------------------------------------------------
+
+    async def _peer_run(
+        self, first: Any, context: grpc.aio.ServicerContext, what: str
+    ) -> tuple[Run, str]:
+        who = self.identity(context)
+        run = self.check_ref(first.run, who)
+        if first.source >= len(run.parties) or run.parties[first.source] != who:
+            raise Forbidden(f"{who} may only deliver its own {what} (source index mismatch)")
+        if run.phase not in (Phase.PREPARED, Phase.EXECUTING):
+            raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what}")
+        if run.aborted:
+            raise RunAborted(f"run {run.run_id} was aborted")
+        return run, who
+
+    async def _first(self, stream: AsyncIterator[Any], what: str) -> Any:
+        first = await anext(stream, None)
+        if first is None:
+            raise Malformed(f"{what}: empty stream")
+        return first
+
+    async def PushBlocks(
+        self,
+        request_iterator: AsyncIterator[party_pb2.PushBlocksRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.PushBlocksResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "block digests")
+            run, who = await self._peer_run(first, context, "block digests")
+            digests = await wire.blocks_from_chunks(first, request_iterator)
+            if first.source in run.blocks_in:
+                raise AlreadyExists(f"run {run.run_id}: block digests of {who} already received")
+            if digests.size and (digests[0] == 0 or np.any(digests[1:] <= digests[:-1])):
+                raise Malformed("block digests must be sorted, distinct and non-zero")
+            run.blocks_in[first.source] = digests
+            if all(j in run.blocks_in for j in run.others):
+                run.event("blocks").set()
+            return self._respond(party_pb2.PushBlocksResponse(received=digests.size))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def PushShare(
+        self,
+        request_iterator: AsyncIterator[party_pb2.PushShareRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.PushShareResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "segment share")
+            run, who = await self._peer_run(first, context, "segments")
+            if first.target != run.index:
+                raise Malformed(
+                    f"segment share for party index {first.target} sent to {self.config.name}"
+                )
+            share = await wire.share_from_chunks(first, request_iterator)
+            if share.source in run.shares_in:
+                raise AlreadyExists(f"run {run.run_id}: segments of {who} already received")
+            await self._wait(run, run.event("common"), "its own common blocks", "exchanging")
+            run.shares_in.add(share.source)  # reserve before the engine sees it
+            try:
+                run.engine.receive_share(share)
+            except BaseException:
+                run.shares_in.discard(share.source)
+                raise
+            if all(j in run.shares_in for j in run.others):
+                run.event("shares").set()
+            return self._respond(party_pb2.PushShareResponse(received=share.pseudonyms.shape[0]))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def PassRing(
+        self,
+        request_iterator: AsyncIterator[party_pb2.PassRingRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.PassRingResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "ring message")
+            run, who = await self._peer_run(first, context, "ring messages")
+            predecessor = (run.index - 1) % len(run.parties)
+            if first.source != predecessor:
+                raise Forbidden(f"{who} is not the ring predecessor of {self.config.name}")
+            if first.hop != first.source:
+                raise Malformed(
+                    f"ring message hop {first.hop} does not match its sender's position"
+                )
+            msg = await wire.ring_from_chunks(first, request_iterator)
+            if run.ring_in is not None:
+                raise AlreadyExists(f"run {run.run_id}: ring message already received")
+            run.ring_in = msg
+            run.event("ring").set()
+            return self._respond(party_pb2.PassRingResponse(received=msg.candidates.shape[0]))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def DeliverResults(
+        self,
+        request_iterator: AsyncIterator[party_pb2.DeliverResultsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.DeliverResultsResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "results")
+            run, who = await self._peer_run(first, context, "results")
+            if first.source != 0:
+                raise Forbidden(f"{who} is not the ring initiator: only it delivers results")
+            if first.target != run.index:
+                raise Malformed(
+                    f"results for party index {first.target} sent to {self.config.name}"
+                )
+            arrays = await wire.results_from_chunks(first, request_iterator)
+            if run.results_in is not None:
+                raise AlreadyExists(f"run {run.run_id}: results already received")
+            run.results_in = arrays
+            run.event("results").set()
+            return self._respond(party_pb2.DeliverResultsResponse(received=arrays[0].shape[0]))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    # -- the run driver ------------------------------------------------------------------------
+
+    async def _wait(self, run: Run, event: asyncio.Event, what: str, stage: str) -> None:
+        """Wait for ``event`` within the stage timeout; RunFailed/RunAborted otherwise."""
+        if event.is_set():
+            return
+        abort = run.event("abort")
+        waiter = asyncio.ensure_future(event.wait())
+        aborter = asyncio.ensure_future(abort.wait())
+        try:
+            await asyncio.wait(
+                {waiter, aborter},
+                timeout=self.config.timeouts.stage,
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+        finally:
+            waiter.cancel()
+            aborter.cancel()
+        if event.is_set():
+            return
+        if abort.is_set():
+            raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+        raise RunFailed(
+            f"{self.config.name} timed out after {self.config.timeouts.stage:g}s waiting for "
+            f"{what} in stage {stage}"
+        )
+
+    async def _pause_hook(self, run: Run, point: str) -> None:
+        if self.hooks.should_pause(point):
+            log.warning("test hook: pausing run %s at %s", run.run_id, point)
+            await run.event("abort").wait()
+            raise RunAborted(run.reason or "aborted while paused")
+
+    async def _send(
+        self, run: Run, peer: int, what: str, stage: str, method: str, chunks: Any
+    ) -> None:
+        """Stream ``chunks`` to party ``peer`` with ``method``; RunFailed naming peer and stage."""
+        name = run.parties[peer]
+        stub = self.peers.party(name, run.directory[name])
+        try:
+            await self.peers.stream(getattr(stub, method), chunks, self.config.timeouts.stage)
+        except grpc.aio.AioRpcError as exc:
+            if run.aborted:
+                raise RunAborted(run.reason or "aborted") from None
+            raise RunFailed(
+                f"{self.config.name} could not send {what} to {name} in stage {stage}: "
+                f"{exc.code().name}: {exc.details()}"
+            ) from None
+
+    async def _execute(self, run: Run, emit: Callable[[party_pb2.ExecuteResponse], None]) -> None:
+        me = self.config.name
+        run.bytes_at_start = self.hooks.bytes_sent
+        clock: dict[str, Any] = {"name": "exchanging", "t": time.perf_counter()}
+        matches = 0
+        result_path = ""
+
+        def progress(stage: common_pb2.Stage, done: int = 0, total: int = 0) -> None:
+            run.stage = stage
+            emit(
+                party_pb2.ExecuteResponse(
+                    progress=common_pb2.Progress(party=me, stage=stage, done=done, total=total)
+                )
+            )
+
+        def enter(stage: common_pb2.Stage | None) -> None:
+            now = time.perf_counter()
+            name = clock["name"]
+            run.stage_seconds[name] = run.stage_seconds.get(name, 0.0) + now - clock["t"]
+            if stage is not None:
+                clock["name"], clock["t"] = STAGE_NAMES[stage], now
+                progress(stage)
+
+        try:
+            engine = run.engine
+            progress(S.STAGE_EXCHANGING)
+            mine = engine.block_digests()
+            await asyncio.gather(
+                *(
+                    self._send(
+                        run,
+                        j,
+                        "block digests",
+                        "exchanging",
+                        "PushBlocks",
+                        wire.blocks_to_chunks(run.ref, run.index, mine),
+                    )
+                    for j in run.others
+                )
+            )
+            await self._pause_hook(run, "exchange")
+            missing = [run.parties[j] for j in run.others if j not in run.blocks_in]
+            if missing:
+                what = f"block digests from {', '.join(missing)}"
+                await self._wait(run, run.event("blocks"), what, "exchanging")
+            sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
+            engine.set_common_blocks(common_blocks(sets))
+            run.event("common").set()
+            shares = engine.outgoing_shares()
+            await asyncio.gather(
+                *(
+                    self._send(
+                        run,
+                        s.target,
+                        "segments",
+                        "exchanging",
+                        "PushShare",
+                        wire.share_to_chunks(run.ref, s),
+                    )
+                    for s in shares
+                )
+            )
+            missing = [run.parties[j] for j in run.others if j not in run.shares_in]
+            if missing:
+                what = f"segments from {', '.join(missing)}"
+                await self._wait(run, run.event("shares"), what, "exchanging")
+
+            enter(S.STAGE_COMPARING)
+            await self._pause_hook(run, "compare")
+            loop = asyncio.get_running_loop()
+            last = [0.0]
+
+            def on_progress(done: int, total: int) -> None:
+                now = time.monotonic()
+                if done >= total or now - last[0] >= 0.5:
+                    last[0] = now
+                    loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
+
+            await asyncio.to_thread(engine.compare, on_progress, run.cancel)
+
+            enter(S.STAGE_SUMMING)
+            successor = (run.index + 1) % len(run.parties)
+            predecessor = run.parties[(run.index - 1) % len(run.parties)]
+            if run.index == 0:
+                out = engine.ring_start()
+                await self._pause_hook(run, "ring")
+                await self._send(
+                    run,
+                    successor,
+                    "the ring",
+                    "summing",
+                    "PassRing",
+                    wire.ring_to_chunks(run.ref, run.index, out),
+                )
+                await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+                classification = await asyncio.to_thread(engine.ring_finish, run.ring_in)
+                own = None
+                for j in range(len(run.parties)):
+                    res = engine.results_for(classification, j)
+                    if j == run.index:
+                        own = res
+                        continue
+                    await self._send(
+                        run,
+                        j,
+                        "results",
+                        "summing",
+                        "DeliverResults",
+                        wire.results_to_chunks(run.ref, run.index, j, *results_arrays(res)),
+                    )
+            else:
+                await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+                out = await asyncio.to_thread(engine.ring_step, run.ring_in)
+                await self._pause_hook(run, "ring")
+                await self._send(
+                    run,
+                    successor,
+                    "the ring",
+                    "summing",
+                    "PassRing",
+                    wire.ring_to_chunks(run.ref, run.index, out),
+                )
+                what = f"results from {run.parties[0]}"
+                await self._wait(run, run.event("results"), what, "summing")
+                own = results_from_arrays(run, *run.results_in)
+            rows = engine.resolve_results(own)
+            if run.aborted:
+                raise RunAborted(run.reason or "aborted")
+            path, matches = await asyncio.to_thread(
+                write_matches, self.config.results_dir, run.run_id, rows
+            )
+            result_path = str(path)
+            enter(None)
+            run.phase = Phase.DONE
+            run.stage = S.STAGE_DONE
+            log.info("run %s done: %d matches written", run.run_id, matches)
+        except Exception as exc:  # noqa: BLE001 - every failure ends the run with a safe reason
+            stage_name = clock["name"]
+            if isinstance(exc, RunAborted | RunFailed):
+                reason = run.reason if run.aborted and run.reason else str(exc)
+            elif isinstance(exc, PprlError):
+                reason = f"{me} failed in stage {stage_name}: {exc}"
+            else:
+                log.exception("run %s: internal error", run.run_id)
+                reason = f"{me} failed in stage {stage_name}: internal error (see its log)"
+            run.cancel.set()
+            run.phase = Phase.FAILED
+            run.stage = S.STAGE_FAILED
+            run.reason = run.reason or reason
+            matches, result_path = 0, ""
+            remove_run(self.config.results_dir, run.run_id)
+            log.warning("run %s failed: %s", run.run_id, run.reason)
+        finally:
+            run.engine = None  # free the encodings and survivors
+        summary = common_pb2.PartySummary(
+            party=me,
+            matches=matches,
+            bytes_sent=self.hooks.bytes_sent - run.bytes_at_start,
+            peak_rss_bytes=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+            stage_seconds=run.stage_seconds,
+            result_path=result_path,
+        )
+        emit(
+            party_pb2.ExecuteResponse(
+                progress=common_pb2.Progress(party=me, stage=run.stage),
+                summary=summary,
+                reason=run.reason if run.phase is Phase.FAILED else "",
+            )
+        )
+
+    async def shutdown(self) -> None:
+        for run in list(self.runs.values()):
+            self.abort_run(run, f"{self.config.name} is shutting down")
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.peers.close()
+
+
+def wire_run_id_ok(run_id: str) -> bool:
+    return len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
+
+
+def results_arrays(res: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(linkage ids uint64, similarities float64, pseudonyms uint64) of a PartyResults."""
+    return (
+        np.asarray(res.linkage_ids, dtype=np.uint64),
+        np.asarray(res.similarities, dtype=np.float64),
+        np.asarray(res.pseudonyms, dtype=np.uint64),
+    )
+
+
+def results_from_arrays(run: Run, lids: np.ndarray, sims: np.ndarray, pseud: np.ndarray) -> Any:
+    from party.protocol.classify import PartyResults
+
+    return PartyResults(party=run.index, linkage_ids=lids, similarities=sims, pseudonyms=pseud)

@@ -1,0 +1,65 @@
+"""Result files: ``<results>/<run-id>/matches.csv`` written atomically, removed on abort.
+
+Format: UTF-8 CSV with header ``linkage_id,similarity,record_id``; one row per matched candidate set
+that includes one of this party's records; ``similarity`` is the multi-party Dice written with
+Python's repr (round-trips exactly); ``record_id`` is the party's own id (never another party's).
+The file is first written as ``.matches.csv.tmp`` in the same folder, flushed and fsync'ed, then
+renamed, so a reader sees either no file or the whole file.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import pathlib
+import re
+import shutil
+from collections.abc import Iterable
+from typing import Protocol
+
+RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+
+
+class MatchLike(Protocol):
+    @property
+    def linkage_id(self) -> str: ...
+    @property
+    def similarity(self) -> float: ...
+    @property
+    def record_id(self) -> str: ...
+
+
+def run_dir(results_dir: pathlib.Path, run_id: str) -> pathlib.Path:
+    if not RUN_ID_RE.match(run_id):
+        raise ValueError("run id must be 32 lower-case hex characters")
+    return results_dir / run_id
+
+
+def write_matches(
+    results_dir: pathlib.Path, run_id: str, rows: Iterable[MatchLike]
+) -> tuple[pathlib.Path, int]:
+    """Write the matches atomically; return (path, number of rows)."""
+    folder = run_dir(results_dir, run_id)
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / "matches.csv"
+    tmp = folder / ".matches.csv.tmp"
+    count = 0
+    with tmp.open("w", encoding="utf-8", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["linkage_id", "similarity", "record_id"])
+        for row in rows:
+            writer.writerow([row.linkage_id, repr(float(row.similarity)), row.record_id])
+            count += 1
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, final)
+    return final, count
+
+
+def remove_run(results_dir: pathlib.Path, run_id: str) -> None:
+    """Remove the run's result folder (partial or complete), if any."""
+    try:
+        folder = run_dir(results_dir, run_id)
+    except ValueError:
+        return
+    shutil.rmtree(folder, ignore_errors=True)

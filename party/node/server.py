@@ -1,0 +1,128 @@
+"""Running a party node: bind (mutual TLS by default), serve Party + health + reflection, register
+with the coordinator, and shut down cleanly (health NOT_SERVING, ``server.stop(grace)``, close)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+import grpc
+
+from party.config import PartyConfig
+from party.node.hooks import Hooks
+from party.node.node import PartyNode
+from proto import party_pb2, party_pb2_grpc
+from proto.transport import (
+    SERVER_OPTIONS,
+    Security,
+    TlsMaterial,
+    add_health_and_reflection,
+    bind,
+    check_health,
+    set_serving,
+)
+
+log = logging.getLogger(__name__)
+PARTY_SERVICE = party_pb2.DESCRIPTOR.services_by_name["Party"].full_name
+INSECURE_WARNING = (
+    "INSECURE MODE: plaintext gRPC without mutual TLS; caller identities are NOT verified. "
+    "Use only for local experiments, never with real data."
+)
+
+
+def security_for(config: PartyConfig, insecure: bool) -> Security:
+    if insecure:
+        return Security(name=config.name, tls=None)
+    ca, cert, key = config.tls.read()
+    return Security(name=config.name, tls=TlsMaterial(ca=ca, cert=cert, key=key))
+
+
+def advertised_address(config: PartyConfig, port: int) -> str:
+    if config.advertise:
+        return config.advertise
+    host = config.listen.rpartition(":")[0]
+    if host in ("0.0.0.0", "[::]", ""):
+        host = "127.0.0.1"
+    return f"{host}:{port}"
+
+
+async def _register_forever(node: PartyNode, advertise: str, stop: asyncio.Event) -> None:
+    """Register with the coordinator, retrying with backoff until it succeeds or the node stops."""
+    delay = 0.5
+    cfg = node.config
+    while not stop.is_set():
+        try:
+            await node.peers.register(
+                cfg.coordinator_name, cfg.coordinator, cfg.name, advertise, cfg.timeouts.rpc
+            )
+            log.info(
+                "registered with the coordinator at %s as %s (%s)",
+                cfg.coordinator,
+                cfg.name,
+                advertise,
+            )
+            return
+        except grpc.aio.AioRpcError as exc:
+            log.warning(
+                "registration with the coordinator failed (%s: %s); retrying in %.1fs",
+                exc.code().name,
+                exc.details(),
+                delay,
+            )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), delay)
+        delay = min(delay * 2, 10.0)
+
+
+async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0) -> None:
+    """Serve until SIGINT/SIGTERM."""
+    if insecure:
+        log.warning(INSECURE_WARNING)
+    security = security_for(config, insecure)
+    node = PartyNode(config, security, Hooks())
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    party_pb2_grpc.add_PartyServicer_to_server(node, server)
+    health = add_health_and_reflection(server, [PARTY_SERVICE])
+    port = bind(server, config.listen, security)
+    await server.start()
+    await set_serving(health, [PARTY_SERVICE], True)
+    advertise = advertised_address(config, port)
+    if config.port_file is not None:
+        tmp = config.port_file.with_name(config.port_file.name + ".tmp")
+        tmp.write_text(f"{port}\n")
+        tmp.replace(config.port_file)
+    log.info(
+        "party %s serving on port %d (%s)",
+        config.name,
+        port,
+        "insecure" if insecure else "mutual TLS",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    registrar = asyncio.create_task(_register_forever(node, advertise, stop))
+    try:
+        await stop.wait()
+    finally:
+        log.info("party %s shutting down", config.name)
+        await set_serving(health, [PARTY_SERVICE], False)
+        registrar.cancel()
+        await asyncio.gather(registrar, return_exceptions=True)
+        await node.shutdown()
+        await server.stop(grace)
+
+
+async def health(config: PartyConfig, insecure: bool) -> str:
+    """This node's health status name as seen through its own gRPC health service."""
+    security = security_for(config, insecure)
+    address = config.advertise or config.listen
+    if config.port_file is not None and config.port_file.exists():
+        host = (config.advertise or config.listen).rpartition(":")[0]
+        address = f"{host}:{config.port_file.read_text().strip()}"
+    host, _, _ = address.rpartition(":")
+    if host in ("0.0.0.0", "[::]"):
+        address = "127.0.0.1:" + address.rpartition(":")[2]
+    return await check_health(security, address, config.name, config.timeouts.rpc)

@@ -1,0 +1,198 @@
+"""gRPC plumbing shared by party nodes and the coordinator: TLS, identities, channels, health.
+
+Both ``party.node`` and ``coordinator`` use this module (they may not import each other; both may
+import ``proto``). It owns:
+
+- message limits (8 MiB per message, ~1 MiB chunks for bulk streams);
+- mutual TLS credentials (server requires a client certificate signed by the configured CA);
+- the caller identity every RPC is authorised against: the subject common name of the verified
+  client certificate (``x509_common_name`` in the gRPC auth context). In ``--insecure`` mode there is
+  no verified identity; the caller's claimed name travels in the ``x-pprl-identity`` metadata header
+  and is trusted blindly, which is why insecure mode is for local experiments only and logs a loud
+  warning;
+- channel options: a service config declaring retries on UNAVAILABLE only, keepalive, message limits
+  and, under TLS, a target-name override so that the peer must present a certificate for the
+  expected node name (authenticating the server side as well);
+- the standard health service and server reflection on every server.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 8 * 2**20
+CHUNK_BYTES = 2**20
+IDENTITY_HEADER = "x-pprl-identity"
+
+
+def retry_service_config(service_names: Sequence[str]) -> str:
+    """Service config JSON: retries (up to 4 attempts, exponential backoff) on UNAVAILABLE only."""
+    return json.dumps(
+        {
+            "methodConfig": [
+                {
+                    "name": [{"service": s} for s in service_names],
+                    "retryPolicy": {
+                        "maxAttempts": 4,
+                        "initialBackoff": "0.1s",
+                        "maxBackoff": "2s",
+                        "backoffMultiplier": 2,
+                        "retryableStatusCodes": ["UNAVAILABLE"],
+                    },
+                }
+            ]
+        }
+    )
+
+
+SERVER_OPTIONS: list[tuple[str, int | str]] = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_ping_interval_without_data_ms", 5000),
+    ("grpc.so_reuseport", 0),
+]
+
+
+@dataclass(frozen=True)
+class TlsMaterial:
+    """PEM bytes of the CA bundle, this node's certificate chain and its private key."""
+
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+
+@dataclass(frozen=True)
+class Security:
+    """How this node talks: mutual TLS with ``tls``, or plaintext when ``tls`` is None."""
+
+    name: str
+    tls: TlsMaterial | None
+
+    @property
+    def insecure(self) -> bool:
+        return self.tls is None
+
+    def server_credentials(self) -> grpc.ServerCredentials | None:
+        if self.tls is None:
+            return None
+        return grpc.ssl_server_credentials(
+            [(self.tls.key, self.tls.cert)],
+            root_certificates=self.tls.ca,
+            require_client_auth=True,
+        )
+
+    def channel(
+        self,
+        address: str,
+        peer_name: str,
+        services: Sequence[str],
+        keepalive_ms: int = 10000,
+    ) -> grpc.aio.Channel:
+        """An aio channel to ``address`` whose server must present a certificate for ``peer_name``."""
+        options: list[tuple[str, int | str]] = [
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.service_config", retry_service_config(services)),
+            ("grpc.enable_retries", 1),
+            ("grpc.keepalive_time_ms", keepalive_ms),
+            ("grpc.keepalive_timeout_ms", 5000),
+            ("grpc.keepalive_permit_without_calls", 1),
+        ]
+        if self.tls is None:
+            return grpc.aio.insecure_channel(address, options=options)
+        options.append(("grpc.ssl_target_name_override", peer_name))
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=self.tls.ca,
+            private_key=self.tls.key,
+            certificate_chain=self.tls.cert,
+        )
+        return grpc.aio.secure_channel(address, creds, options=options)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """Call metadata: the claimed identity (only read by servers in insecure mode)."""
+        return ((IDENTITY_HEADER, self.name),)
+
+
+def bind(server: grpc.aio.Server, address: str, security: Security) -> int:
+    """Bind ``address`` (port 0 picks one); return the bound port. Raises RuntimeError on failure."""
+    creds = security.server_credentials()
+    if creds is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, creds)
+    if port == 0:
+        raise RuntimeError(f"cannot bind {address}")
+    return port
+
+
+def caller_identity(context: grpc.aio.ServicerContext, insecure: bool) -> str | None:
+    """The caller's verified certificate common name, or (insecure mode only) its claimed name."""
+    if insecure:
+        for key, value in context.invocation_metadata() or ():
+            if key == IDENTITY_HEADER and isinstance(value, str):
+                return value
+        return None
+    auth = context.auth_context()
+    names = auth.get("x509_common_name") or []
+    if len(names) != 1:
+        return None
+    try:
+        return names[0].decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def add_health_and_reflection(
+    server: grpc.aio.Server, service_full_names: Iterable[str]
+) -> health.aio.HealthServicer:
+    """Serve grpc.health.v1.Health and reflection; return the health servicer (initially NOT_SERVING)."""
+    servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    names = list(service_full_names)
+    reflection.enable_server_reflection(
+        [
+            *names,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+    return servicer
+
+
+async def set_serving(
+    servicer: health.aio.HealthServicer, services: Iterable[str], on: bool
+) -> None:
+    status = (
+        health_pb2.HealthCheckResponse.SERVING if on else health_pb2.HealthCheckResponse.NOT_SERVING
+    )
+    for name in ["", *services]:
+        await servicer.set(name, status)
+
+
+async def check_health(
+    security: Security, address: str, peer_name: str, timeout: float, service: str = ""
+) -> str:
+    """The health status name of ``address`` ("SERVING", "NOT_SERVING", ...) or "UNREACHABLE: ..."."""
+    async with security.channel(address, peer_name, ["grpc.health.v1.Health"]) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        try:
+            resp = await stub.Check(
+                health_pb2.HealthCheckRequest(service=service),
+                timeout=timeout,
+                metadata=security.metadata(),
+            )
+        except grpc.aio.AioRpcError as exc:
+            return f"UNREACHABLE: {exc.code().name} {exc.details()}"
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
