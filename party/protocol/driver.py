@@ -17,6 +17,7 @@ from party.protocol.blocks import BlockStats, common_blocks
 from party.protocol.classify import Classification, MatchRow
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import ProtocolError
+from party.protocol.kernel import DEFAULT_KERNEL
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 
@@ -49,6 +50,7 @@ def run_in_process(
     *,
     progress: Callable[[int, int, int], None] | None = None,
     cancel: threading.Event | None = None,
+    kernel: str = DEFAULT_KERNEL,
 ) -> InProcessRun:
     """Run steps 4-7 for P in-process parties; ``progress(party, done, total)`` during compare."""
     p = params.party_count
@@ -58,7 +60,7 @@ def run_in_process(
     steps = metrics.step_seconds
 
     t0 = time.perf_counter()
-    engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
+    engines = [PartyEngine(i, params, tables[i], kernel=kernel) for i in range(p)]
     common = common_blocks([e.block_digests() for e in engines])
     metrics.block_stats = [e.set_common_blocks(common) for e in engines]
     steps["blocks"] = time.perf_counter() - t0

@@ -51,7 +51,7 @@ from party.protocol.errors import (
     StateError,
     SummationError,
 )
-from party.protocol.kernel import StageCounts, iter_block
+from party.protocol.kernel import DEFAULT_KERNEL, StageCounts, iter_block
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
@@ -100,7 +100,11 @@ class ComparisonStats:
 
 
 class PartyEngine:
-    """One party's side of one run; pure (no I/O, no threads of its own). See the module docstring."""
+    """One party's side of one run; pure (no I/O, no threads of its own). See the module docstring.
+
+    ``random_bytes`` (pseudonyms and masks; default ``os.urandom``) is replaceable only so tests can
+    inject edge-case masks; ``kernel`` picks the comparison kernel ("numba" or "numpy").
+    """
 
     def __init__(
         self,
@@ -109,6 +113,7 @@ class PartyEngine:
         records: EncodedTable,
         *,
         random_bytes: Callable[[int], bytes] = os.urandom,
+        kernel: str = DEFAULT_KERNEL,
     ) -> None:
         if not isinstance(params, ProtocolParameters):
             raise ProtocolError("params must be ProtocolParameters")
@@ -127,6 +132,7 @@ class PartyEngine:
         self.segment_bits = params.segment_bits
         self._records = records
         self._random_bytes = random_bytes
+        self.kernel = kernel
         self._x = popcount_rows(records.filters)
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
@@ -314,6 +320,7 @@ class PartyEngine:
                 block_segs,
                 self.segment_bits,
                 self.params.segment_threshold,
+                kernel=self.kernel,
                 budget_bytes=budget // 2,
                 counts=counts,
                 cancel=cancel,

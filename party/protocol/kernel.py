@@ -1,35 +1,57 @@
-"""Candidate-set enumeration with segment filtering inside one block (Algo 1 + Algo 4): two kernels.
+"""Candidate-set enumeration with segment filtering inside one block (Algo 1 + Algo 4): the kernels.
 
-Input: for one (sub-)block, party j's segments as packed rows ``segs[j]`` (n_j, words) in the layout of
-``party.encoding.bits`` (all the same segment, i.e. the comparing party's segment index). A candidate
-set takes one row per party. Partial sets are extended party by party in index order 0, 1, ...; after
-adding party j the partial set of ``k = j + 1`` rows has ``c`` = popcount of the AND of their segments
-and ``s`` = sum of their segment popcounts, and is kept iff ``k * c >= s_m * s`` (IEEE double, the
-same expression in both kernels; ``s = 0`` is always kept, so is everything when s_m = 0). Output:
-``idx`` (m, P) int64 row positions, sorted lexicographically, and ``c`` (m,) int64 of the full sets.
+Contract (all kernels). Input: for one (sub-)block, party j's segments as packed rows ``segs[j]``
+(n_j, words) in the layout of ``party.encoding.bits`` (all the same segment index, the comparing
+party's). A candidate set takes one row per party. Partial sets are extended party by party in index
+order 0, 1, ...; after adding party j the partial set of ``k = j + 1`` rows has ``c`` = popcount of
+the AND of their segments and ``s`` = sum of their segment popcounts, and is kept iff
+``k * c >= s_m * s`` evaluated in IEEE double (``keep_partial``); so everything is kept when s_m = 0,
+and so is a set whose segments are all empty (s = 0: its segment Dice is undefined, not low).
+Output: ``idx`` (m, P) int64 row positions and ``c`` (m,) int64 of the surviving full sets.
 
-``compare_block_reference`` is the short, obviously-correct loop. ``iter_block`` is the fast kernel:
-rows are unpacked to float32 0/1 matrices and common 1-bits come from a matrix product (exact: every
-partial sum is an integer below 2^24); surviving partial sets carry their AND as a 0/1 float32 row
-(an elementwise product) into the next party's product. Work is cut into chunks so that the working
-set stays within ``budget_bytes`` whatever the block size, and the generator checks ``cancel``
-between products. The threshold is first applied loosely in float32 with a margin and then exactly
-in float64 on the few rows near or above it, so both kernels keep exactly the same sets.
+Kernels, behind one signature (``compare_block(..., kernel=name)``; ``KERNELS`` lists them):
+
+- ``reference``: the short, obviously correct depth-first loop with Python-int popcounts.
+- ``numba``: compiled AND + POPCNT over packed words (``_numba_kernel``), with the threshold as an
+  exact integer table ``T_k[s]`` (smallest c passing ``keep_partial``) and a free upper-bound test
+  ``min(popcount(partial AND), popcount(row)) < T_k[s]`` that skips the AND for hopeless pairs.
+- ``numpy``: float32 matrix product of unpacked 0/1 rows (common 1-bits = A @ B.T, exact below
+  2^24), loose float32 threshold then the exact table test; used when numba is unavailable.
+
+``iter_block`` runs the chosen kernel chunk by chunk: party 0's rows in groups, the next party's rows
+in column chunks, surviving partial sets carried (with their AND) into the next party in groups, so
+the working set stays within ``budget_bytes`` whatever the block size. It checks ``cancel`` between
+chunks and reports settled candidate sets through ``tick``.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from party.encoding.bits import popcount_rows, unpack_rows
-from party.protocol.errors import ComparisonCancelled
+from party.protocol.errors import ComparisonCancelled, ProtocolError
 
-# float32 rounding of the loose threshold is below 1e-3 for segments up to 2^13 bits.
+logger = logging.getLogger(__name__)
+
+# float32 rounding of the loose threshold (numpy kernel) is below 1e-3 for segments up to 2^13 bits.
 _LOOSE_MARGIN = np.float32(0.01)
+
+try:  # pragma: no branch - numba is a declared dependency; the numpy kernel is the fallback
+    from party.protocol import _numba_kernel
+
+    HAVE_NUMBA = True
+except ImportError:  # pragma: no cover
+    _numba_kernel = None  # type: ignore[assignment]
+    HAVE_NUMBA = False
+
+KERNELS = ("reference", "numba", "numpy")
+DEFAULT_KERNEL = "numba" if HAVE_NUMBA else "numpy"
 
 
 @dataclass
@@ -43,15 +65,30 @@ class StageCounts:
     def zeros(cls, parties: int) -> StageCounts:
         return cls([0] * parties, [0] * parties)
 
-    def add(self, other: StageCounts) -> None:
-        for j in range(len(other.evaluated)):
-            self.evaluated[j] += other.evaluated[j]
-            self.survived[j] += other.survived[j]
-
 
 def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
-    """The pruning rule of the docstring for one partial set of k rows."""
+    """The pruning rule of the module docstring for one partial set of k rows."""
     return float(k * c) >= threshold * float(s)
+
+
+def threshold_table(k: int, threshold: float, max_s: int) -> np.ndarray:
+    """T[s] for s = 0..max_s: the smallest integer c >= 0 with keep_partial(k, c, s, threshold)."""
+    s = np.arange(max_s + 1, dtype=np.float64)
+    thr = float(threshold)
+    t = np.maximum(np.ceil(thr * s / k), 0).astype(np.int64)
+
+    def ok(c: np.ndarray) -> np.ndarray:
+        return (k * c).astype(np.float64) >= thr * s
+
+    bad = ~ok(t)
+    while bad.any():
+        t[bad] += 1
+        bad = ~ok(t)
+    lower = (t > 0) & ok(np.maximum(t - 1, 0))
+    while lower.any():
+        t[lower] -= 1
+        lower = (t > 0) & ok(np.maximum(t - 1, 0))
+    return t
 
 
 def compare_block_reference(
@@ -87,20 +124,100 @@ def compare_block_reference(
     return idx, np.array(out_c, dtype=np.int64)
 
 
-class _Unpacked:
-    """float32 0/1 views of one party's block rows, cached whole when they fit the budget."""
+class _NumbaBackend:
+    """Partial sets carried as packed uint64 ANDs; compiled AND + popcount."""
 
-    def __init__(self, rows: np.ndarray, nbits: int, cache: bool) -> None:
-        self.rows = rows
-        self.nbits = nbits
-        self.whole = (
-            unpack_rows(rows, nbits).astype(np.float32) if cache and rows.shape[0] else None
+    bytes_per_bit = 1 / 8
+
+    def __init__(self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool) -> None:
+        self.segs = [np.ascontiguousarray(s, dtype=np.uint64) for s in segs]
+        self.buf_col = np.zeros(0, dtype=np.int32)
+        self.buf_c = np.zeros(0, dtype=np.int32)
+
+    def rows(self, j: int, a: int, b: int) -> np.ndarray:
+        return self.segs[j][a:b]
+
+    def extend(
+        self,
+        acc: np.ndarray,
+        psum: np.ndarray,
+        right: np.ndarray,
+        rpop: np.ndarray,
+        table: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        m, n = acc.shape[0], right.shape[0]
+        if self.buf_col.size < m * n:
+            self.buf_col = np.empty(m * n, dtype=np.int32)
+            self.buf_c = np.empty(m * n, dtype=np.int32)
+        counts = np.empty(m, dtype=np.int64)
+        apop = popcount_rows(acc)
+        assert _numba_kernel is not None
+        _numba_kernel.extend_chunk(
+            np.ascontiguousarray(acc),
+            apop,
+            psum,
+            right,
+            rpop,
+            table,
+            self.buf_col,
+            self.buf_c,
+            counts,
         )
+        ri, ci, cv = _numba_kernel.compact(self.buf_col, self.buf_c, counts, n)
+        return ri, ci, cv
 
-    def get(self, a: int, b: int) -> np.ndarray:
-        if self.whole is not None:
-            return self.whole[a:b]
-        return unpack_rows(self.rows[a:b], self.nbits).astype(np.float32)
+    @staticmethod
+    def combine(acc: np.ndarray, ri: np.ndarray, right: np.ndarray, ci: np.ndarray) -> np.ndarray:
+        return acc[ri] & right[ci]
+
+
+class _NumpyBackend:
+    """Partial sets carried as float32 0/1 rows; common bits by matrix product."""
+
+    bytes_per_bit = 4.0
+
+    def __init__(self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool) -> None:
+        self.segs = segs
+        self.seg_bits = seg_bits
+        self.whole = [
+            unpack_rows(s, seg_bits).astype(np.float32) if cache and s.shape[0] else None
+            for s in segs
+        ]
+
+    def rows(self, j: int, a: int, b: int) -> np.ndarray:
+        whole = self.whole[j]
+        if whole is not None:
+            return whole[a:b]
+        return unpack_rows(self.segs[j][a:b], self.seg_bits).astype(np.float32)
+
+    def extend(
+        self,
+        acc: np.ndarray,
+        psum: np.ndarray,
+        right: np.ndarray,
+        rpop: np.ndarray,
+        table: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        prod = acc @ right.T
+        if not table.any():
+            m, n = prod.shape
+            ri = np.repeat(np.arange(m, dtype=np.int64), n)
+            ci = np.tile(np.arange(n, dtype=np.int64), m)
+            return ri, ci, prod.ravel().astype(np.int64)
+        # The table is ~ s_m * s / k: a loose linear test in float32, then the exact table test.
+        smax = table.size - 1
+        slope = np.float32(table[smax] / smax) if smax else np.float32(0)
+        rowterm = psum.astype(np.float32) * slope - np.float32(1) - _LOOSE_MARGIN
+        colterm = rpop.astype(np.float32) * slope
+        loose = (prod - colterm[None, :]) >= rowterm[:, None]
+        ri, ci = np.nonzero(loose)
+        cv = prod[ri, ci].astype(np.int64)
+        exact = cv >= table[psum[ri] + rpop[ci]]
+        return ri[exact].astype(np.int64), ci[exact].astype(np.int64), cv[exact]
+
+    @staticmethod
+    def combine(acc: np.ndarray, ri: np.ndarray, right: np.ndarray, ci: np.ndarray) -> np.ndarray:
+        return acc[ri] * right[ci]
 
 
 def iter_block(
@@ -108,6 +225,7 @@ def iter_block(
     seg_bits: int,
     threshold: float,
     *,
+    kernel: str = DEFAULT_KERNEL,
     budget_bytes: int = 64 * 2**20,
     counts: StageCounts | None = None,
     cancel: threading.Event | None = None,
@@ -115,22 +233,35 @@ def iter_block(
     col_chunk: int = 4096,
     max_rows: int | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Fast kernel: yields (idx, c) chunks of surviving full candidate sets (see module docstring).
+    """Yield (idx, c) chunks of surviving full candidate sets (see the module docstring).
 
     ``tick(n)`` is called with the number of full candidate sets (of the block's product of sizes)
-    settled since the last call: pruned partial sets count for all their extensions.
-    ``col_chunk`` and ``max_rows`` bound the product shapes further (tests use them to force chunking).
-    Chunks are not in any particular order.
+    settled since the last call: pruned partial sets count for all their extensions. Chunks are
+    in no particular order. ``col_chunk`` and ``max_rows`` bound the chunk shapes further (tests use
+    them to force chunking). ``kernel`` is "numba" or "numpy".
     """
     parties = len(segs)
     sizes = [int(s.shape[0]) for s in segs]
+    if parties < 2:
+        raise ProtocolError("a candidate set needs at least 2 parties")
     if min(sizes) == 0:
         return
+    backend_cls: Any
+    if kernel == "numba":
+        if not HAVE_NUMBA:
+            raise ProtocolError("the numba kernel is not available (numba is not installed)")
+        backend_cls = _NumbaBackend
+    elif kernel == "numpy":
+        backend_cls = _NumpyBackend
+    else:
+        raise ProtocolError(f"unknown kernel {kernel!r} for iter_block (numba or numpy)")
     st = counts if counts is not None else StageCounts.zeros(parties)
     pops = [popcount_rows(s) for s in segs]
-    cache_total = sum(sizes) * seg_bits * 4
-    cache = cache_total <= budget_bytes // 4
-    unpacked = [_Unpacked(s, seg_bits, cache) for s in segs]
+    max_s = parties * seg_bits
+    tables = [threshold_table(max(k, 1), threshold, max_s) for k in range(parties + 1)]
+    row_bytes = max(8, int(seg_bits * backend_cls.bytes_per_bit))
+    cache = sum(sizes) * seg_bits * 4 <= budget_bytes // 4
+    backend = backend_cls(segs, seg_bits, cache)
     # rest[j] = number of full sets one partial set ending at party j stands for.
     rest = [1] * parties
     for j in range(parties - 2, -1, -1):
@@ -140,44 +271,25 @@ def iter_block(
     chunks = [max(1, min(n, col_chunk)) for n in sizes]
 
     def rows_for(j_next: int) -> int:
-        cc = chunks[j_next]
-        rows = max(1, level_budget // (cc * per_pair + seg_bits * 4))
+        rows = max(1, level_budget // (chunks[j_next] * per_pair + row_bytes))
         return rows if max_rows is None else max(1, min(rows, max_rows))
-
-    smth = float(threshold)
 
     def extend(
         j: int, idx: np.ndarray, acc: np.ndarray, psum: np.ndarray
     ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         # Partial sets idx (m, j) end at party j-1; add party j.
-        k = j + 1
         m = idx.shape[0]
         n = sizes[j]
-        cc = chunks[j]
-        for a in range(0, n, cc):
+        for a in range(0, n, chunks[j]):
             if cancel is not None and cancel.is_set():
                 raise ComparisonCancelled("comparison cancelled")
-            b = min(n, a + cc)
-            right = unpacked[j].get(a, b)
-            prod = acc @ right.T
-            width = b - a
-            if smth == 0.0:
-                ri = np.repeat(np.arange(m, dtype=np.int64), width)
-                ci = np.tile(np.arange(width, dtype=np.int64), m)
-                cvals = prod.ravel().astype(np.int64)
-            else:
-                rowterm = (psum.astype(np.float32) * np.float32(smth / k)) - _LOOSE_MARGIN
-                colterm = pops[j][a:b].astype(np.float32) * np.float32(smth / k)
-                loose = (prod - colterm[None, :]) >= rowterm[:, None]
-                ri, ci = np.nonzero(loose)
-                cvals = prod[ri, ci].astype(np.int64)
-                s_exact = (psum[ri] + pops[j][a + ci]).astype(np.float64)
-                exact = (k * cvals).astype(np.float64) >= smth * s_exact
-                ri, ci, cvals = ri[exact], ci[exact], cvals[exact]
-            evaluated = m * width
+            b = min(n, a + chunks[j])
+            right = backend.rows(j, a, b)
+            ri, ci, cvals = backend.extend(acc, psum, right, pops[j][a:b], tables[j + 1])
+            evaluated = m * (b - a)
             st.evaluated[j] += evaluated
             st.survived[j] += int(ri.size)
-            if tick is not None and (evaluated - ri.size) and rest[j] > 0:
+            if tick is not None and evaluated > ri.size:
                 tick((evaluated - int(ri.size)) * rest[j])
             if ri.size == 0:
                 continue
@@ -196,7 +308,7 @@ def iter_block(
                 idx2 = np.empty((r_g.size, j + 1), dtype=np.int64)
                 idx2[:, :-1] = idx[r_g]
                 idx2[:, -1] = c_g + a
-                acc2 = acc[r_g] * right[c_g]
+                acc2 = backend.combine(acc, r_g, right, c_g)
                 psum2 = psum[r_g] + pops[j][a + c_g]
                 yield from extend(j + 1, idx2, acc2, psum2)
 
@@ -206,25 +318,29 @@ def iter_block(
             raise ComparisonCancelled("comparison cancelled")
         b = min(sizes[0], a + m0)
         idx0 = np.arange(a, b, dtype=np.int64)[:, None]
-        yield from extend(1, idx0, unpacked[0].get(a, b), pops[0][a:b].copy())
+        yield from extend(1, idx0, backend.rows(0, a, b), pops[0][a:b].copy())
 
 
-def compare_block_fast(
+def compare_block(
     segs: Sequence[np.ndarray],
     seg_bits: int,
     threshold: float,
     *,
+    kernel: str = DEFAULT_KERNEL,
     budget_bytes: int = 64 * 2**20,
     counts: StageCounts | None = None,
     col_chunk: int = 4096,
     max_rows: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The fast kernel collected into one (idx, c) pair, same contract as the reference."""
+    """Any kernel, collected into one (idx, c) pair sorted lexicographically by idx."""
+    if kernel == "reference":
+        return compare_block_reference(segs, threshold, counts)
     parts = list(
         iter_block(
             segs,
             seg_bits,
             threshold,
+            kernel=kernel,
             budget_bytes=budget_bytes,
             counts=counts,
             col_chunk=col_chunk,

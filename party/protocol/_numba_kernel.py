@@ -1,0 +1,73 @@
+"""Compiled (numba) inner loops of the comparison kernel: AND + popcount with fused filtering.
+
+Imported lazily by ``party.protocol.kernel``; see that module for the contract. Single-threaded and
+``nogil``: parallelism comes from running parties (or blocks) in separate threads, which is safe with
+numba's default threading layer, whereas nested ``prange`` calls from several threads are not.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import intrinsic
+
+
+@intrinsic
+def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
+    """LLVM ctpop on a uint64, returned as int64 (one POPCNT instruction on x86-64)."""
+    if not isinstance(x, types.Integer):
+        return None
+    sig = types.int64(types.uint64)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def extend_chunk(acc, apop, psum, right, rpop, table, outcol, outc, counts):  # type: ignore[no-untyped-def]
+    """For every partial set i and right row j: c = popcount(acc[i] & right[j]); keep iff
+    c >= table[psum[i] + rpop[j]]. Kept j and c of row i go to outcol/outc[i*n : i*n + counts[i]].
+    A pair whose upper bound min(apop[i], rpop[j]) is below the table value is pruned unread."""
+    m, w = acc.shape
+    n = right.shape[0]
+    for i in range(m):
+        cnt = 0
+        ps = psum[i]
+        ap = apop[i]
+        base = i * n
+        for j in range(n):
+            rp = rpop[j]
+            need = table[ps + rp]
+            bound = ap if ap < rp else rp
+            if bound < need:
+                continue
+            c = 0
+            for k in range(w):
+                c += _popcnt64(acc[i, k] & right[j, k])  # type: ignore[call-arg]
+            if c >= need:
+                outcol[base + cnt] = j
+                outc[base + cnt] = c
+                cnt += 1
+        counts[i] = cnt
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def compact(outcol, outc, counts, n):  # type: ignore[no-untyped-def]
+    """Gather the per-row outputs of extend_chunk into (ri, ci, c) int64 arrays."""
+    total = 0
+    for i in range(counts.shape[0]):
+        total += counts[i]
+    ri = np.empty(total, dtype=np.int64)
+    ci = np.empty(total, dtype=np.int64)
+    cv = np.empty(total, dtype=np.int64)
+    pos = 0
+    for i in range(counts.shape[0]):
+        base = i * n
+        for t in range(counts[i]):
+            ri[pos] = i
+            ci[pos] = outcol[base + t]
+            cv[pos] = outc[base + t]
+            pos += 1
+    return ri, ci, cv
