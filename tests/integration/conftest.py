@@ -1,0 +1,130 @@
+"""Fixtures that start a coordinator and N party nodes as OS processes (mutual TLS, loopback).
+
+``cluster3`` (module scope) is shared by the tests of one module, which restore it after they
+restart or stop a node. ``make_cluster(n, records)`` builds another deployment in a fresh folder.
+Expected results come from the same CSVs encoded in this process and run through
+``run_in_process`` and the plaintext oracle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.integration.cluster import (
+    SECRET,
+    Cluster,
+    generate_data,
+    party_names,
+    write_parameters,
+    write_schema,
+)
+
+FILTER_BITS = 1020  # divisible by 3 and 5
+
+MatchSet = set[tuple[tuple[str, ...], float]]
+
+
+def build_cluster(root: pathlib.Path, n: int, records: int, **kw: Any) -> Cluster:
+    names = party_names(n)
+    csvs = generate_data(root / "data", n, records)
+    schema = write_schema(root / "schema.json", FILTER_BITS)
+    return Cluster(root, names, csvs, schema, **kw)
+
+
+@pytest.fixture(scope="module")
+def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("cluster3")
+    cluster = build_cluster(root, 3, 200)
+    cluster.nodes["party-a"].env["PPRL_TEST_CAPTURE_FILE"] = str(root / "party-a.capture")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop_all()
+
+
+@pytest.fixture
+def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Cluster]]:
+    made: list[Cluster] = []
+
+    def factory(n: int, records: int, **kw: Any) -> Cluster:
+        cluster = build_cluster(tmp_path_factory.mktemp(f"cluster{n}"), n, records, **kw)
+        made.append(cluster)
+        cluster.start()
+        return cluster
+
+    try:
+        yield factory
+    finally:
+        for c in made:
+            c.stop_all()
+
+
+def parameters(cluster: Cluster, name: str = "params.json", **kw: Any) -> pathlib.Path:
+    return write_parameters(cluster.root / name, cluster.parties, cluster.schema, **kw)
+
+
+def network_sets(cluster: Cluster, run_id: str) -> MatchSet:
+    """Matched sets as (record id per party, similarity) from every party's matches.csv."""
+    groups: dict[str, dict[int, str]] = {}
+    sims: dict[str, set[float]] = {}
+    for j, name in enumerate(cluster.parties):
+        for row in cluster.results(name, run_id):
+            groups.setdefault(row["linkage_id"], {})[j] = row["record_id"]
+            sims.setdefault(row["linkage_id"], set()).add(float(row["similarity"]))
+    out: MatchSet = set()
+    for lid, members in groups.items():
+        assert sorted(members) == list(range(len(cluster.parties))), f"linkage {lid} incomplete"
+        assert len(sims[lid]) == 1, f"parties disagree on the similarity of {lid}"
+        out.add((tuple(members[j] for j in range(len(cluster.parties))), sims[lid].pop()))
+    return out
+
+
+def expected_sets(cluster: Cluster, params_path: pathlib.Path) -> tuple[MatchSet, MatchSet]:
+    """(in-process driver's sets, plaintext oracle's sets) for the cluster's data."""
+    from party.encoding.encoder import Encoder
+    from party.encoding.schema import parse_schema
+    from party.protocol.driver import run_in_process
+    from party.protocol.oracle import oracle_matches
+    from party.protocol.params import ProtocolParameters
+    from proto import linkage
+
+    msg = linkage.load_parameters(params_path)
+    schema = parse_schema(cluster.schema)
+    params = ProtocolParameters(
+        parties=tuple(msg.parties),
+        filter_bits=schema.output_bits,
+        match_threshold=msg.match_threshold,
+        segment_threshold=msg.segment_threshold,
+        one_to_one=msg.one_to_one,
+        max_block_size=msg.max_block_size or None,
+    )
+    tables = [
+        Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")[0] for path in cluster.csvs
+    ]
+    run = run_in_process(tables, params)
+    groups: dict[str, dict[int, str]] = {}
+    sims: dict[str, float] = {}
+    for j, rows in enumerate(run.matches):
+        for r in rows:
+            groups.setdefault(r.linkage_id, {})[j] = r.record_id
+            sims[r.linkage_id] = r.similarity
+    inproc = {(tuple(g[j] for j in range(len(tables))), sims[lid]) for lid, g in groups.items()}
+    oracle = {
+        (tuple(tables[j].record_ids[i] for j, i in enumerate(m.records)), m.dice)
+        for m in oracle_matches(tables, params)
+    }
+    return inproc, oracle
+
+
+def run_and_wait(cluster: Cluster, params_path: pathlib.Path, timeout: float = 90.0) -> Any:
+    async def go() -> Any:
+        run_id = await cluster.start_run(params_path, timeout)
+        return await cluster.wait_run(run_id, timeout + 30)
+
+    return asyncio.run(go())
