@@ -70,6 +70,7 @@ class SimulationConfig:
     segment_threshold: float | None = None  # None: s_t - DEFAULT_SEGMENT_MARGIN
     one_to_one: bool = False
     max_block_size: int | None = None
+    memory_budget_mib: int = 256  # the engine's memory budget per party (ProtocolParameters)
     schema_path: Path | None = None  # None: the shipped party/synthetic/data/schema.json
     data_dir: Path | None = None  # external dataset folder (party-<i>.csv + truth.csv)
     id_column: str = "rec_id"
@@ -221,7 +222,13 @@ def protocol_parameters(cfg: SimulationConfig, schema: LinkageSchema) -> Protoco
         segment_threshold=cfg.s_m,
         one_to_one=cfg.one_to_one,
         max_block_size=cfg.max_block_size,
+        memory_budget_bytes=cfg.memory_budget_mib * 2**20,
     )
+
+
+def coarse_schema_path() -> Path:
+    """A schema whose one blocking key (year of birth + state) makes large blocks (filter sweeps)."""
+    return Path(str(resources.files("party.synthetic").joinpath("data", "schema_coarse.json")))
 
 
 def oracle_quality(
@@ -283,67 +290,49 @@ def write_matches_csv(path: Path, rows: Sequence[Any]) -> None:
     os.replace(tmp, path)
 
 
-def run_in_process_simulation(
-    cfg: SimulationConfig, progress: Progress | None = None
-) -> SimulationResult:
-    """One in-process simulation (see the module docstring); writes the results folder."""
-    from party.protocol.driver import run_in_process
+@dataclass
+class EncodedData:
+    """Everything a run needs that does not depend on the thresholds: schema, data, encodings."""
 
+    schema: LinkageSchema
+    schema_obj: dict[str, Any]
+    note: str
+    data: PreparedData
+    tables: list[EncodedRecords]
+    reports: list[EncodeReport]
+    encode_seconds: float
+
+
+def prepare_encoded(cfg: SimulationConfig, progress: Progress | None = None) -> EncodedData:
+    """Schema, dataset (generated and written, or external) and every party's encodings."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    steps: dict[str, float] = {}
     schema, schema_obj, note = load_schema_for(cfg.schema_path, cfg.parties)
     (cfg.out_dir / "schema.json").write_text(json.dumps(schema_obj, indent=2) + "\n")
     data = prepare_data(cfg, progress)
-    steps["generate"] = data.seconds
     t0 = time.perf_counter()
     tables, reports = encode_parties(
         schema, simulation_secret(cfg.seed), data.paths, data.id_column, progress
     )
-    steps["encode"] = time.perf_counter() - t0
-    params = protocol_parameters(cfg, schema)
+    return EncodedData(schema, schema_obj, note, data, tables, reports, time.perf_counter() - t0)
 
-    def cmp_progress(party: int, done: int, total: int) -> None:
-        if progress:
-            progress(f"compare party {party}", done, total)
 
-    t0 = time.perf_counter()
-    run = run_in_process(tables, params, progress=cmp_progress)
-    steps["protocol"] = time.perf_counter() - t0
-    steps.update({f"protocol.{k}": v for k, v in run.metrics.step_seconds.items()})
-    for p, rows in enumerate(run.matches):
-        write_matches_csv(matches_path(cfg.out_dir, p), rows)
-    quality = evaluate(run.matches, data.truth)
-
-    cand = max((c.candidate_sets for c in run.metrics.comparison), default=0)
-    if progress:
-        progress("oracle", 0, 1)
-    t0 = time.perf_counter()
-    oq, method = oracle_quality(
-        tables,
-        params,
-        data.truth,
-        "sm0" if cfg.oracle == "auto" and params.segment_threshold == 0 else cfg.oracle,
-        run.pseudonyms,
-        cand,
-    )
-    steps["oracle"] = time.perf_counter() - t0
-    if progress:
-        progress("oracle", 1, 1)
-
-    parties = []
-    b = len(schema.blocking)
-    seg_row_bytes = 8 + 8 * b + 8 * words_for(params.segment_bits)
+def party_rows(
+    cfg: SimulationConfig, enc: EncodedData, params: ProtocolParameters, metrics: Any
+) -> list[dict[str, Any]]:
+    """Per-party figures from a run's metrics (RunMetrics of the in-process driver)."""
+    seg_row_bytes = 8 + 8 * len(enc.schema.blocking) + 8 * words_for(params.segment_bits)
+    rows = []
     for p in range(cfg.parties):
-        bs = run.metrics.block_stats[p]
-        cs = run.metrics.comparison[p]
+        bs = metrics.block_stats[p]
+        cs = metrics.comparison[p]
         shared = bs.records_in_common_blocks
-        parties.append(
+        rows.append(
             {
                 "name": params.parties[p],
-                "records": len(tables[p].record_ids),
-                "encode_seconds": reports[p].seconds,
-                "fill_mean": reports[p].fill_mean,
-                "skipped": reports[p].skipped_total,
+                "records": len(enc.tables[p].record_ids),
+                "encode_seconds": enc.reports[p].seconds,
+                "fill_mean": enc.reports[p].fill_mean,
+                "skipped": enc.reports[p].skipped_total,
                 "common_blocks": bs.common_blocks,
                 "records_in_common_blocks": shared,
                 "largest_block": bs.largest_block,
@@ -358,6 +347,56 @@ def run_in_process_simulation(
                 "peak_memory_bytes": None,
             }
         )
+    return rows
+
+
+def run_in_process_simulation(
+    cfg: SimulationConfig,
+    progress: Progress | None = None,
+    *,
+    encoded: EncodedData | None = None,
+    write_matches: bool = True,
+) -> SimulationResult:
+    """One in-process simulation (see the module docstring); writes the results folder.
+
+    Pass `encoded` (from `prepare_encoded` with the same parties/data/seed/schema) to reuse the
+    data and encodings across runs that differ only in thresholds (sweeps).
+    """
+    from party.protocol.driver import run_in_process
+
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    enc = encoded if encoded is not None else prepare_encoded(cfg, progress)
+    steps: dict[str, float] = {"generate": enc.data.seconds, "encode": enc.encode_seconds}
+    params = protocol_parameters(cfg, enc.schema)
+
+    def cmp_progress(party: int, done: int, total: int) -> None:
+        if progress:
+            progress(f"compare party {party}", done, total)
+
+    t0 = time.perf_counter()
+    run = run_in_process(enc.tables, params, progress=cmp_progress)
+    steps["protocol"] = time.perf_counter() - t0
+    steps.update({f"protocol.{k}": v for k, v in run.metrics.step_seconds.items()})
+    if write_matches:
+        for p, rows in enumerate(run.matches):
+            write_matches_csv(matches_path(cfg.out_dir, p), rows)
+    quality = evaluate(run.matches, enc.data.truth)
+
+    cand = max((c.candidate_sets for c in run.metrics.comparison), default=0)
+    if progress:
+        progress("oracle", 0, 1)
+    t0 = time.perf_counter()
+    oq: LinkageQuality | None
+    if params.segment_threshold == 0 and cfg.oracle == "auto":
+        oq, method = quality, "this run itself (s_m = 0 reproduces the plaintext oracle exactly)"
+    else:
+        oq, method = oracle_quality(
+            enc.tables, params, enc.data.truth, cfg.oracle, run.pseudonyms, cand
+        )
+    steps["oracle"] = time.perf_counter() - t0
+    if progress:
+        progress("oracle", 1, 1)
+
     totals = {
         "sets_summed": run.metrics.sets_summed,
         "above_threshold": run.metrics.above_threshold,
@@ -367,7 +406,7 @@ def run_in_process_simulation(
         "s_t": params.match_threshold,
         "s_m": params.segment_threshold,
     }
-    notes = [n for n in [note] if n]
+    notes = [n for n in [enc.note] if n]
     notes.append(
         "in-process mode: all parties share one process, so peak memory is the whole process's "
         "(generation, every party and the oracle), not per party; bytes_sent is the computed "
@@ -380,7 +419,7 @@ def run_in_process_simulation(
         oracle_quality=oq,
         oracle_method=method,
         steps=steps,
-        parties=parties,
+        parties=party_rows(cfg, enc, params, run.metrics),
         totals=totals,
         out_dir=cfg.out_dir,
         notes=notes,

@@ -1,0 +1,371 @@
+#!/usr/bin/env python3
+"""Parameter sweeps of the in-process simulation: CSV of results plus a Markdown report with figures.
+
+Three sweeps (each point is one in-process linkage on generated data; data and encodings are made
+once per (P, records, corruption) and reused across thresholds):
+  quality: for every P and corruption, F1 (protocol and plaintext oracle) against s_t, s_m = s_t - 0.1
+  filter:  for every P, RR_f and F1 against s_m at a fixed s_t
+  scale:   for every P, runtime (encode + protocol) against records per party
+
+Example: python scripts/sweep.py --out results/sweep            (defaults: P 3 5 7, ~10 minutes)
+         python scripts/sweep.py --quick --out results/sweep-q  (small grid, ~1 minute)
+Writes OUT/sweep.csv, OUT/report.md and OUT/*.png.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import logging
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn  # noqa: E402
+
+from party.errors import PprlError  # noqa: E402
+from party.synthetic.metrics import LinkageQuality, evaluate_sets  # noqa: E402
+from party.synthetic.simulation import (  # noqa: E402
+    EncodedData,
+    SimulationConfig,
+    coarse_schema_path,
+    prepare_encoded,
+    protocol_parameters,
+    run_in_process_simulation,
+)
+
+FIELDS = [
+    "sweep",
+    "parties",
+    "records",
+    "corruption",
+    "s_t",
+    "s_m",
+    "precision",
+    "recall",
+    "f1",
+    "oracle_f1",
+    "matched_sets",
+    "true_sets",
+    "candidate_sets",
+    "sets_summed",
+    "rr_f_mean",
+    "encode_seconds",
+    "protocol_seconds",
+    "compare_seconds",
+    "peak_rss_mib",
+    "error",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--parties", type=int, nargs="+", default=[3, 5, 7])
+    ap.add_argument("--records", type=int, default=2000, help="records per party (quality/filter)")
+    ap.add_argument("--scale-records", type=int, nargs="+", default=[500, 1000, 2000, 4000])
+    ap.add_argument("--corruption", type=float, nargs="+", default=[0.0, 0.2, 0.4])
+    ap.add_argument("--s-t", type=float, nargs="+", default=[0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9])
+    ap.add_argument("--s-m", type=float, nargs="+", default=[0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8])
+    ap.add_argument(
+        "--filter-records", type=int, default=600, help="records per party of the filter sweep"
+    )
+    ap.add_argument(
+        "--filter-schema",
+        type=Path,
+        default=None,
+        help="schema of the filter sweep (default: shipped coarse blocking, year of birth + state)",
+    )
+    ap.add_argument("--memory-budget-mib", type=int, default=256)
+    ap.add_argument("--fixed-s-t", type=float, default=0.8, help="s_t of the filter/scale sweeps")
+    ap.add_argument("--filter-corruption", type=float, default=0.2)
+    ap.add_argument("--schema", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sweeps", nargs="+", default=["quality", "filter", "scale"])
+    ap.add_argument("--quick", action="store_true", help="small grid for a smoke run")
+    return ap
+
+
+class OracleCurve:
+    """The plaintext oracle's candidate sets and Dice on one dataset, thresholded per s_t."""
+
+    def __init__(self, enc: EncodedData, cfg: SimulationConfig) -> None:
+        from party.protocol.oracle import oracle_candidates
+
+        params = protocol_parameters(cfg, enc.schema)
+        # No sub-blocking and no one-to-one in sweeps, so the record index is a valid key.
+        self.cand, self.sim = oracle_candidates(enc.tables, params)
+        self.ids = [t.record_ids for t in enc.tables]
+        self.truth = enc.data.truth
+
+    def quality(self, s_t: float) -> LinkageQuality:
+        rows = self.cand[self.sim >= s_t]
+        ids = self.ids
+        return evaluate_sets(
+            ([(p, ids[p][int(i)]) for p, i in enumerate(r)] for r in rows), self.truth
+        )
+
+
+def point(
+    sweep: str, cfg: SimulationConfig, enc: EncodedData, oracle: OracleCurve | None
+) -> dict[str, Any]:
+    try:
+        r = run_in_process_simulation(cfg, encoded=enc, write_matches=False)
+    except PprlError as exc:
+        # E.g. the engine's memory budget refusing a point: record it and go on.
+        row: dict[str, Any] = dict.fromkeys(FIELDS, "")
+        row.update(
+            sweep=sweep,
+            parties=cfg.parties,
+            records=cfg.records,
+            corruption=cfg.corruption,
+            s_t=cfg.match_threshold,
+            s_m=cfg.s_m,
+            error=f"{type(exc).__name__}: {exc}",
+        )
+        return row
+    oq = oracle.quality(cfg.match_threshold) if oracle is not None else None
+    return {
+        "sweep": sweep,
+        "parties": cfg.parties,
+        "records": cfg.records,
+        "corruption": cfg.corruption,
+        "s_t": cfg.match_threshold,
+        "s_m": cfg.s_m,
+        "precision": round(r.quality.precision, 6),
+        "recall": round(r.quality.recall, 6),
+        "f1": round(r.quality.f1, 6),
+        "oracle_f1": "" if oq is None else round(oq.f1, 6),
+        "matched_sets": r.quality.matched_sets,
+        "true_sets": r.quality.true_sets,
+        "candidate_sets": max(p["candidate_sets"] for p in r.parties),
+        "sets_summed": r.totals["sets_summed"],
+        "rr_f_mean": round(float(np.mean([p["rr_f"] for p in r.parties])), 6),
+        "encode_seconds": round(enc.encode_seconds, 3),
+        "protocol_seconds": round(r.steps["protocol"], 3),
+        "compare_seconds": round(r.steps.get("protocol.compare", 0.0), 3),
+        "peak_rss_mib": round(r.totals["process_peak_rss_bytes"] / 2**20, 1),
+        "error": "",
+    }
+
+
+def figures(rows: list[dict[str, Any]], out: Path) -> list[tuple[str, str]]:
+    made = []
+    rows = [r for r in rows if not r["error"]]
+    q = [r for r in rows if r["sweep"] == "quality"]
+    if q:
+        corrs = sorted({r["corruption"] for r in q})
+        fig, axes = plt.subplots(1, len(corrs), figsize=(4.2 * len(corrs), 3.6), squeeze=False)
+        for ax, c in zip(axes[0], corrs, strict=True):
+            for p in sorted({r["parties"] for r in q}):
+                pts = sorted(
+                    (r["s_t"], r["f1"], r["oracle_f1"])
+                    for r in q
+                    if r["parties"] == p and r["corruption"] == c
+                )
+                (line,) = ax.plot(
+                    [x[0] for x in pts], [x[1] for x in pts], marker="o", label=f"P={p}"
+                )
+                if all(x[2] != "" for x in pts):
+                    ax.plot(
+                        [x[0] for x in pts],
+                        [x[2] for x in pts],
+                        ls="--",
+                        color=line.get_color(),
+                        alpha=0.6,
+                    )
+            ax.set_title(f"corruption {c:.0%}")
+            ax.set_xlabel("s_t")
+            ax.set_ylabel("F1 (solid: protocol, dashed: oracle)")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "f1_vs_st.png", dpi=110)
+        plt.close(fig)
+        made.append(("F1 against s_t per P (s_m = s_t - 0.1)", "f1_vs_st.png"))
+    f = [r for r in rows if r["sweep"] == "filter"]
+    if f:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+        for p in sorted({r["parties"] for r in f}):
+            pts = sorted((r["s_m"], r["rr_f_mean"], r["f1"]) for r in f if r["parties"] == p)
+            axes[0].plot([x[0] for x in pts], [x[1] for x in pts], marker="o", label=f"P={p}")
+            axes[1].plot([x[0] for x in pts], [x[2] for x in pts], marker="o", label=f"P={p}")
+        axes[0].set_ylabel("RR_f (mean over parties)")
+        axes[1].set_ylabel("F1")
+        for ax in axes:
+            ax.set_xlabel("s_m")
+            ax.grid(alpha=0.3)
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(out / "rrf_vs_sm.png", dpi=110)
+        plt.close(fig)
+        made.append(("RR_f and F1 against s_m per P", "rrf_vs_sm.png"))
+    s = [r for r in rows if r["sweep"] == "scale"]
+    if s:
+        fig, ax = plt.subplots(figsize=(5, 3.6))
+        for p in sorted({r["parties"] for r in s}):
+            pts = sorted(
+                (r["records"], r["encode_seconds"] + r["protocol_seconds"], r["protocol_seconds"])
+                for r in s
+                if r["parties"] == p
+            )
+            (line,) = ax.plot(
+                [x[0] for x in pts], [x[1] for x in pts], marker="o", label=f"P={p} total"
+            )
+            ax.plot(
+                [x[0] for x in pts],
+                [x[2] for x in pts],
+                ls="--",
+                color=line.get_color(),
+                label=f"P={p} protocol",
+            )
+        ax.set_xlabel("records per party")
+        ax.set_ylabel("seconds (in-process, all parties)")
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / "runtime_vs_records.png", dpi=110)
+        plt.close(fig)
+        made.append(("Runtime against records per party", "runtime_vs_records.png"))
+    return made
+
+
+def write_report(
+    rows: list[dict[str, Any]],
+    out: Path,
+    figs: list[tuple[str, str]],
+    argv: list[str],
+    seconds: float,
+) -> Path:
+    lines = [
+        "# Simulation sweep",
+        "",
+        f"Command: `python scripts/sweep.py {' '.join(argv)}` ({seconds:.0f} s wall; the machine is "
+        "shared, so timings are noisy). In-process mode; data from `party.synthetic.generate`.",
+        "",
+    ]
+    for title, name in figs:
+        lines += [f"## {title}", "", f"![{title}]({name})", ""]
+    lines += ["## All points", "", "| " + " | ".join(FIELDS) + " |", "|" + "---|" * len(FIELDS)]
+    lines += ["| " + " | ".join(str(r[k]) for k in FIELDS) + " |" for r in rows]
+    path = out / "report.md"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.quick:
+        args.parties = [3, 5]
+        args.records = 500
+        args.scale_records = [250, 500, 1000]
+        args.corruption = [0.2]
+        args.s_t = [0.7, 0.8, 0.9]
+        args.s_m = [0.5, 0.65, 0.8]
+        args.filter_records = 300
+    console = Console()
+    out: Path = args.out
+    out.mkdir(parents=True, exist_ok=True)
+    plan: list[tuple[str, SimulationConfig, list[SimulationConfig]]] = []
+    base = SimulationConfig(
+        seed=args.seed,
+        schema_path=args.schema,
+        oracle="none",
+        memory_budget_mib=args.memory_budget_mib,
+    )
+    filter_schema = args.filter_schema or coarse_schema_path()
+    for p in args.parties:
+        if "quality" in args.sweeps:
+            for c in args.corruption:
+                d = replace(
+                    base,
+                    parties=p,
+                    records=args.records,
+                    corruption=c,
+                    out_dir=out / "runs" / f"q-p{p}-n{args.records}-c{c}",
+                )
+                plan.append(
+                    (
+                        "quality",
+                        d,
+                        [
+                            replace(
+                                d, match_threshold=t, segment_threshold=max(0.0, round(t - 0.1, 6))
+                            )
+                            for t in args.s_t
+                        ],
+                    )
+                )
+        if "filter" in args.sweeps:
+            d = replace(
+                base,
+                parties=p,
+                records=args.filter_records,
+                corruption=args.filter_corruption,
+                match_threshold=args.fixed_s_t,
+                schema_path=filter_schema,
+                out_dir=out / "runs" / f"f-p{p}-n{args.filter_records}",
+            )
+            plan.append(("filter", d, [replace(d, segment_threshold=m) for m in args.s_m]))
+        if "scale" in args.sweeps:
+            for n in args.scale_records:
+                d = replace(
+                    base,
+                    parties=p,
+                    records=n,
+                    corruption=args.filter_corruption,
+                    match_threshold=args.fixed_s_t,
+                    out_dir=out / "runs" / f"s-p{p}-n{n}",
+                )
+                plan.append(("scale", d, [d]))
+    total = sum(len(pts) for _, _, pts in plan)
+    rows: list[dict[str, Any]] = []
+    t0 = time.perf_counter()
+    try:
+        with Progress(
+            "{task.description}",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as prog:
+            task = prog.add_task("sweep points", total=total)
+            for sweep, data_cfg, points in plan:
+                prog.update(
+                    task,
+                    description=f"{sweep}: P={data_cfg.parties} n={data_cfg.records} c={data_cfg.corruption}",
+                )
+                enc = prepare_encoded(data_cfg)
+                oracle = OracleCurve(enc, data_cfg) if sweep == "quality" else None
+                for cfg in points:
+                    rows.append(point(sweep, cfg, enc, oracle))
+                    prog.advance(task)
+                with (out / "sweep.csv").open("w", newline="") as fh:
+                    w = csv.DictWriter(fh, fieldnames=FIELDS)
+                    w.writeheader()
+                    w.writerows(rows)
+    except PprlError as exc:
+        console.print(f"sweep: error: {exc}", style="red", markup=False, highlight=False)
+        return 2
+    figs = figures(rows, out)
+    report = write_report(rows, out, figs, argv, time.perf_counter() - t0)
+    console.print(f"results: {out / 'sweep.csv'}  report: {report}", highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
