@@ -1,0 +1,249 @@
+"""Secure summation: uniform views, fresh masks, mod-2^64 edge cases and ring-order errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import numpy as np
+import pytest
+
+from party.encoding.records import EncodedRecords
+from party.protocol.blocks import common_blocks
+from party.protocol.engine import PartyEngine
+from party.protocol.errors import RingError, StateError, SummationError
+from party.protocol.params import ProtocolParameters
+from party.protocol.ring import RingMessage, add_mod64, sub_mod64
+from tests.unit.protocol.helpers import linked_tables
+
+# chi-square critical value for 15 degrees of freedom at p = 1e-6 is about 53.4: a uniform source
+# fails this check about once in a million runs, a biased one (e.g. missing masks) every time.
+CHI2_15_P1E6 = 53.4
+
+
+def engines_after_compare(
+    tables: list[EncodedRecords], params: ProtocolParameters, **kw: object
+) -> list[PartyEngine]:
+    engines = [PartyEngine(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    for e in engines:
+        e.compare()
+    return engines
+
+
+def params3(s_t: float = 0.5, parties: int = 3) -> ProtocolParameters:
+    return ProtocolParameters(tuple(f"p{i}" for i in range(parties)), 30 * parties, s_t, 0.0)
+
+
+def chi2_16(values: np.ndarray) -> float:
+    counts = np.bincount(values.astype(np.int64), minlength=16)
+    expected = values.size / 16
+    return float(((counts - expected) ** 2 / expected).sum())
+
+
+def nibble_stats(v: np.ndarray) -> tuple[float, float]:
+    high = (v >> np.uint64(60)).astype(np.int64)
+    low = (v & np.uint64(15)).astype(np.int64)
+    return chi2_16(high), chi2_16(low)
+
+
+@pytest.mark.parametrize("fill", [0.0, 0.5, 1.0])
+def test_non_initiator_views_are_uniform_whatever_the_inputs(fill: float) -> None:
+    # fill 0.0: every c_i and x_i is 0; fill 1.0: every one is maximal. The views must not differ.
+    rng = np.random.default_rng(11)
+    p = 3
+    tables = linked_tables(rng, p, 16, 30 * p, shared=16, flip=0.0, fill=fill, blocks=1)
+    engines = engines_after_compare(tables, params3())
+    msg = engines[0].ring_start()
+    assert len(msg) == 16**3  # 4096 sets, all seen by party 1
+    views = [msg]
+    views.append(engines[1].ring_step(msg))
+    for view in views:
+        for arr in (view.c_masked, view.x_masked):
+            hi, lo = nibble_stats(arr)
+            assert hi < CHI2_15_P1E6 and lo < CHI2_15_P1E6, (hi, lo)
+            # and no value leaks through unmasked (all-zero inputs would show up as repeats)
+            assert np.unique(arr).size == arr.size
+
+
+def test_chi_square_check_detects_unmasked_values() -> None:
+    # the statistic used above is not vacuous: raw sums or a weak mask fail it
+    raw = np.full(4096, 45, dtype=np.uint64)
+    assert max(nibble_stats(raw)) > CHI2_15_P1E6
+    weak = np.random.default_rng(0).integers(0, 2**32, size=4096, dtype=np.uint64)
+    assert max(nibble_stats(weak)) > CHI2_15_P1E6
+
+
+def test_masks_are_fresh_and_never_repeat() -> None:
+    rng = np.random.default_rng(12)
+    tables = linked_tables(rng, 3, 10, 90, shared=10, flip=0.0, blocks=1)
+    masks: list[np.ndarray] = []
+    for _ in range(3):  # three runs on identical inputs
+        engines = engines_after_compare(tables, params3())
+        init = engines[0]
+        msg = init.ring_start()
+        surv_c = init._survivor_c
+        assert surv_c is not None
+        masks.append(sub_mod64(msg.c_masked, surv_c.astype(np.uint64)))
+        x0 = init._x[init._shared_rows[np.searchsorted(init._pseudonyms, msg.candidates[:, 0])]]
+        masks.append(sub_mod64(msg.x_masked, x0.astype(np.uint64)))
+        with pytest.raises(StateError, match="masks are used once"):
+            init.ring_start()
+    allm = np.concatenate(masks)
+    assert allm.size == 6 * 1000
+    assert np.unique(allm).size == allm.size
+
+
+def test_wraparound_masks_give_exact_sums() -> None:
+    # masks at the top of Z_2^64 force every addition to wrap; results must still equal the
+    # run with small masks
+    rng = np.random.default_rng(13)
+    tables = linked_tables(rng, 3, 6, 90, shared=4, flip=0.02, blocks=1)
+
+    class Source:
+        """os.urandom for pseudonyms, then an edge-case pattern for the masks."""
+
+        def __init__(self, pattern: bytes) -> None:
+            self.pattern = pattern
+            self.edge = False
+
+        def __call__(self, n: int) -> bytes:
+            if not self.edge:
+                return os.urandom(n)
+            return (self.pattern * n)[:n]
+
+    results = []
+    for pattern in (b"\xff", b"\xff" * 7 + b"\xfe", b"\x00", b"\x01" + bytes(7)):
+        source = Source(pattern)
+        engines = engines_after_compare(tables, params3(0.0), random_bytes=source)
+        source.edge = True
+        msg = engines[0].ring_start()
+        for e in engines[1:]:
+            msg = e.ring_step(msg)
+        cls = engines[0].ring_finish(msg)
+        cand_ids = [
+            tuple(
+                int(engines[j]._shared_rows[np.searchsorted(engines[j]._pseudonyms, row[j])])
+                for j in range(3)
+            )
+            for row in cls.candidates
+        ]
+        results.append(sorted(zip(cand_ids, cls.similarities.tolist(), strict=True)))
+    assert all(r == results[0] for r in results)
+    assert add_mod64(np.array([2**64 - 1], dtype=np.uint64), np.array([2], dtype=np.uint64))[0] == 1
+
+
+def ring_to_end(engines: list[PartyEngine]) -> RingMessage:
+    msg = engines[0].ring_start()
+    for e in engines[1:]:
+        msg = e.ring_step(msg)
+    return msg
+
+
+def test_wrong_party_order_is_rejected() -> None:
+    rng = np.random.default_rng(14)
+    engines = engines_after_compare(linked_tables(rng, 3, 5, 90, shared=3), params3())
+    msg = engines[0].ring_start()
+    with pytest.raises(RingError, match="wrong party order"):
+        engines[2].ring_step(msg)  # party 1 was skipped
+    with pytest.raises(StateError):
+        engines[0].ring_step(msg)
+
+
+def test_missing_party_is_rejected_by_the_initiator() -> None:
+    rng = np.random.default_rng(15)
+    engines = engines_after_compare(linked_tables(rng, 4, 5, 120, shared=3), params3(parties=4))
+    msg = engines[0].ring_start()
+    msg = engines[1].ring_step(msg)
+    msg = engines[2].ring_step(msg)
+    with pytest.raises(RingError, match="missing party"):
+        engines[0].ring_finish(msg)  # party 3 never added its values
+
+
+def test_mismatched_candidate_lists_are_rejected() -> None:
+    rng = np.random.default_rng(16)
+    engines = engines_after_compare(linked_tables(rng, 3, 5, 90, shared=3), params3())
+    msg = engines[0].ring_start()
+    # unsorted list
+    rev = dataclasses.replace(
+        msg,
+        candidates=msg.candidates[::-1].copy(),
+        c_masked=msg.c_masked[::-1].copy(),
+        x_masked=msg.x_masked[::-1].copy(),
+    )
+    with pytest.raises(RingError, match="not sorted"):
+        engines[1].ring_step(rev)
+    # a pseudonym that party 1 never saw
+    bad = msg.candidates.copy()
+    bad[-1, 2] = np.uint64(12345)
+    order = np.lexsort(bad.T[::-1])
+    forged = RingMessage(0, bad[order], msg.c_masked[order], msg.x_masked[order])
+    with pytest.raises(RingError, match="unknown pseudonym of party 2"):
+        engines[1].ring_step(forged)
+    # wrong shapes
+    with pytest.raises(RingError, match="c_masked"):
+        engines[1].ring_step(RingMessage(0, msg.candidates, msg.c_masked[:-1], msg.x_masked))
+    with pytest.raises(RingError, match="candidates"):
+        engines[1].ring_step(
+            RingMessage(0, msg.candidates[:, :2].copy(), msg.c_masked, msg.x_masked)
+        )
+    # the initiator gets back a set it never sent (party 2 inserts a duplicate-free extra row)
+    out = engines[2].ring_step(engines[1].ring_step(msg))
+    sent = engines[0]._sent
+    assert sent is not None and len(out) >= 1
+    extra = out.candidates[0].copy()
+    extra[0] = np.uint64(2**64 - 1)  # larger than any real pseudonym of party 0 here? make sure
+    rows = np.vstack([out.candidates, extra[None, :]])
+    order = np.lexsort(rows.T[::-1])
+    tampered = RingMessage(
+        2,
+        rows[order],
+        np.append(out.c_masked, np.uint64(0))[order],
+        np.append(out.x_masked, np.uint64(0))[order],
+    )
+    with pytest.raises(RingError, match="never sent"):
+        engines[0].ring_finish(tampered)
+
+
+@pytest.mark.parametrize("field", ["c_masked", "x_masked"])
+def test_out_of_range_sums_are_detected(field: str) -> None:
+    rng = np.random.default_rng(17)
+    engines = engines_after_compare(linked_tables(rng, 3, 5, 90, shared=3), params3())
+    msg = ring_to_end(engines)
+    shifted = add_mod64(getattr(msg, field), np.full(len(msg), 2**63, dtype=np.uint64))
+    with pytest.raises(SummationError):
+        if field == "c_masked":
+            engines[0].ring_finish(dataclasses.replace(msg, c_masked=shifted))
+        else:
+            engines[0].ring_finish(dataclasses.replace(msg, x_masked=shifted))
+
+
+def test_wrong_added_value_within_range_is_detected_when_inconsistent() -> None:
+    rng = np.random.default_rng(18)
+    engines = engines_after_compare(linked_tables(rng, 3, 5, 90, shared=3, fill=0.5), params3())
+    msg = ring_to_end(engines)
+    # x decreased below P * c: impossible for honest inputs
+    lowered = sub_mod64(msg.x_masked, np.full(len(msg), 200, dtype=np.uint64))
+    with pytest.raises(SummationError, match="inconsistent|out of range"):
+        engines[0].ring_finish(dataclasses.replace(msg, x_masked=lowered))
+
+
+def test_ring_steps_drop_sets_pruned_elsewhere() -> None:
+    rng = np.random.default_rng(19)
+    tables = linked_tables(rng, 3, 12, 90, shared=6, flip=0.05, blocks=1)
+    params = ProtocolParameters(("a", "b", "c"), 90, 0.6, 0.5)
+    engines = engines_after_compare(tables, params)
+    msg = engines[0].ring_start()
+    assert len(msg) == engines[0].comparison_stats.survivors  # type: ignore[union-attr]
+    msg1 = engines[1].ring_step(msg)
+    from party.protocol.ring import row_keys
+
+    kept_by = [set(row_keys(e._survivors).tolist()) for e in engines]  # type: ignore[arg-type]
+    assert set(row_keys(msg1.candidates).tolist()) == kept_by[0] & kept_by[1]
+    final = engines[2].ring_step(msg1)
+    assert set(row_keys(final.candidates).tolist()) == kept_by[0] & kept_by[1] & kept_by[2]
