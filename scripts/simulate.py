@@ -81,12 +81,14 @@ class ProgressView:
         self.tasks: dict[str, TaskID] = {}
 
     def __call__(self, stage: str, done: int, total: int) -> None:
+        # "party-a: comparing" and "party-a: summing" share one bar (the key before the colon).
+        key = stage.split(":", 1)[0]
         total = total or self.default_total
-        task = self.tasks.get(stage)
+        task = self.tasks.get(key)
         if task is None:
             task = self.progress.add_task(stage, total=total)
-            self.tasks[stage] = task
-        self.progress.update(task, completed=min(done, total), total=total)
+            self.tasks[key] = task
+        self.progress.update(task, description=stage, completed=min(done, total), total=total)
 
 
 def print_result(console: Console, r: SimulationResult) -> None:
