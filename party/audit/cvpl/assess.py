@@ -30,6 +30,7 @@ from party.audit.cvpl.blocking import (
     block_keys,
     check_nested,
     default_levels,
+    mostly_missing,
     subblock,
 )
 from party.audit.cvpl.engine import DEFAULT_CHUNK, CosineKernel, blockwise_top
@@ -64,6 +65,7 @@ class CvplConfig:
     attrs: tuple[str, ...] = ()
     sensitive: tuple[str, ...] = ()
     id_column: str | None = None
+    categorical: tuple[str, ...] = ()  # force these observable columns to be categorical
     levels: tuple[BlockingLevel, ...] | None = None  # None: default progressive sequence
     taus: tuple[float, ...] = DEFAULT_TAUS
     tau: float | None = None  # headline threshold; None: calibrated (record-level if truth)
@@ -114,6 +116,8 @@ class LevelResult:
     structural_recall: Rate | None
     top1_accuracy: Rate | None
     seconds: float
+    at_tau: Rate | None = None
+    precision_at_tau: Rate | None = None
 
     def to_dict(self) -> dict[str, Any]:
         def rates(r: list[Rate] | None) -> list[dict[str, Any]] | None:
@@ -133,6 +137,10 @@ class LevelResult:
             if self.structural_recall is None
             else self.structural_recall.to_dict(),
             "top1_accuracy": None if self.top1_accuracy is None else self.top1_accuracy.to_dict(),
+            "linkage_rate_at_headline_tau": None if self.at_tau is None else self.at_tau.to_dict(),
+            "top1_precision_at_headline_tau": None
+            if self.precision_at_tau is None
+            else self.precision_at_tau.to_dict(),
             "seconds": self.seconds,
         }
 
@@ -152,6 +160,7 @@ class CvplResult:
     levels: list[LevelResult]
     nested: bool
     dropped_from_blocking: tuple[str, ...]
+    vectorised: tuple[str, ...]
     headline_level: int
     tau: float
     tau_source: str
@@ -179,6 +188,7 @@ class CvplResult:
             "levels": [lv.to_dict() for lv in self.levels],
             "levels_nested": self.nested,
             "dropped_from_blocking": list(self.dropped_from_blocking),
+            "dropped_from_vectors": [c for c in self.columns if c not in self.vectorised],
             "headline": {
                 "level": self.levels[self.headline_level].name,
                 "level_index": self.headline_level,
@@ -222,7 +232,10 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     seconds: dict[str, float] = {}
     check_roles(original, released, config.qi, config.attrs, config.sensitive, config.id_column)
     observable = list(config.qi) + list(config.attrs)
-    cols = typed_columns(original, released, observable)
+    for c in config.categorical:
+        if c not in observable:
+            raise CvplError(f"parameter categorical: column {c!r} is not a qi or attrs column")
+    cols = typed_columns(original, released, observable, config.categorical)
     by_name = {c.name: c for c in cols}
     qcols = [by_name[q] for q in config.qi]
     truth = None
@@ -242,7 +255,13 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     seconds["load"] = time.perf_counter() - t0
 
     t = time.perf_counter()
-    space = vectorize(cols, "joint" if config.fit == "prefitted" else config.fit, config.max_onehot)
+    # phi ignores columns the release (or the original) mostly suppressed, as an attacker would.
+    vec_cols = [c for c in cols if c.name not in mostly_missing(cols)]
+    if not vec_cols:
+        raise CvplError("every observable column is mostly missing in one of the files")
+    space = vectorize(
+        vec_cols, "joint" if config.fit == "prefitted" else config.fit, config.max_onehot
+    )
     ps, pt, model = project_pair(
         space, config.fit, config.n_components, config.variance, config.pca_model
     )
@@ -320,6 +339,10 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     if not np.isfinite(tau):
         raise CvplError("cannot calibrate tau: no candidate pairs at the headline level; give tau")
     lr_h, prec_h, _ = rates_from_top(best, index, np.array([tau]), truth)
+    for lv, (b, ix, _) in zip(level_results, tops, strict=True):
+        lr_l, prec_l, _ = rates_from_top(b, ix, np.array([tau]), truth)
+        lv.at_tau = lr_l[0]
+        lv.precision_at_tau = None if prec_l is None else prec_l[0]
     dn = dcr_nndr(best, second, index, truth)
     seconds["calibration_dcr"] = time.perf_counter() - t
 
@@ -335,6 +358,7 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
         levels=level_results,
         nested=nested,
         dropped_from_blocking=tuple(dropped),
+        vectorised=space.attributes,
         headline_level=headline,
         tau=tau,
         tau_source=tau_source,
@@ -350,11 +374,11 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
         seconds["attribution"] = time.perf_counter() - t
     if config.fs:
         t = time.perf_counter()
-        result.fs = fellegi_sunter(cols, hs, hk, truth, tol=config.fs_tol, seed=config.seed)
+        result.fs = fellegi_sunter(vec_cols, hs, hk, truth, tol=config.fs_tol, seed=config.seed)
         seconds["fellegi_sunter"] = time.perf_counter() - t
     if config.ablation:
         t = time.perf_counter()
-        result.ablation = _ablation(cols, config, hs, hk, tau)
+        result.ablation = _ablation(vec_cols, config, hs, hk, tau)
         seconds["ablation"] = time.perf_counter() - t
     seconds["total"] = time.perf_counter() - t0
     result.seconds = seconds

@@ -96,6 +96,18 @@ def default_levels(columns: Sequence[TypedColumn]) -> list[BlockingLevel]:
     return levels
 
 
+def mostly_missing(columns: Sequence[TypedColumn], max_missing: float = 0.5) -> list[str]:
+    """Names of columns missing in more than ``max_missing`` of the records of either file."""
+    out = []
+    for col in columns:
+        for side in (col.source, col.target):
+            miss = np.isnan(side) if col.kind == "numeric" else side == ""
+            if len(side) and miss.mean() > max_missing:
+                out.append(col.name)
+                break
+    return out
+
+
 def adapt_levels(
     levels: Sequence[BlockingLevel], columns: Sequence[TypedColumn], max_missing: float = 0.5
 ) -> tuple[list[BlockingLevel], list[str]]:
@@ -106,13 +118,7 @@ def adapt_levels(
     column from every level keeps a nested sequence nested. Adjacent duplicate levels are merged.
     Returns the adapted levels and the dropped column names.
     """
-    dropped = []
-    for col in columns:
-        for side in (col.source, col.target):
-            miss = np.isnan(side) if col.kind == "numeric" else side == ""
-            if len(side) and miss.mean() > max_missing:
-                dropped.append(col.name)
-                break
+    dropped = mostly_missing(columns, max_missing)
     out: list[BlockingLevel] = []
     for level in levels:
         adapted = BlockingLevel(tuple(r for r in level.rules if r.column not in dropped))
@@ -134,7 +140,8 @@ def _codes(col: TypedColumn, rule: Rule) -> np.ndarray:
     else:
         if rule.kind == "band":
             raise CvplError(
-                f"parameter levels: band needs a numeric column, {col.name!r} is categorical"
+                f"parameter levels: band needs a numeric column; column {col.name!r} is "
+                f"categorical ({col.why_categorical})"
             )
         vals = both
         if rule.kind == "prefix":

@@ -17,6 +17,7 @@ those records' quasi-identifiers are suppressed (``*``), so the release is k-ano
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -149,16 +150,20 @@ class KAnonymity:
 def k_anonymise(data: Columns, k: int, suppress: float = 0.05) -> tuple[Columns, KAnonymity]:
     """Full-domain generalisation of Q with bounded suppression (see the module docstring)."""
     n = len(data["age"])
+    gens = (
+        [_gen_age(data["age"], lv) for lv in range(5)],
+        [_gen_region(data["region"], lv) for lv in range(4)],
+        [_gen_flat(data["sex"], lv) for lv in range(2)],
+        [_gen_flat(data["marital"], lv) for lv in range(2)],
+    )
+    codes = [[np.unique(g, return_inverse=True)[1].reshape(-1) for g in hier] for hier in gens]
     best: tuple[float, tuple[int, int, int, int], np.ndarray] | None = None
     for node in _LATTICE:
         a, r, s, m = node
-        cols = [
-            _gen_age(data["age"], a),
-            _gen_region(data["region"], r),
-            _gen_flat(data["sex"], s),
-            _gen_flat(data["marital"], m),
-        ]
-        key = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+        key = np.zeros(n, dtype=np.int64)
+        for hier, lv in zip(codes, node, strict=True):
+            key = key * (int(hier[lv].max()) + 1) + hier[lv]
+        key = np.unique(key, return_inverse=True)[1].reshape(-1)
         sizes = np.bincount(key)
         small = sizes[key] < k
         if small.sum() > suppress * n:
@@ -306,4 +311,4 @@ def release(data: Columns, protection: str, seed: int = 0) -> Columns:
 
 def slug(name: str) -> str:
     """A file-name-safe form of a protection name."""
-    return "".join(ch if ch.isalnum() else "_" for ch in name).strip("_").replace("__", "_")
+    return re.sub(r"_+", "_", "".join(ch if ch.isalnum() else "_" for ch in name)).strip("_")

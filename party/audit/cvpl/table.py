@@ -134,20 +134,29 @@ class TypedColumn:
     kind: str  # "numeric" | "categorical"
     source: np.ndarray
     target: np.ndarray
+    why_categorical: str = ""  # which file has non-numeric values, for error messages
 
 
-def typed_columns(original: Table, released: Table, cols: Sequence[str]) -> list[TypedColumn]:
-    """Type every column jointly over D and D' (see the module docstring)."""
+def typed_columns(
+    original: Table,
+    released: Table,
+    cols: Sequence[str],
+    categorical: Sequence[str] = (),
+) -> list[TypedColumn]:
+    """Type every column jointly over D and D' (see the module docstring); ``categorical`` forces
+    columns to be categorical (e.g. numeric-looking postcodes, to allow prefix generalisation)."""
     out = []
     for c in cols:
         a, b = original.columns[c], released.columns[c]
-        na, nb = parse_numeric(a), parse_numeric(b)
+        na, nb = (None, None) if c in categorical else (parse_numeric(a), parse_numeric(b))
         if na is not None and nb is not None and (np.isfinite(na).any() or np.isfinite(nb).any()):
             out.append(TypedColumn(c, "numeric", na, nb))
         else:
             sa = np.where(missing_mask(a), "", a)
             sb = np.where(missing_mask(b), "", b)
-            out.append(TypedColumn(c, "categorical", sa, sb))
+            why = ", ".join(t.name for t, v in ((original, na), (released, nb)) if v is None)
+            why = "declared categorical" if c in categorical else f"non-numeric values in {why}"
+            out.append(TypedColumn(c, "categorical", sa, sb, why))
     return out
 
 
