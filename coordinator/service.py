@@ -16,7 +16,7 @@ import asyncio
 import collections
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -45,6 +45,7 @@ from proto.transport import Security, caller_identity
 log = logging.getLogger(__name__)
 S = common_pb2.Stage
 PARTY_SERVICE = "pprl.v1.Party"
+ABORT_GRACE = 1.0
 EXEC_ORDER: dict[int, int] = {
     S.STAGE_AUDITED: 0,
     S.STAGE_EXCHANGING: 1,
@@ -94,6 +95,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self.active: dict[str, _ActiveRun] = {}
         self._watchers: dict[str, set[asyncio.Queue[None]]] = collections.defaultdict(set)
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
+        self._background: set[asyncio.Task[Any]] = set()
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -135,6 +137,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         await asyncio.gather(
             *(r.task for r in self.active.values() if r.task), return_exceptions=True
         )
+        await asyncio.gather(*self._background, return_exceptions=True)
         for ch in self._channels.values():
             await ch.close()
 
@@ -368,9 +371,20 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             self.active.pop(run.run_id, None)
 
     async def _fail(self, run: _ActiveRun, reason: str) -> None:
-        run.failed = run.failed or reason
-        self.set_stage(run, S.STAGE_FAILED, run.failed)
-        await asyncio.shield(self.abort_parties(list(run.params.parties), run.run_id, run.failed))
+        """Mark the run FAILED (first reason wins) and tell every party, once.
+
+        The aborts run in the background; we wait at most ABORT_GRACE seconds for them so that
+        parties usually hear the reason before their Execute streams are cancelled, without a
+        stalled party delaying everyone else.
+        """
+        if run.failed is not None:
+            return
+        run.failed = reason
+        self.set_stage(run, S.STAGE_FAILED, reason)
+        task = asyncio.create_task(self.abort_parties(list(run.params.parties), run.run_id, reason))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        await asyncio.wait({task}, timeout=ABORT_GRACE)
 
     async def _prepare(self, run: _ActiveRun) -> None:
         async def one(name: str) -> None:
@@ -389,7 +403,14 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     f"{name} declined in stage audited (self-audit): " + "; ".join(resp.reasons)
                 )
 
-        await _first_failure([one(p) for p in run.params.parties])
+        await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
+
+    def _failure_hook(self, run: _ActiveRun) -> Callable[[BaseException], Awaitable[None]]:
+        async def hook(exc: BaseException) -> None:
+            if isinstance(exc, RunFailure):
+                await self._fail(run, str(exc))
+
+        return hook
 
     async def _execute(self, run: _ActiveRun) -> None:
         liveness = self.config.timeouts.liveness
@@ -444,15 +465,23 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             finally:
                 call.cancel()
 
-        await _first_failure([one(p) for p in run.params.parties])
+        await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
 
 
-async def _first_failure(coros: list[Any]) -> None:
-    """Run concurrently; on the first exception cancel the rest and re-raise it."""
+async def _first_failure(
+    coros: list[Any], on_failure: Callable[[BaseException], Awaitable[None]] | None = None
+) -> None:
+    """Run concurrently; on the first exception await ``on_failure(exc)`` (while the others still
+    run, so parties hear the reason before their streams close), cancel the rest and re-raise."""
     tasks = [asyncio.ensure_future(c) for c in coros]
     try:
         for fut in asyncio.as_completed(tasks):
-            await fut
+            try:
+                await fut
+            except Exception as exc:
+                if on_failure is not None:
+                    await on_failure(exc)
+                raise
     finally:
         for t in tasks:
             t.cancel()

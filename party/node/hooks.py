@@ -6,7 +6,7 @@ exist only so integration tests can hit a stage deterministically):
 - ``PPRL_TEST_PAUSE_AT=<point>`` with ``PPRL_TEST_PAUSE_FILE=<path>``: when the node reaches
   ``<point>`` ("exchange": after sending its block digests, before sending segments; "ring":
   before passing the ring on; "compare": before the local comparison) it creates ``<path>`` and
-  waits there until the run is aborted.
+  waits there until the run is aborted. One-shot: later runs of the same process do not pause.
 - ``PPRL_TEST_CAPTURE_FILE=<path>``: every serialized message the node sends (requests to peers
   and the coordinator, responses it returns) is appended to ``<path>``, so a test can check that no
   plaintext quasi-identifier ever leaves the node.
@@ -34,7 +34,9 @@ class Hooks:
         self.bytes_sent = 0
 
     def should_pause(self, point: str) -> bool:
+        """True (once per process) when the node reaches the configured pause point."""
         if self.pause_at == point:
+            self.pause_at = None  # one-shot: later runs of this process go through
             if self.pause_file is not None:
                 self.pause_file.write_text(point)
             return True

@@ -20,9 +20,9 @@ import resource
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import numpy as np
@@ -56,6 +56,7 @@ from proto.transport import Security, caller_identity
 log = logging.getLogger(__name__)
 S = common_pb2.Stage
 MAX_KEPT_RUNS = 64
+T = TypeVar("T")
 
 
 class Phase(enum.Enum):
@@ -547,6 +548,20 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             f"{what} in stage {stage}"
         )
 
+    async def _unless_aborted(self, run: Run, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` but give up (cancelling it) as soon as the run is aborted."""
+        task = asyncio.ensure_future(awaitable)
+        aborter = asyncio.ensure_future(run.event("abort").wait())
+        try:
+            await asyncio.wait({task, aborter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            aborter.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+        return task.result()
+
     async def _pause_hook(self, run: Run, point: str) -> None:
         if self.hooks.should_pause(point):
             log.warning("test hook: pausing run %s at %s", run.run_id, point)
@@ -560,7 +575,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         name = run.parties[peer]
         stub = self.peers.party(name, run.directory[name])
         try:
-            await self.peers.stream(getattr(stub, method), chunks, self.config.timeouts.stage)
+            await self._unless_aborted(
+                run, self.peers.stream(getattr(stub, method), chunks, self.config.timeouts.stage)
+            )
         except grpc.aio.AioRpcError as exc:
             if run.aborted:
                 raise RunAborted(run.reason or "aborted") from None

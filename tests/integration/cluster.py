@@ -207,6 +207,13 @@ class Cluster:
             self.wait_healthy(self.nodes[name])
         self.wait_registered(self.parties)
 
+    def restart_party(self, name: str, extra_env: Mapping[str, str] | None = None) -> None:
+        """Stop ``name`` (if running), start it with ``extra_env``, wait for health + registration."""
+        self.stop(name)
+        self.start_party(name, extra_env)
+        self.wait_healthy(self.nodes[name])
+        self.wait_registered([name])
+
     def wait_port(self, node: Node, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
         while not node.port_file.exists():
@@ -293,6 +300,14 @@ class Cluster:
         for name in self.parties:
             self.stop(name)
         self.stop("coordinator")
+
+    def alive(self, name: str) -> bool:
+        node = self.coordinator if name == "coordinator" else self.nodes[name]
+        return node.proc is not None and node.proc.poll() is None
+
+    def log_text(self, name: str) -> str:
+        node = self.coordinator if name == "coordinator" else self.nodes[name]
+        return node.log.read_text(errors="replace")
 
     def tail(self, node: Node, lines: int = 30) -> str:
         try:

@@ -1,0 +1,145 @@
+"""Runs that must fail: a party killed or stalled mid-run, wrong secret, mismatched or invalid
+parameters. Every failure names the party and stage, reaches every node, leaves no result file, the
+other nodes keep serving, and a fresh run afterwards succeeds."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import pathlib
+import signal
+import time
+
+import grpc
+import pytest
+
+from proto import common_pb2
+from tests.integration.cluster import Cluster
+from tests.integration.conftest import parameters, run_and_wait
+
+S = common_pb2.Stage
+
+
+async def _wait_file(
+    path: pathlib.Path, cluster: Cluster, name: str, timeout: float = 60.0
+) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert cluster.alive(name), cluster.tail(cluster.nodes[name])
+        assert time.monotonic() < deadline, f"{name} never reached its pause point"
+        await asyncio.sleep(0.05)
+
+
+def _run_with_fault(cluster: Cluster, victim: str, point: str, action: str) -> common_pb2.Stage:
+    """Start a run with ``victim`` pausing at ``point``, then SIGKILL or SIGSTOP it there."""
+    pause = cluster.root / f"pause-{victim}-{point}-{action}"
+    cluster.restart_party(victim, {"PPRL_TEST_PAUSE_AT": point, "PPRL_TEST_PAUSE_FILE": str(pause)})
+    params = parameters(cluster, name=f"p-{point}-{action}.json")
+
+    async def go():  # type: ignore[no-untyped-def]
+        run_id = await cluster.start_run(params, 60.0)
+        watch = asyncio.create_task(cluster.wait_run(run_id, 90.0))
+        await _wait_file(pause, cluster, victim)
+        cluster.signal(victim, signal.SIGKILL if action == "kill" else signal.SIGSTOP)
+        return await watch
+
+    return asyncio.run(go())
+
+
+def _wait_log(cluster: Cluster, name: str, needle: str, timeout: float = 30.0) -> None:
+    """Wait until ``name``'s log shows ``needle`` (the node's own record of the failure)."""
+    deadline = time.monotonic() + timeout
+    while needle not in cluster.log_text(name):
+        assert time.monotonic() < deadline, f"{name} never logged: {needle}"
+        time.sleep(0.05)
+
+
+def _assert_failed_everywhere(cluster: Cluster, status, victim: str, stage: str) -> None:  # type: ignore[no-untyped-def]
+    assert status.stage == S.STAGE_FAILED
+    assert victim in status.reason and stage in status.reason, status.reason
+    assert "timed out after" not in status.reason or victim in status.reason
+    for name in cluster.parties:
+        assert not cluster.result_dir(name, status.run_id).exists(), f"{name} left results"
+        if name != victim:
+            assert asyncio.run(cluster.health(name)) == "SERVING"
+            _wait_log(cluster, name, f"run {status.run_id} failed: {status.reason}")
+
+
+@pytest.mark.parametrize(("point", "stage"), [("exchange", "exchanging"), ("ring", "summing")])
+def test_party_killed_mid_run_fails_everywhere_then_fresh_run_succeeds(
+    cluster3: Cluster, point: str, stage: str
+) -> None:
+    status = _run_with_fault(cluster3, "party-b", point, "kill")
+    _assert_failed_everywhere(cluster3, status, "party-b", stage)
+    cluster3.restart_party("party-b")
+    again = run_and_wait(cluster3, parameters(cluster3, name=f"p-after-{point}.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
+
+
+def test_stalled_party_fails_the_run_and_recovers_without_restart(cluster3: Cluster) -> None:
+    status = _run_with_fault(cluster3, "party-c", "compare", "stop")
+    try:
+        _assert_failed_everywhere(cluster3, status, "party-c", "comparing")
+        assert "stopped responding" in status.reason or "timed out" in status.reason
+    finally:
+        cluster3.signal("party-c", signal.SIGCONT)
+    cluster3.wait_healthy(cluster3.nodes["party-c"])
+    again = run_and_wait(cluster3, parameters(cluster3, name="p-after-stop.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
+
+
+async def _start_expecting_error(cluster: Cluster, params: pathlib.Path) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await cluster.start_run(params, 30.0)
+    return err.value
+
+
+def test_wrong_secret_fails_key_confirmation_naming_the_party(cluster3: Cluster) -> None:
+    other = cluster3.root / "other-secret.key"
+    other.write_bytes(b"a different linkage secret, 32+ bytes long")
+    cluster3.restart_party("party-c", {"PPRL_SECRET_FILE": str(other)})
+    try:
+        proc = cluster3.run(parameters(cluster3, name="p-secret.json"), timeout=30)
+        assert proc.returncode == 2
+        assert "FAILED_PRECONDITION" in proc.stderr
+        assert "key confirmation failed: party-c" in proc.stderr
+        assert "party-a, party-b" in proc.stderr
+        assert other.read_bytes().decode() not in proc.stderr + proc.stdout
+    finally:
+        cluster3.restart_party("party-c")
+
+
+def test_pinned_schema_mismatch_is_rejected(cluster3: Cluster) -> None:
+    pinned = cluster3.root / "pinned-schema.json"
+    schema = dict(cluster3.schema)
+    schema["l"] = 1023
+    pinned.write_text(json.dumps(schema))
+    cluster3.restart_party("party-a", {"PPRL_SCHEMA": str(pinned)})
+    try:
+        err = asyncio.run(_start_expecting_error(cluster3, parameters(cluster3, name="p-pin.json")))
+        assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "party-a rejected the parameters" in (err.details() or "")
+        assert "pinned" in (err.details() or "")
+    finally:
+        cluster3.restart_party("party-a")
+
+
+def test_filter_length_not_divisible_by_parties_is_invalid(cluster3: Cluster) -> None:
+    schema = dict(cluster3.schema)
+    schema["l"] = 1024
+    path = cluster3.root / "p-1024.json"
+    path.write_text(
+        json.dumps(
+            {
+                "parties": cluster3.parties,
+                "schema": schema,
+                "match_threshold": 0.8,
+                "segment_threshold": 0.0,
+            }
+        )
+    )
+    err = asyncio.run(_start_expecting_error(cluster3, path))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    details = err.details() or ""
+    assert "l=1024" in details and "P=3" in details, details
+    assert "rejected the parameters" in details
