@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,7 +47,7 @@ def test_in_process_simulation_writes_report_and_matches_oracle_at_sm0(tmp_path)
 
 
 def test_networked_and_in_process_give_identical_matches(tmp_path):
-    common = dict(parties=3, records=150, corruption=0.2, seed=5, oracle="full")
+    common: dict[str, Any] = dict(parties=3, records=150, corruption=0.2, seed=5, oracle="full")
     net = run_networked_simulation(
         SimulationConfig(**common, out_dir=tmp_path / "net"), timeout=120.0
     )
