@@ -25,7 +25,7 @@ from collections.abc import Callable
 import jellyfish
 
 from party.encoding.hashing import blocking_digest, derive_key
-from party.encoding.normalise import DEFAULT_NORMALISATION, normalise
+from party.encoding.normalise import DEFAULT_NORMALISATION, normalise, valid_text
 from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
@@ -74,6 +74,10 @@ def _phonetic(code: Callable[[str], str], value: str) -> str:
     return code(letters) if letters else ""
 
 
+class InvalidText(ValueError):
+    """A blocking-key column value is not valid UTF-8 (the caller names row and field)."""
+
+
 class BlockingKeyer:
     """Computes the digests of one blocking key, memoising part values and digests."""
 
@@ -94,11 +98,23 @@ class BlockingKeyer:
         return "\x1f".join(parts)
 
     def digest(self, raw: tuple[str, ...]) -> int:
+        """The digest of one record's raw part columns (0 = no value)."""
         d = self._cache.get(raw)
         if d is None:
+            if not all(map(valid_text, raw)):
+                raise InvalidText("blocking-key column value is not valid UTF-8")
             v = self.value(raw)
             d = 0 if v is None else blocking_digest(self._key, v)
             if len(self._cache) >= self.MAX_CACHE:
                 self._cache.clear()
             self._cache[raw] = d
         return d
+
+    def digests(self, raws: list[tuple[str, ...]]) -> list[int]:
+        """digest() of many records, with the memo lookups done in bulk."""
+        out: list[int | None] = list(map(self._cache.get, raws))
+        if None in out:
+            for j, d in enumerate(out):
+                if d is None:
+                    out[j] = self.digest(raws[j])
+        return out  # type: ignore[return-value]

@@ -14,6 +14,7 @@ value has none. Positional q-grams are written ``<index>:<gram>``. A salted fiel
 
 from __future__ import annotations
 
+import operator
 import unicodedata
 
 from party.encoding.schema import FieldSpec, NormalisationSpec
@@ -25,6 +26,37 @@ DEFAULT_NORMALISATION = NormalisationSpec()
 
 def _is_punct(ch: str) -> bool:
     return unicodedata.category(ch)[0] in "PS"
+
+
+class _PunctTable(dict[int, str | None]):
+    """A str.translate table built lazily: punctuation/symbol code points map to ``replacement``,
+    others to themselves (so translate runs in C after the first sight of each character)."""
+
+    def __init__(self, replacement: str | None) -> None:
+        super().__init__()
+        self.replacement = replacement
+
+    def __missing__(self, code: int) -> str | None:
+        ch = chr(code)
+        value = self.replacement if _is_punct(ch) else ch
+        self[code] = value
+        return value
+
+
+_REMOVE_PUNCT = _PunctTable(None)
+_SPACE_PUNCT = _PunctTable(" ")
+
+
+def valid_text(value: str) -> bool:
+    """False if the value holds lone surrogates, i.e. bytes that were not valid UTF-8 (CSV files
+    are read with errors="surrogateescape" so such bytes can be reported with row and field)."""
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def normalise(value: str, spec: NormalisationSpec) -> str:
@@ -44,9 +76,9 @@ def normalise(value: str, spec: NormalisationSpec) -> str:
             "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch)),
         )
     if spec.punctuation == "remove":
-        s = "".join(ch for ch in s if not _is_punct(ch))
+        s = s.translate(_REMOVE_PUNCT)
     elif spec.punctuation == "space":
-        s = "".join(" " if _is_punct(ch) else ch for ch in s)
+        s = s.translate(_SPACE_PUNCT)
     if spec.whitespace == "collapse":
         s = " ".join(s.split())
     elif spec.whitespace == "remove":
@@ -54,21 +86,44 @@ def normalise(value: str, spec: NormalisationSpec) -> str:
     return s
 
 
-def qgrams(normalised: str, q: int, padding: bool = True, positional: bool = False) -> list[str]:
-    """The distinct q-grams of an already normalised value, in order of first occurrence."""
+def qgram_list(
+    normalised: str, q: int, padding: bool = True, positional: bool = False
+) -> list[str]:
+    """All q-grams of an already normalised value, in order, duplicates kept."""
     if not normalised:
         return []
-    s = PAD * (q - 1) + normalised + PAD * (q - 1) if padding and q > 1 else normalised
-    grams = [s] if len(s) < q else [s[i : i + q] for i in range(len(s) - q + 1)]
+    if padding and q > 1:
+        pad = PAD * (q - 1)
+        s = pad + normalised + pad
+    else:
+        s = normalised
+    if len(s) <= q:
+        grams = [s]
+    elif q == 1:
+        grams = list(s)
+    elif q == 2:
+        grams = list(map(operator.add, s, s[1:]))
+    else:
+        grams = [s[i : i + q] for i in range(len(s) - q + 1)]
     if positional:
         grams = [f"{i}:{g}" for i, g in enumerate(grams)]
-    return list(dict.fromkeys(grams))
+    return grams
 
 
-def field_qgrams(spec: FieldSpec, value: str, salt: str | None = None) -> list[str]:
-    """Normalised (and salted) q-grams of one field value; ``salt`` is the raw salt value."""
-    grams = qgrams(normalise(value, spec.normalisation), spec.q, spec.padding, spec.positional)
+def qgrams(normalised: str, q: int, padding: bool = True, positional: bool = False) -> list[str]:
+    """The distinct q-grams of an already normalised value, in order of first occurrence."""
+    return list(dict.fromkeys(qgram_list(normalised, q, padding, positional)))
+
+
+def field_qgram_list(spec: FieldSpec, value: str, salt: str | None = None) -> list[str]:
+    """field_qgrams with duplicates kept (what the encoder hashes; duplicates set no new bits)."""
+    grams = qgram_list(normalise(value, spec.normalisation), spec.q, spec.padding, spec.positional)
     if spec.salt_field is not None:
         suffix = SALT_SEPARATOR + normalise(salt or "", spec.normalisation)
         grams = [g + suffix for g in grams]
     return grams
+
+
+def field_qgrams(spec: FieldSpec, value: str, salt: str | None = None) -> list[str]:
+    """Normalised (and salted) distinct q-grams of one field value; ``salt`` is the raw salt value."""
+    return list(dict.fromkeys(field_qgram_list(spec, value, salt)))
