@@ -1,6 +1,6 @@
 """Fixtures that start a coordinator and N party nodes as OS processes (mutual TLS, loopback).
 
-``cluster3`` (module scope) is shared by the tests of one module, which restore it after they
+``cluster3`` (session scope) is shared by the integration tests, which restore it after they
 restart or stop a node. ``make_cluster(n, records)`` builds another deployment in a fresh folder.
 Expected results come from the same CSVs encoded in this process and run through
 ``run_in_process`` and the plaintext oracle.
@@ -36,7 +36,7 @@ def build_cluster(root: pathlib.Path, n: int, records: int, **kw: Any) -> Cluste
     return Cluster(root, names, csvs, schema, **kw)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("cluster3")
     cluster = build_cluster(root, 3, 200)
