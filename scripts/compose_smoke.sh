@@ -84,11 +84,33 @@ docker run --rm --network none "$PPRL_IMAGE" sh -c '
   pprl-coordinator --help >/dev/null
 ' || die "image check failed"
 
-say "starting setup, coordinator and parties (waits on completion and health checks)"
-"${DC[@]}" up -d --no-build coordinator party-a party-b party-c
+# Fixed container names (Docker DNS in bridge mode) and, with host networking, fixed ports: refuse clearly
+# rather than fail half-way if another project or process holds them.
+for name in pprl-coordinator pprl-party-a pprl-party-b pprl-party-c; do
+  owner=$(docker inspect --format '{{ index .Config.Labels "com.docker.compose.project" }}' "$name" 2>/dev/null || true)
+  if [ -n "$owner" ] && [ "$owner" != "$PROJECT" ]; then
+    die "container $name belongs to compose project '$owner': run 'docker compose -p $owner down' first"
+  fi
+done
+if [ "${PPRL_NETWORK_MODE:-host}" = host ]; then
+  for port in "${PPRL_COORDINATOR_PORT:-50050}" "${PPRL_PARTY_A_PORT:-50051}" \
+              "${PPRL_PARTY_B_PORT:-50052}" "${PPRL_PARTY_C_PORT:-50053}"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      die "port $port on 127.0.0.1 is in use (set PPRL_*_PORT to free ports)"
+    fi
+  done
+fi
 
-say "running the linkage (runner service)"
-"${DC[@]}" run --rm -T runner
+say "docker compose up: setup, coordinator, parties, runner (start order by health, no sleeps)"
+"${DC[@]}" up -d --no-build
+runner=$("${DC[@]}" ps -q runner)
+[ -n "$runner" ] || die "the runner container was not created"
+status=$(docker wait "$runner")
+"${DC[@]}" logs --no-color runner
+[ "$status" = 0 ] || die "the runner (first linkage) exited with $status"
+
+say "a second linkage on the running nodes (docker compose run --rm runner)"
+"${DC[@]}" run --rm -T runner >/dev/null
 
 say "checking every party's results volume"
 "${DC[@]}" --profile check run --rm -T check
