@@ -306,7 +306,9 @@ def _field_view(d: FieldDictionary, obs: np.ndarray, input_bits: int) -> _FieldV
     return _FieldView(qa, observable, post_len, obs_len, va, incidence)
 
 
-def _consistent(d: FieldDictionary, v: _FieldView, k0: np.ndarray) -> np.ndarray:
+def _consistent(
+    d: FieldDictionary, v: _FieldView, k0: np.ndarray, route: str | None = None
+) -> np.ndarray:
     """(c, V) bool: entries whose q-grams are all possibly present, exactly.
 
     Counts, per record, either the impossible q-grams of each entry (consistent iff 0) or the
@@ -320,9 +322,10 @@ def _consistent(d: FieldDictionary, v: _FieldView, k0: np.ndarray) -> np.ndarray
     possible = ~impossible & v.observable[None, :]
     cost_imp = float((impossible.astype(np.float32) @ v.post_len).sum())
     cost_pos = float((possible.astype(np.float32) @ v.post_len).sum())
-    use_imp = cost_imp <= cost_pos
+    use_imp = cost_imp <= cost_pos if route is None else route == "impossible"
     dense_cost = c * impossible.shape[1] * vn / _BLAS_ADVANTAGE
-    if v.incidence is not None and dense_cost < min(cost_imp, cost_pos):
+    dense = dense_cost < min(cost_imp, cost_pos) if route is None else route == "dense"
+    if v.incidence is not None and dense:
         return (impossible.astype(np.float32) @ v.incidence) == 0
     r, q = np.nonzero(impossible if use_imp else possible)
     rr, ee = _expand(r.astype(np.int64), q.astype(np.int64), d.post_ptr, d.post_entries)

@@ -1,0 +1,464 @@
+"""Running the whole self-audit on a party's own data with the agreed parameters.
+
+Inputs: the party's plaintext rows (optional: without them only the plaintext-free measures run), the
+EncodedRecords it would reveal (filters after its hardening, blocking digests), the Encoder (the
+attacker's view: q-grams, atom filters, deterministic hardening) and the number of parties. Outputs an
+AuditReport. Suggestions ("what would pass") come from re-running the insider attack on a small sample
+with more parties or with simulated hardening of the same unhardened filters (the unhardened filters
+are rebuilt from the encoder's per-value atom filters, so no secret is needed here).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from party.audit.frequency import frequency_risk_rows
+from party.audit.hardening_map import HardeningMap, identity_map, probe_hardening
+from party.audit.insider import (
+    DEFAULT_MAX_CANDIDATES,
+    FieldDictionary,
+    InsiderResult,
+    build_dictionary,
+    insider_attack,
+)
+from party.audit.report import AuditReport, CvplRow
+from party.audit.revealed import blocking_reveal, segment_reveal
+from party.audit.sensitivity import bit_sensitivity, per_segment
+from party.audit.uniqueness import DEFAULT_K, factorize, uniqueness
+from party.encoding import bits
+from party.errors import PprlError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TAUS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
+SUGGESTION_TARGETS = 400
+
+
+@dataclass(frozen=True)
+class AuditOptions:
+    """Knobs of one audit run (the policy sets some of them)."""
+
+    k: int = DEFAULT_K
+    insider_max_targets: int | None = 2000
+    max_candidates: int = DEFAULT_MAX_CANDIDATES
+    include_full_filter: bool = False
+    external: Mapping[str, Sequence[str]] = field(default_factory=dict)
+    cvpl: bool = True
+    cvpl_taus: tuple[float, ...] = DEFAULT_TAUS
+    cvpl_corruption: float = 0.2  # share of the attacker's register records perturbed (corruptor)
+    cvpl_max_sources: int = 2000
+    cvpl_settings: bool = True  # also assess simulated hardening settings
+    suggestions: bool = True
+    seed: int = 0
+
+
+def _fields(schema: Any) -> list[str]:
+    return [f.name for f in schema.fields]
+
+
+def _salts(schema: Any) -> dict[str, str | None]:
+    return {f.name: getattr(f, "salt_field", None) for f in schema.fields}
+
+
+def _hardening_label(schema: Any) -> str:
+    hd = schema.hardening
+    parts = []
+    if hd.xor_fold:
+        parts.append("xor-fold")
+    if hd.balance:
+        parts.append("balance")
+    if hd.blip_flip_probability is not None:
+        parts.append(f"blip f={hd.blip_flip_probability}")
+    return ", ".join(parts) or "none"
+
+
+def unhardened_filters(
+    encoder: Any, fields: Sequence[str], rows: Sequence[Mapping[str, str]], nbits: int
+) -> np.ndarray:
+    """The rows' CLK filters before hardening, from the encoder's per-value positions (memoised)."""
+    out = bits.empty_rows(len(rows), nbits)
+    salts = _salts(encoder.schema) if hasattr(encoder, "schema") else {}
+    for name in fields:
+        salt = salts.get(name)
+        index: dict[Any, int] = {}
+        tables: list[list[int]] = []
+        codes = np.empty(len(rows), dtype=np.int64)
+        for i, row in enumerate(rows):
+            value = row.get(name, "")
+            key: Any = (value, row.get(salt, "")) if salt else value
+            c = index.get(key)
+            if c is None:
+                try:
+                    pos = encoder.value_positions(name, value, row)
+                except PprlError:
+                    pos = np.zeros(0, dtype=np.int64)
+                c = len(tables)
+                index[key] = c
+                tables.append([int(p) for p in pos])
+            codes[i] = c
+        table = bits.rows_from_positions(tables, nbits) if tables else bits.empty_rows(0, nbits)
+        if len(rows):
+            out |= table[codes]
+    return out
+
+
+def _fold(rows: np.ndarray, nbits: int) -> np.ndarray:
+    half = nbits // 2
+    return bits.slice_bits(rows, 0, half) ^ bits.slice_bits(rows, half, nbits)
+
+
+def _blip(rows: np.ndarray, nbits: int, f: float, rng: np.random.Generator) -> np.ndarray:
+    flips = rng.random((rows.shape[0], nbits)) < f
+    return rows ^ bits.pack_rows(flips.astype(np.uint8))
+
+
+def _worst_insider(res: InsiderResult, receiving: Sequence[int]) -> float:
+    vals = [
+        o.one_to_one.value
+        for s in res.segments
+        if s.segment in receiving
+        for o in [*s.fields.values(), s.record]
+    ]
+    return max(vals, default=0.0)
+
+
+def run_audit(
+    records: Any,
+    encoder: Any,
+    schema: Any,
+    parties: int,
+    *,
+    rows: Sequence[Mapping[str, str]] | None = None,
+    self_index: int | None = None,
+    options: AuditOptions | None = None,
+    insider_limit: float | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> AuditReport:
+    """Every audit measure on ``records`` (EncodedRecords) with ``parties`` parties.
+
+    ``rows[i]`` must be the plaintext of ``records`` row i (see gate.aligned_rows). Segment j goes to
+    party j; with ``self_index`` the party's own segment is left out of the worst-case figures.
+    ``insider_limit`` (the policy's) guides the suggestions.
+    """
+    opts = options or AuditOptions()
+    say = progress or (lambda _msg: None)
+    seconds: dict[str, float] = {}
+    notes: list[str] = []
+    filters = records.filters
+    out_bits = int(records.filter_bits)
+    n = filters.shape[0]
+    if rows is not None and len(rows) != n:
+        raise PprlError(f"audit: {len(rows)} plaintext rows for {n} encoded records")
+    receiving = [j for j in range(parties) if j != self_index]
+    fields = _fields(schema)
+    meta: dict[str, Any] = {
+        "records": n,
+        "parties": parties,
+        "self_index": self_index,
+        "receiving_segments": receiving,
+        "filter_bits": int(schema.filter_bits),
+        "output_bits": out_bits,
+        "hardening": _hardening_label(schema),
+        "schema_digest": schema.digest() if hasattr(schema, "digest") else None,
+        "fields": fields,
+        "seconds": seconds,
+        "notes": notes,
+    }
+    notes.append(
+        "Measured on all records: which blocks are common is only known during the run, so every "
+        "block is assumed common (worst case)."
+    )
+
+    def timed(name: str, fn: Callable[[], Any]) -> Any:
+        say(name)
+        t0 = time.perf_counter()
+        value = fn()
+        seconds[name] = round(time.perf_counter() - t0, 3)
+        return value
+
+    blocking = timed("blocking", lambda: blocking_reveal(records.block_digests, k=opts.k))
+    segs = timed("segments", lambda: segment_reveal(filters, out_bits, parties, k=opts.k))
+    report = AuditReport(meta=meta, blocking=blocking, segments=segs)
+    hmap: HardeningMap = timed(
+        "hardening map",
+        lambda: (
+            probe_hardening(getattr(encoder, "harden", None), int(schema.filter_bits), out_bits)
+            if int(schema.filter_bits) != out_bits or _has_hardening(schema)
+            else identity_map(out_bits)
+        ),
+    )
+    if not hmap.affine:
+        notes.append(
+            "The hardening is not affine over GF(2): the insider attack read no bit exactly."
+        )
+    if schema.hardening.xor_fold:
+        notes.append(
+            "XOR-folded bits are treated as unreadable by the insider attack: its rates are a lower "
+            "bound for folded filters."
+        )
+    if schema.hardening.blip_flip_probability is not None:
+        notes.append(
+            "Under BLIP the attack requires exact consistency, so flipped bits hide true values: its "
+            "rates are a lower bound against a noise-tolerant attacker."
+        )
+    if rows is None:
+        notes.append(
+            "No plaintext rows were given: uniqueness, bit sensitivity, frequency and insider measures "
+            "were not run."
+        )
+        return report
+
+    report.uniqueness = timed(
+        "uniqueness",
+        lambda: uniqueness(
+            {f: [r.get(f, "") for r in rows] for f in fields}, fields, k=opts.k, greedy=True
+        ),
+    )
+    plain = factorize([tuple(r.get(f, "") for f in fields) for r in rows])
+
+    def freq() -> dict[str, Any]:
+        out = {"full_filter": frequency_risk_rows(plain, filters)}
+        for j, seg in enumerate(bits.segments(filters, out_bits, parties)):
+            out[f"segment_{j}"] = frequency_risk_rows(plain, seg)
+        return out
+
+    report.frequency = timed("frequency", freq)
+    ext = {k: list(v) for k, v in opts.external.items()}
+    insider = timed(
+        "insider",
+        lambda: insider_attack(
+            rows,
+            filters,
+            encoder,
+            fields,
+            hmap,
+            parties,
+            salt_fields=_salts(schema),
+            external=ext,
+            max_targets=opts.insider_max_targets,
+            max_candidates=opts.max_candidates,
+            include_full=opts.include_full_filter,
+            seed=opts.seed,
+        ),
+    )
+    report.insider = insider
+    if insider.sampled:
+        notes.append(
+            f"Insider attack on a uniform random sample of {insider.targets} of {n} records "
+            "(the dictionary holds every distinct value); rates carry Wilson 95% intervals."
+        )
+    dicts: list[FieldDictionary] = timed(
+        "dictionaries",
+        lambda: [
+            build_dictionary(encoder, f, rows, salt_field=_salts(schema).get(f)) for f in fields
+        ],
+    )
+    sens = timed("sensitivity", lambda: bit_sensitivity(dicts, hmap, filters))
+    report.bit_sensitivity = sens
+    report.sensitivity = per_segment(sens, parties, k=opts.k)
+    unhardened: np.ndarray | None = None
+    if opts.cvpl or opts.suggestions:
+        unhardened = timed(
+            "unhardened filters",
+            lambda: unhardened_filters(encoder, fields, rows, int(schema.filter_bits)),
+        )
+    if opts.cvpl and unhardened is not None:
+        report.cvpl = timed(
+            "cvpl",
+            lambda: _cvpl(
+                records, rows, encoder, schema, parties, receiving, unhardened, opts, notes
+            ),
+        )
+    if opts.suggestions and unhardened is not None:
+        report.suggestions = timed(
+            "suggestions",
+            lambda: _suggest(
+                report, rows, encoder, schema, parties, receiving, unhardened, opts, insider_limit
+            ),
+        )
+    return report
+
+
+def _has_hardening(schema: Any) -> bool:
+    hd = schema.hardening
+    return bool(hd.xor_fold or hd.balance)
+
+
+def _cvpl(
+    records: Any,
+    rows: Sequence[Mapping[str, str]],
+    encoder: Any,
+    schema: Any,
+    parties: int,
+    receiving: Sequence[int],
+    unhardened: np.ndarray,
+    opts: AuditOptions,
+    notes: list[str],
+) -> list[CvplRow] | None:
+    try:
+        from party.audit.cvpl import assess_bits
+    except ImportError:
+        notes.append("CVPL engine not available: CVPL measures not run.")
+        return None
+    n = len(rows)
+    fields = _fields(schema)
+    rng = np.random.default_rng(opts.seed + 17)
+    # D: the attacker's register, encoded with the key (optionally perturbed by the corruptor)
+    register = unhardened
+    if opts.cvpl_corruption > 0:
+        try:
+            from party.synthetic import Corruptor
+
+            corr = Corruptor(opts.seed + 3)
+            pick = rng.random(n) < opts.cvpl_corruption
+            perturbed = [corr.corrupt(r, 1) if p else r for r, p in zip(rows, pick, strict=True)]
+            register = unhardened_filters(encoder, fields, perturbed, int(schema.filter_bits))
+            notes.append(
+                f"CVPL register: {int(pick.sum())} of {n} records perturbed with one corruptor "
+                "error each (a realistic outside register)."
+            )
+        except ImportError:
+            notes.append("Corruptor not available: CVPL register is the exact own data.")
+    harden = getattr(encoder, "harden", None)
+    hardened_register = (
+        harden(register) if harden is not None and _has_hardening(schema) else register
+    )
+    src_idx = np.arange(n)
+    if n > opts.cvpl_max_sources:
+        src_idx = np.sort(rng.choice(n, size=opts.cvpl_max_sources, replace=False))
+        notes.append(f"CVPL sources: a uniform sample of {src_idx.size} of {n} revealed records.")
+    settings: list[tuple[str, np.ndarray, np.ndarray, int]] = [
+        ("agreed", records.filters, hardened_register, int(records.filter_bits))
+    ]
+    if opts.cvpl_settings and not _has_hardening(schema):
+        lb = int(schema.filter_bits)
+        if schema.hardening.blip_flip_probability is None:
+            settings.append(
+                ("simulated blip f=0.05", _blip(unhardened, lb, 0.05, rng), register, lb)
+            )
+        if lb % (2 * parties) == 0:
+            settings.append(
+                ("simulated xor-fold", _fold(unhardened, lb), _fold(register, lb), lb // 2)
+            )
+    digests = records.block_digests
+    keys = list(range(digests.shape[1])) or [-1]
+    out: list[CvplRow] = []
+    truth = src_idx.copy()
+    for label, revealed, reg, nb in settings:
+        if nb % parties:
+            continue
+        for j in receiving:
+            a, b = nb // parties * j, nb // parties * (j + 1)
+            src = bits.slice_bits(revealed[src_idx], a, b)
+            tgt = bits.slice_bits(reg, a, b)
+            for key in keys:
+                blocks = digests[:, key] if key >= 0 else np.zeros(n, dtype=np.uint64)
+                res = assess_bits(
+                    src,
+                    tgt,
+                    b - a,
+                    blocks[src_idx],
+                    blocks,
+                    list(opts.cvpl_taus),
+                    truth=truth,
+                )
+                out.append(
+                    CvplRow(
+                        setting=label,
+                        segment=j,
+                        blocking_key=key,
+                        taus=[float(t) for t in res.taus],
+                        linkage_rate=list(res.linkage_rate),
+                        top1_precision=list(res.top1_precision) if res.top1_precision else None,
+                        best_similarity=res.best_similarity,
+                    )
+                )
+    return out
+
+
+def _suggest(
+    report: AuditReport,
+    rows: Sequence[Mapping[str, str]],
+    encoder: Any,
+    schema: Any,
+    parties: int,
+    receiving: Sequence[int],
+    unhardened: np.ndarray,
+    opts: AuditOptions,
+    insider_limit: float | None,
+) -> list[str]:
+    """Alternatives that lower the insider risk, measured on a small sample."""
+    out: list[str] = []
+    fields = _fields(schema)
+    lb = int(schema.filter_bits)
+    current = _worst_insider(report.insider, receiving) if report.insider else 0.0
+    target = insider_limit if insider_limit is not None else 0.05
+    if current > target:
+        kw: dict[str, Any] = {
+            "salt_fields": _salts(schema),
+            "max_targets": SUGGESTION_TARGETS,
+            "include_full": False,
+            "seed": opts.seed,
+        }
+        found = False
+        for p2 in range(parties + 1, min(8 * parties, 64) + 1):
+            if lb % p2:
+                continue
+            res = insider_attack(rows, unhardened, encoder, fields, identity_map(lb), p2, **kw)
+            worst = _worst_insider(res, range(p2))
+            if worst <= target:
+                out.append(
+                    f"more parties: with P={p2} (segments of {lb // p2} bits, unhardened) the worst "
+                    f"insider one-to-one rate would be {worst:.3f} (limit {target:.3f}; "
+                    f"sample of {res.targets})"
+                )
+                found = True
+                break
+        if not found:
+            out.append(
+                f"more parties: no P up to {min(8 * parties, 64)} dividing l={lb} brings the insider "
+                f"one-to-one rate to {target:.3f} without hardening"
+            )
+        rng = np.random.default_rng(opts.seed + 5)
+        for f in (0.02, 0.05, 0.1, 0.2):
+            noisy = _blip(unhardened, lb, f, rng)
+            res = insider_attack(rows, noisy, encoder, fields, identity_map(lb), parties, **kw)
+            worst = _worst_insider(res, receiving)
+            if worst <= target:
+                eps = 2 * np.log((1 - f) / f)
+                out.append(
+                    f"hardening: BLIP with flip probability {f} (epsilon {eps:.2f} per bit) gives a "
+                    f"worst insider one-to-one rate of {worst:.3f} at P={parties} (a lower bound "
+                    "against noise-tolerant attackers; check linkage quality)"
+                )
+                break
+        if lb % (2 * parties) == 0:
+            folded = _fold(unhardened, lb)
+            fmap = probe_hardening(lambda r: _fold(r, lb), lb, lb // 2)
+            res = insider_attack(rows, folded, encoder, fields, fmap, parties, **kw)
+            out.append(
+                f"hardening: XOR-folding gives a worst insider one-to-one rate of "
+                f"{_worst_insider(res, receiving):.3f} for this attack (a lower bound: folded bits "
+                "are not read exactly)"
+            )
+        if schema.hardening.balance:
+            out.append(
+                "balancing does not protect against a co-party holding the key (the complement "
+                "half reveals the same bits)"
+            )
+    b = report.blocking
+    if b.keys:
+        worst_key = max(b.keys, key=lambda k: k.alone.value)
+        if worst_key.alone.value > 0.01:
+            out.append(
+                f"blocking: key {worst_key.key} leaves {worst_key.alone} of records alone in their "
+                "block; a coarser key (shorter prefix, phonetic code alone, year band) or a minimum "
+                "block size would lower it"
+            )
+    return out
