@@ -9,6 +9,7 @@ import json
 import pathlib
 import signal
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -30,7 +31,7 @@ async def _wait_file(
         await asyncio.sleep(0.05)
 
 
-def _run_with_fault(cluster: Cluster, victim: str, point: str, action: str) -> common_pb2.Stage:
+def _run_with_fault(cluster: Cluster, victim: str, point: str, action: str) -> Any:
     """Start a run with ``victim`` pausing at ``point``, then SIGKILL or SIGSTOP it there."""
     pause = cluster.root / f"pause-{victim}-{point}-{action}"
     cluster.restart_party(victim, {"PPRL_TEST_PAUSE_AT": point, "PPRL_TEST_PAUSE_FILE": str(pause)})

@@ -1,0 +1,122 @@
+"""party/node/wire.py: chunked encoding round-trips and rejects malformed chunks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from party.node import wire
+from party.node.errors import Malformed
+from party.protocol.ring import RingMessage
+from party.protocol.segments import SegmentShare
+from proto import common_pb2, party_pb2
+
+REF = common_pb2.RunRef(run_id="ab" * 16, parameters_digest="cd" * 32)
+
+
+async def _aiter(items):  # type: ignore[no-untyped-def]
+    for item in items:
+        yield item
+
+
+async def _decode(fn, chunks):  # type: ignore[no-untyped-def]
+    it = _aiter(chunks[1:])
+    return await fn(chunks[0], it)
+
+
+def _rng() -> np.random.Generator:
+    return np.random.default_rng(3)
+
+
+@pytest.mark.parametrize("n", [0, 1, 5000, 20000])
+async def test_share_round_trip_in_bounded_chunks(n: int) -> None:
+    rng = _rng()
+    seg_bits = 341
+    share = SegmentShare(
+        source=1,
+        target=2,
+        segment_bits=seg_bits,
+        pseudonyms=rng.integers(1, 2**63, n, dtype=np.uint64),
+        block_digests=rng.integers(0, 2**63, (n, 2), dtype=np.uint64),
+        segments=rng.integers(0, 2**63, (n, 6), dtype=np.uint64),
+    )
+    chunks = list(wire.share_to_chunks(REF, share))
+    assert all(c.ByteSize() < 1.1 * 2**20 for c in chunks)
+    assert len(chunks) == max(1, -(-n * 8 * 9 // 2**20))
+    back = await _decode(wire.share_from_chunks, chunks)
+    assert (back.source, back.target, back.segment_bits) == (1, 2, seg_bits)
+    np.testing.assert_array_equal(back.pseudonyms, share.pseudonyms)
+    np.testing.assert_array_equal(back.block_digests, share.block_digests)
+    np.testing.assert_array_equal(back.segments, share.segments)
+
+
+async def test_ring_blocks_and_results_round_trip() -> None:
+    rng = _rng()
+    m = 70000
+    msg = RingMessage(
+        hop=1,
+        candidates=rng.integers(0, 2**64 - 1, (m, 3), dtype=np.uint64),
+        c_masked=rng.integers(0, 2**64 - 1, m, dtype=np.uint64),
+        x_masked=rng.integers(0, 2**64 - 1, m, dtype=np.uint64),
+    )
+    back = await _decode(wire.ring_from_chunks, list(wire.ring_to_chunks(REF, 1, msg)))
+    assert back.hop == 1
+    for f in ("candidates", "c_masked", "x_masked"):
+        np.testing.assert_array_equal(getattr(back, f), getattr(msg, f))
+    digests = np.unique(rng.integers(1, 2**64 - 1, 300000, dtype=np.uint64))
+    got = await _decode(wire.blocks_from_chunks, list(wire.blocks_to_chunks(REF, 0, digests)))
+    np.testing.assert_array_equal(got, digests)
+    lids = np.arange(10, dtype=np.uint64)
+    sims = rng.random(10)
+    ps = rng.integers(1, 2**63, 10, dtype=np.uint64)
+    chunks = list(wire.results_to_chunks(REF, 0, 2, lids, sims, ps))
+    l2, s2, p2 = await _decode(wire.results_from_chunks, chunks)
+    np.testing.assert_array_equal(l2, lids)
+    np.testing.assert_array_equal(s2, sims)  # float64 bit-exact
+    np.testing.assert_array_equal(p2, ps)
+
+
+async def test_malformed_chunks_are_rejected_with_the_field_name() -> None:
+    share = party_pb2.PushShareRequest(
+        run=REF,
+        source=0,
+        target=1,
+        segment_bits=64,
+        total_rows=1,
+        block_columns=1,
+        rows=1,
+        pseudonyms=b"\0" * 8,
+        block_digests=b"\0" * 8,
+        segments=b"\0" * 9,
+    )
+    with pytest.raises(Malformed, match="segments has 9 bytes, expected 8"):
+        await _decode(wire.share_from_chunks, [share])
+    fewer = party_pb2.PushShareRequest()
+    fewer.CopyFrom(share)
+    fewer.segments = b"\0" * 8
+    fewer.total_rows = 2
+    with pytest.raises(Malformed, match="got 1 rows, declared 2"):
+        await _decode(wire.share_from_chunks, [fewer])
+    other = party_pb2.PushShareRequest()
+    other.CopyFrom(fewer)
+    other.source = 2
+    with pytest.raises(Malformed, match="header differs"):
+        await _decode(wire.share_from_chunks, [fewer, other])
+    more = party_pb2.PushShareRequest()
+    more.CopyFrom(share)
+    more.segments = b"\0" * 8
+    with pytest.raises(Malformed, match="more rows than"):
+        await _decode(wire.share_from_chunks, [more, more])
+    ring = party_pb2.PassRingRequest(run=REF, source=0, hop=0, total_rows=0, parties=1)
+    with pytest.raises(Malformed, match="parties must be between"):
+        await _decode(wire.ring_from_chunks, [ring])
+    huge = party_pb2.PushBlocksRequest(run=REF, source=0, total=2**40)
+    with pytest.raises(Malformed, match="exceeds"):
+        await _decode(wire.blocks_from_chunks, [huge])
+
+
+async def test_decoded_arrays_own_their_memory() -> None:
+    chunks = list(wire.blocks_to_chunks(REF, 0, np.array([5, 9], dtype=np.uint64)))
+    got = await _decode(wire.blocks_from_chunks, chunks)
+    got[0] = 1  # writable (not a view of the immutable message bytes)
+    assert got.dtype == np.uint64
