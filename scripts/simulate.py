@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--in-process", action="store_true", help="run all parties in this process")
     ap.add_argument("--timeout", type=float, default=1800.0, help="networked run timeout (s)")
+    ap.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="networked mode: skip the local in-process reference run and oracle (large runs)",
+    )
     ap.add_argument("-v", "--verbose", action="store_true")
     return ap
 
@@ -140,7 +145,7 @@ def print_result(console: Console, r: SimulationResult) -> None:
             str(p["candidate_sets"]),
             stages(p["evaluated_per_stage"], p["survived_per_stage"]),
             str(p["survivors"]),
-            f"{p['rr_f']:.4f}",
+            "n/a" if p["rr_f"] is None else f"{p['rr_f']:.4f}",
             _mib(p["bytes_sent"]),
             _mib(p["peak_memory_bytes"]),
         )
@@ -212,7 +217,9 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 from party.synthetic.network_sim import run_networked_simulation
 
-                result = run_networked_simulation(cfg, view, timeout=args.timeout)
+                result = run_networked_simulation(
+                    cfg, view, timeout=args.timeout, reference=not args.no_reference
+                )
     except PprlError as exc:
         console.print(f"simulate: error: {exc}", style="red", markup=False, highlight=False)
         return 2

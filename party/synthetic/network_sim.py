@@ -212,10 +212,10 @@ def run_networked_simulation(
         node_matches.append(rows)
         write_matches_csv(matches_path(cfg.out_dir, p), rows)
     quality = evaluate(node_matches, data.truth)
-    for stage_name in ("exchanging", "comparing", "summing"):
+    stage_names = sorted({k for s in summaries.values() for k in s.stage_seconds})
+    for stage_name in stage_names:
         vals = [s.stage_seconds.get(stage_name, 0.0) for s in summaries.values()]
-        if vals:
-            steps[f"nodes.{stage_name} (max over parties)"] = max(vals)
+        steps[f"nodes.{stage_name} (max over parties)"] = max(vals)
 
     notes = [n for n in [note] if n]
     oq: LinkageQuality | None = None
@@ -263,7 +263,7 @@ def run_networked_simulation(
                 "evaluated_per_stage": [],
                 "survived_per_stage": [],
                 "survivors": "n/a",
-                "rr_f": float("nan"),
+                "rr_f": None,
             }
             for i, n in enumerate(names)
         ]

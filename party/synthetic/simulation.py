@@ -496,7 +496,7 @@ def write_report(r: SimulationResult) -> None:
         lines.append(
             f"| {p['name']} | {p['records']} | {p['records_in_common_blocks']} | "
             f"{p['candidate_sets']} | {p['evaluated_per_stage']} | {p['survived_per_stage']} | "
-            f"{p['survivors']} | {p['rr_f']:.4f} | {_fmt_bytes(p['bytes_sent'])} | "
+            f"{p['survivors']} | {'n/a' if p['rr_f'] is None else format(p['rr_f'], '.4f')} | {_fmt_bytes(p['bytes_sent'])} | "
             f"{_fmt_bytes(p['peak_memory_bytes'])} |"
         )
     lines += ["", "## Time per step (wall seconds)", "", "| step | seconds |", "|---|---:|"]
