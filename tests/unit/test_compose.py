@@ -535,3 +535,33 @@ def test_check_results_accepts_a_correct_run_and_rejects_broken_ones(
     assert "run-2" in capsys.readouterr().err
     assert check.main([*argv, "--run-id=run-9"]) == 1
     assert "no matches.csv at party-b, party-c" in capsys.readouterr().err
+
+
+# -- scripts and documentation stay in step with the compose file -------------------------------
+
+
+def test_shell_scripts_parse() -> None:
+    import subprocess
+
+    for script in ("scripts/compose_smoke.sh", "scripts/docker_base_image.sh", "docker/pip-env.sh"):
+        proc = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
+        assert proc.returncode == 0, f"{script}: {proc.stderr.strip()}"
+
+
+def test_every_compose_variable_is_documented() -> None:
+    text = COMPOSE_FILE.read_text(encoding="utf-8")
+    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
+    names = {m.group(1) or m.group(4) for m in _VAR.finditer(body) if m.group(0) != "$$"}
+    assert names, "the compose file is expected to be parameterised"
+    docs = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    bridge = set(read_env_file(BRIDGE_ENV))
+    assert bridge <= names, f"docker/bridge.env sets variables compose ignores: {bridge - names}"
+
+    # Documented literally, or as a host/port family: `PPRL_PARTY_A_HOST` / `_PORT` (B, C).
+    def documented(name: str) -> bool:
+        family = re.sub(r"_PARTY_[BC]_", "_PARTY_A_", name)
+        base, _, suffix = family.rpartition("_")
+        return name in docs or (suffix in ("HOST", "PORT") and f"`{base}_HOST` / `_PORT`" in docs)
+
+    undocumented = sorted(n for n in names if not documented(n))
+    assert not undocumented, f"docs/deployment.md does not mention {undocumented}"
