@@ -77,3 +77,28 @@ def test_five_parties_equal_in_process_and_oracle(make_cluster) -> None:  # type
     got = network_sets(cluster, status.run_id)
     inproc, oracle = expected_sets(cluster, params)
     assert got and got == inproc == oracle
+
+
+def test_run_state_survives_a_coordinator_restart(cluster3: Cluster) -> None:
+    import asyncio
+
+    from proto import coordinator_pb2, coordinator_pb2_grpc
+
+    before = run_and_wait(cluster3, parameters(cluster3, name="p-restart.json"))
+    assert before.stage == S.STAGE_DONE
+    cluster3.stop("coordinator")
+    cluster3.start_coordinator()
+
+    async def get(run_id: str):  # type: ignore[no-untyped-def]
+        sec = cluster3.security("coordinator")
+        address = cluster3.coordinator.address
+        async with sec.channel(address, "coordinator", ["pprl.v1.Coordinator"]) as ch:
+            stub = coordinator_pb2_grpc.CoordinatorStub(ch)
+            resp = await stub.GetRun(coordinator_pb2.GetRunRequest(run_id=run_id), timeout=5)
+        return resp.status
+
+    after = asyncio.run(get(before.run_id))
+    assert after.stage == S.STAGE_DONE
+    assert [s.matches for s in after.summaries] == [s.matches for s in before.summaries]
+    again = run_and_wait(cluster3, parameters(cluster3, name="p-restart2.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
