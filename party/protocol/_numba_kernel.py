@@ -26,16 +26,19 @@ def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def extend_chunk(acc, apop, psum, right, rpop, table, outcol, outc, counts):  # type: ignore[no-untyped-def]
+def extend_chunk(acc, psum, right, rpop, table, outcol, outc, counts):  # type: ignore[no-untyped-def]
     """For every partial set i and right row j: c = popcount(acc[i] & right[j]); keep iff
     c >= table[psum[i] + rpop[j]]. Kept j and c of row i go to outcol/outc[i*n : i*n + counts[i]].
-    A pair whose upper bound min(apop[i], rpop[j]) is below the table value is pruned unread."""
+    A pair whose upper bound min(popcount(acc[i]), rpop[j]) is below the table value is pruned
+    without reading the row."""
     m, w = acc.shape
     n = right.shape[0]
     for i in range(m):
         cnt = 0
         ps = psum[i]
-        ap = apop[i]
+        ap = 0
+        for k in range(w):
+            ap += _popcnt64(acc[i, k])  # type: ignore[call-arg]
         base = i * n
         for j in range(n):
             rp = rpop[j]

@@ -44,6 +44,7 @@ from party.protocol.classify import (
     linkage_label,
 )
 from party.protocol.errors import (
+    ComparisonCancelled,
     MemoryBudgetError,
     ProtocolError,
     ResultsError,
@@ -51,7 +52,7 @@ from party.protocol.errors import (
     StateError,
     SummationError,
 )
-from party.protocol.kernel import DEFAULT_KERNEL, StageCounts, iter_block
+from party.protocol.kernel import DEFAULT_KERNEL, StageCounts, compare_small_blocks, iter_block
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
@@ -65,6 +66,9 @@ from party.protocol.ring import (
 from party.protocol.segments import SegmentShare, new_pseudonyms, validate_share
 
 logger = logging.getLogger(__name__)
+
+#: Blocks with at most this many candidate sets are compared in vectorised batches of many blocks.
+SMALL_BLOCK_SETS = 4096
 
 
 @dataclass
@@ -314,8 +318,58 @@ class PartyEngine:
         held = 0
         if progress is not None:
             progress(0, total)
+        seg_pops = [popcount_rows(s) for s in segs]
+
+        def keep(rows: np.ndarray, c: np.ndarray) -> None:
+            nonlocal held
+            held += int(rows.shape[0])
+            if held * bytes_per_set > limit:
+                raise MemoryBudgetError(
+                    f"party {self.index}: more than {held} candidate sets survive the segment "
+                    f"filter, which exceeds memory_budget_bytes={budget}; raise the segment "
+                    "threshold s_m, set max_block_size, or raise the budget"
+                )
+            found = np.empty(rows.shape, dtype=np.uint64)
+            for j in range(p):
+                found[:, j] = pseud[j][rows[:, j]]
+            kept_rows.append(found)
+            kept_c.append(c)
+
+        # Small blocks go through the vectorised many-blocks path in batches; large ones through
+        # the chunked kernel one at a time.
+        words = -(-self.segment_bits // 64)
+        batch_sets = max(SMALL_BLOCK_SETS, (budget // 4) // (16 * words + 8 * p + 64))
+        batch: list[list[np.ndarray]] = []
+        batch_total = 0
+
+        def flush() -> None:
+            nonlocal batch, batch_total
+            if cancel is not None and cancel.is_set():
+                raise ComparisonCancelled("comparison cancelled")
+            rows, c = compare_small_blocks(
+                segs,
+                seg_pops,
+                batch,
+                self.segment_bits,
+                self.params.segment_threshold,
+                counts=counts,
+            )
+            keep(rows, c)
+            tick(batch_total)
+            batch, batch_total = [], 0
+
         for sub in plan:
+            size = 1
+            for m in sub:
+                size *= int(m.size)
+            if size <= SMALL_BLOCK_SETS:
+                batch.append(sub)
+                batch_total += size
+                if batch_total >= batch_sets:
+                    flush()
+                continue
             block_segs = [segs[j][sub[j]] for j in range(p)]
+            block_pops = [seg_pops[j][sub[j]] for j in range(p)]
             for idx, c in iter_block(
                 block_segs,
                 self.segment_bits,
@@ -325,19 +379,14 @@ class PartyEngine:
                 counts=counts,
                 cancel=cancel,
                 tick=tick,
+                pops=block_pops,
             ):
-                found = np.empty((int(idx.shape[0]), p), dtype=np.uint64)
+                glob = np.empty(idx.shape, dtype=np.int64)
                 for j in range(p):
-                    found[:, j] = pseud[j][sub[j][idx[:, j]]]
-                held += int(found.shape[0])
-                if held * bytes_per_set > limit:
-                    raise MemoryBudgetError(
-                        f"party {self.index}: more than {held} candidate sets survive the segment "
-                        f"filter, which exceeds memory_budget_bytes={budget}; raise the segment "
-                        "threshold s_m, set max_block_size, or raise the budget"
-                    )
-                kept_rows.append(found)
-                kept_c.append(c)
+                    glob[:, j] = sub[j][idx[:, j]]
+                keep(glob, c)
+        if batch:
+            flush()
         if kept_rows:
             all_rows = np.concatenate(kept_rows)
             all_c = np.concatenate(kept_c)

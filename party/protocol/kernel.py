@@ -26,6 +26,7 @@ chunks and reports settled candidate sets through ``tick``.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -71,8 +72,12 @@ def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
     return float(k * c) >= threshold * float(s)
 
 
+@functools.lru_cache(maxsize=256)
 def threshold_table(k: int, threshold: float, max_s: int) -> np.ndarray:
-    """T[s] for s = 0..max_s: the smallest integer c >= 0 with keep_partial(k, c, s, threshold)."""
+    """T[s] for s = 0..max_s: the smallest integer c >= 0 with keep_partial(k, c, s, threshold).
+
+    Cached; the returned array is read-only.
+    """
     s = np.arange(max_s + 1, dtype=np.float64)
     thr = float(threshold)
     t = np.maximum(np.ceil(thr * s / k), 0).astype(np.int64)
@@ -88,6 +93,7 @@ def threshold_table(k: int, threshold: float, max_s: int) -> np.ndarray:
     while lower.any():
         t[lower] -= 1
         lower = (t > 0) & ok(np.maximum(t - 1, 0))
+    t.setflags(write=False)
     return t
 
 
@@ -150,11 +156,9 @@ class _NumbaBackend:
             self.buf_col = np.empty(m * n, dtype=np.int32)
             self.buf_c = np.empty(m * n, dtype=np.int32)
         counts = np.empty(m, dtype=np.int64)
-        apop = popcount_rows(acc)
         assert _numba_kernel is not None
         _numba_kernel.extend_chunk(
             np.ascontiguousarray(acc),
-            apop,
             psum,
             right,
             rpop,
@@ -232,13 +236,15 @@ def iter_block(
     tick: Callable[[int], None] | None = None,
     col_chunk: int = 4096,
     max_rows: int | None = None,
+    pops: Sequence[np.ndarray] | None = None,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (idx, c) chunks of surviving full candidate sets (see the module docstring).
 
     ``tick(n)`` is called with the number of full candidate sets (of the block's product of sizes)
     settled since the last call: pruned partial sets count for all their extensions. Chunks are
     in no particular order. ``col_chunk`` and ``max_rows`` bound the chunk shapes further (tests use
-    them to force chunking). ``kernel`` is "numba" or "numpy".
+    them to force chunking). ``kernel`` is "numba" or "numpy". ``pops`` may pass the rows' popcounts
+    (int64) when the caller has them already.
     """
     parties = len(segs)
     sizes = [int(s.shape[0]) for s in segs]
@@ -256,9 +262,10 @@ def iter_block(
     else:
         raise ProtocolError(f"unknown kernel {kernel!r} for iter_block (numba or numpy)")
     st = counts if counts is not None else StageCounts.zeros(parties)
-    pops = [popcount_rows(s) for s in segs]
+    if pops is None:
+        pops = [popcount_rows(s) for s in segs]
     max_s = parties * seg_bits
-    tables = [threshold_table(max(k, 1), threshold, max_s) for k in range(parties + 1)]
+    tables = [threshold_table(max(k, 1), float(threshold), max_s) for k in range(parties + 1)]
     row_bytes = max(8, int(seg_bits * backend_cls.bytes_per_bit))
     cache = sum(sizes) * seg_bits * 4 <= budget_bytes // 4
     backend = backend_cls(segs, seg_bits, cache)
@@ -353,3 +360,68 @@ def compare_block(
     c = np.concatenate([p[1] for p in parts])
     order = np.lexsort(idx.T[::-1])
     return idx[order], c[order]
+
+
+def compare_small_blocks(
+    segs: Sequence[np.ndarray],
+    pops: Sequence[np.ndarray],
+    blocks: Sequence[Sequence[np.ndarray]],
+    seg_bits: int,
+    threshold: float,
+    *,
+    counts: StageCounts | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Many small blocks at once, vectorised across blocks (same rule and counts as the kernels).
+
+    ``segs[j]``/``pops[j]`` are party j's rows and popcounts for the whole run; ``blocks[b][j]`` are
+    the rows (into ``segs[j]``) of party j in block b. Returns surviving sets as rows into ``segs``
+    (m, P) and their c. Partial sets of all blocks are extended party by party with numpy: each is
+    repeated once per row of the next party in its block, ANDed, counted and tested against the
+    exact threshold table. Memory is proportional to the blocks' candidate sets: the caller batches.
+    """
+    parties = len(segs)
+    st = counts if counts is not None else StageCounts.zeros(parties)
+    max_s = parties * seg_bits
+    nb = len(blocks)
+    sizes = np.array([[int(b[j].size) for j in range(parties)] for b in blocks], dtype=np.int64)
+    sizes = sizes.reshape(nb, parties)
+    empty = (np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64))
+    if nb == 0:
+        return empty
+    live = np.flatnonzero(sizes.min(axis=1) > 0)
+    if live.size == 0:
+        return empty
+    # CSR of every party's rows per block
+    starts = np.zeros((parties, nb + 1), dtype=np.int64)
+    np.cumsum(sizes.T, axis=1, out=starts[:, 1:])
+    rows_of = [
+        np.concatenate([b[j] for b in blocks]).astype(np.int64)
+        if starts[j, -1]
+        else np.zeros(0, dtype=np.int64)
+        for j in range(parties)
+    ]
+    # stage 0: every row of party 0 in a live block
+    blk = np.repeat(live, sizes[live, 0])
+    first = starts[0, blk] + (
+        np.arange(blk.size) - np.repeat(np.cumsum(sizes[live, 0]) - sizes[live, 0], sizes[live, 0])
+    )
+    idx = rows_of[0][first][:, None]
+    acc = segs[0][idx[:, 0]]
+    psum = pops[0][idx[:, 0]].astype(np.int64)
+    cvals = np.zeros(0, dtype=np.int64)
+    for j in range(1, parties):
+        if blk.size == 0:
+            return empty
+        per = sizes[blk, j]
+        rep = np.repeat(np.arange(blk.size), per)
+        offs = np.arange(rep.size) - np.repeat(np.cumsum(per) - per, per)
+        new_rows = rows_of[j][starts[j, blk[rep]] + offs]
+        acc = acc[rep] & segs[j][new_rows]
+        cvals = np.bitwise_count(acc).sum(axis=1, dtype=np.int64)
+        psum = psum[rep] + pops[j][new_rows]
+        keep = cvals >= threshold_table(j + 1, float(threshold), max_s)[psum]
+        st.evaluated[j] += int(rep.size)
+        st.survived[j] += int(keep.sum())
+        idx = np.concatenate([idx[rep], new_rows[:, None]], axis=1)[keep]
+        acc, psum, cvals, blk = acc[keep], psum[keep], cvals[keep], blk[rep][keep]
+    return idx, cvals

@@ -15,6 +15,8 @@ from party.protocol.kernel import (
     HAVE_NUMBA,
     StageCounts,
     compare_block,
+    compare_block_reference,
+    compare_small_blocks,
     iter_block,
     keep_partial,
     threshold_table,
@@ -114,3 +116,39 @@ def test_unknown_kernel_is_a_clear_error() -> None:
     segs = random_segs(np.random.default_rng(0), [2, 2], 8, 0.5)
     with pytest.raises(ProtocolError, match="unknown kernel"):
         compare_block(segs, 8, 0.0, kernel="gpu")
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    parties=st.integers(2, 5),
+    nbits=st.sampled_from([7, 64, 100]),
+    seed=st.integers(0, 2**32 - 1),
+    threshold=st.sampled_from([0.0, 0.3, 0.6, 0.9]),
+    nblocks=st.integers(0, 5),
+)
+def test_small_block_batches_equal_reference(
+    parties: int, nbits: int, seed: int, threshold: float, nblocks: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    n = [int(rng.integers(0, 12)) for _ in range(parties)]
+    segs = random_segs(rng, n, nbits, 0.4)
+    pops = [np.bitwise_count(s).sum(axis=1).astype(np.int64) for s in segs]
+    blocks = [
+        [np.sort(rng.choice(k, size=int(rng.integers(0, min(k, 4) + 1)), replace=False)) for k in n]
+        for _ in range(nblocks)
+    ]
+    got_counts = StageCounts.zeros(parties)
+    rows, c = compare_small_blocks(segs, pops, blocks, nbits, threshold, counts=got_counts)
+    ref_counts = StageCounts.zeros(parties)
+    expected: list[tuple[tuple[int, ...], int]] = []
+    for b in blocks:
+        if min(x.size for x in b) == 0:
+            continue
+        idx, cv = compare_block_reference(
+            [segs[j][b[j]] for j in range(parties)], threshold, ref_counts
+        )
+        for row, cc in zip(idx.tolist(), cv.tolist(), strict=True):
+            expected.append((tuple(int(b[j][row[j]]) for j in range(parties)), cc))
+    got = [(tuple(r), cc) for r, cc in zip(rows.tolist(), c.tolist(), strict=True)]
+    assert sorted(got) == sorted(expected)
+    assert got_counts == ref_counts

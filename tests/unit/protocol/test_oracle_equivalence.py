@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from unittest import mock
 
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from party.encoding.records import EncodedRecords
+from party.protocol import engine
 from party.protocol.driver import InProcessRun, run_in_process
 from party.protocol.oracle import oracle_matches
 from party.protocol.params import ProtocolParameters
@@ -114,11 +116,13 @@ def test_sm_zero_equals_oracle_exactly(
         one_to_one=extra.one_to_one,
         max_block_size=extra.max_block_size,
     )
-    run = run_in_process(tables, params)
-    expected = oracle_sets(tables, params, run.pseudonyms)
-    assert run_sets(run, tables) == expected  # same sets, bit-identical similarities
-    for stats in run.metrics.comparison:
-        assert stats.pruned_per_stage == [0] * p
+    for small in (engine.SMALL_BLOCK_SETS, 0):  # batched small-block path, then chunked kernel
+        with mock.patch.object(engine, "SMALL_BLOCK_SETS", small):
+            run = run_in_process(tables, params)
+        expected = oracle_sets(tables, params, run.pseudonyms)
+        assert run_sets(run, tables) == expected  # same sets, bit-identical similarities
+        for stats in run.metrics.comparison:
+            assert stats.pruned_per_stage == [0] * p
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -135,12 +139,18 @@ def test_sm_positive_is_subset_of_oracle(
         s_m,
         max_block_size=extra.max_block_size,  # type: ignore[arg-type]
     )
-    run = run_in_process(tables, params)
-    got = run_sets(run, tables)
-    expected = oracle_sets(tables, params, run.pseudonyms)
-    assert set(got) <= set(expected)
-    for key, sim in got.items():
-        assert sim == expected[key]
+    outcomes = []
+    for small in (engine.SMALL_BLOCK_SETS, 0):  # batched small-block path, then chunked kernel
+        with mock.patch.object(engine, "SMALL_BLOCK_SETS", small):
+            run = run_in_process(tables, params)
+        got = run_sets(run, tables)
+        expected = oracle_sets(tables, params, run.pseudonyms)
+        assert set(got) <= set(expected)
+        for key, sim in got.items():
+            assert sim == expected[key]
+        outcomes.append((got, [c.survived_per_stage for c in run.metrics.comparison]))
+    if extra.max_block_size is None:  # with a cap, sub-blocks depend on each run's pseudonyms
+        assert outcomes[0] == outcomes[1]
 
 
 def test_multi_pass_blocking_deduplicates_sets() -> None:
