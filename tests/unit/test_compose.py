@@ -250,6 +250,16 @@ def test_image_and_build_arguments(compose: dict[str, Any]) -> None:
     assert build["args"]["BASE_IMAGE"], "BASE_IMAGE must default to a real image"
 
 
+def test_containers_are_locked_down(compose: dict[str, Any]) -> None:
+    for name, svc in services(compose).items():
+        assert svc.get("read_only") is True, f"{name}: root filesystem must be read-only"
+        assert svc.get("cap_drop") == ["ALL"], f"{name}: must drop every capability"
+        assert "no-new-privileges:true" in svc.get("security_opt", []), name
+        assert svc.get("init") is True, f"{name}: needs an init process to forward SIGTERM"
+        assert "user" not in svc, f"{name}: must run as the image's unprivileged user"
+        assert not svc.get("privileged"), name
+
+
 # -- configuration keys: every key set is one the nodes read -----------------------------------
 
 
