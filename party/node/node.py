@@ -16,6 +16,7 @@ import asyncio
 import enum
 import json
 import logging
+import pathlib
 import resource
 import threading
 import time
@@ -326,20 +327,30 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         return allowed, reasons
 
     def _gate(self, records: Any, encoder: Any, run: Run) -> tuple[bool, list[str]]:
-        policy_map = self.config.audit_policy
-        if policy_map is None:
+        """The self-audit gate (party.audit.gate); no policy configured -> allowed."""
+        if self.config.audit_policy is None:
             return True, []
-        try:
-            from party.audit.gate import check_before_join
-            from party.audit.policy import AuditPolicy
-        except ImportError:
-            return False, [
-                f"{self.config.name}: an audit policy is configured but the audit gate is not installed"
-            ]
-        policy = AuditPolicy.from_mapping(dict(policy_map))
-        decision = check_before_join(records, encoder, run.schema, run.params, policy)
+        from party.audit.gate import check_before_join
+
+        decision = check_before_join(
+            records,
+            encoder,
+            run.schema,
+            run.params,
+            self.audit_policy(),
+            data_csv=self.config.data_csv,
+            id_column=self.config.id_column,
+            self_index=run.index,
+        )
         reasons = [f"{self.config.name}: {r}" for r in decision.reasons]
         return bool(decision.allowed), reasons
+
+    def audit_policy(self) -> Any:
+        """The validated AuditPolicy of the config (PolicyError, a PprlError, when invalid)."""
+        from party.audit.policy import AuditPolicy
+
+        base = pathlib.Path(self.config.source).resolve().parent
+        return AuditPolicy.from_mapping(dict(self.config.audit_policy or {}), base=base)
 
     async def Execute(
         self, request: party_pb2.ExecuteRequest, context: grpc.aio.ServicerContext

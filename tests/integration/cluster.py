@@ -38,6 +38,7 @@ def _party_entry() -> str:
 
 
 PARTY_ENTRY = _party_entry()
+EXTRA_MARK = "\n# -- extra tables set by the test --\n"
 
 
 def party_names(n: int) -> list[str]:
@@ -206,6 +207,12 @@ class Cluster:
         for name in self.parties:
             self.wait_healthy(self.nodes[name])
         self.wait_registered(self.parties)
+
+    def set_extra_toml(self, name: str, text: str) -> None:
+        """Replace the extra TOML tables appended to ``name``'s config (e.g. [audit.policy])."""
+        node = self.nodes[name]
+        base = node.config.read_text(encoding="utf-8").split(EXTRA_MARK)[0]
+        node.config.write_text(base + (EXTRA_MARK + text if text else ""), encoding="utf-8")
 
     def restart_party(self, name: str, extra_env: Mapping[str, str] | None = None) -> None:
         """Stop ``name`` (if running), start it with ``extra_env``, wait for health + registration."""

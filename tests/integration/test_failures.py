@@ -144,3 +144,41 @@ def test_filter_length_not_divisible_by_parties_is_invalid(cluster3: Cluster) ->
     details = err.details() or ""
     assert "l=1024" in details and "P=3" in details, details
     assert "rejected the parameters" in details
+
+
+def test_self_audit_decline_fails_the_run_with_the_reason(cluster3: Cluster) -> None:
+    cluster3.set_extra_toml("party-b", "[audit.policy]\nmax_alone_in_block = 0.0\n")
+    cluster3.restart_party("party-b")
+    try:
+        status = run_and_wait(cluster3, parameters(cluster3, name="p-audit.json"))
+        assert status.stage == S.STAGE_FAILED
+        assert "party-b declined in stage audited" in status.reason, status.reason
+        assert "block" in status.reason
+        for name in cluster3.parties:
+            assert not cluster3.result_dir(name, status.run_id).exists()
+            if name != "party-b":
+                _wait_log(cluster3, name, f"run {status.run_id} aborted: {status.reason}")
+    finally:
+        cluster3.set_extra_toml("party-b", "")
+        cluster3.restart_party("party-b")
+
+
+def test_invalid_audit_policy_stops_the_node_at_start(cluster3: Cluster) -> None:
+    import subprocess
+    import sys
+
+    from tests.integration.cluster import PARTY_ENTRY
+
+    node = cluster3.nodes["party-c"]
+    bad = cluster3.root / "bad-policy.toml"
+    bad.write_text(node.config.read_text() + "[audit.policy]\nmax_everything = 2\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", PARTY_ENTRY, "serve", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        cwd=cluster3.root,
+        timeout=60,
+        env={**__import__("os").environ, "PPRL_COORDINATOR": cluster3.coordinator.address},
+    )
+    assert proc.returncode == 2
+    assert "max_everything" in proc.stderr and "Traceback" not in proc.stderr
