@@ -1,0 +1,149 @@
+"""End-to-end benchmark: the same linkage in process and over real processes with mutual TLS.
+
+    python scripts/bench_e2e.py [--parties 3] [--records 10000] [--keep DIR]
+
+Generates P tables (party.synthetic), then runs the linkage twice with the same data, schema,
+secret and parameters:
+1. in process: encode every table, then party.protocol.driver.run_in_process;
+2. networked: a coordinator and P party nodes as separate OS processes on loopback with mutual TLS
+   (tests/integration/cluster.py); timed from StartRun until the run is DONE (each party encodes its
+   own table, exchanges segments, compares, takes part in the ring and writes its results).
+Process start-up is excluded from both. It prints both wall times, their ratio (goal: networked
+within 1.5x the in-process run), the bytes each party sent and the stage times each party reported,
+and checks that both runs found the same matched sets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import pathlib
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parties", type=int, default=3)
+    parser.add_argument("--records", type=int, default=10_000)
+    parser.add_argument("--filter-bits", type=int, default=1020)
+    parser.add_argument("--match-threshold", type=float, default=0.8)
+    parser.add_argument("--segment-threshold", type=float, default=0.7)
+    parser.add_argument(
+        "--keep", type=pathlib.Path, help="work folder to keep (default: temporary)"
+    )
+    args = parser.parse_args()
+
+    from party.encoding.encoder import Encoder
+    from party.encoding.schema import parse_schema
+    from party.protocol.driver import run_in_process
+    from party.protocol.params import ProtocolParameters
+    from proto import common_pb2
+    from tests.integration.cluster import (
+        SECRET,
+        Cluster,
+        generate_data,
+        party_names,
+        write_parameters,
+        write_schema,
+    )
+
+    console = Console()
+    root = args.keep or pathlib.Path(tempfile.mkdtemp(prefix="bench-e2e-"))
+    root.mkdir(parents=True, exist_ok=True)
+    names = party_names(args.parties)
+    console.print(f"generating {args.parties} x {args.records} records in {root}")
+    csvs = generate_data(root / "data", args.parties, args.records, seed=11)
+    schema_obj = write_schema(root / "schema.json", args.filter_bits)
+    params_path = write_parameters(
+        root / "params.json", names, schema_obj, args.match_threshold, args.segment_threshold
+    )
+    schema = parse_schema(schema_obj)
+    params = ProtocolParameters(
+        parties=tuple(names),
+        filter_bits=schema.output_bits,
+        match_threshold=args.match_threshold,
+        segment_threshold=args.segment_threshold,
+    )
+
+    # 1. in process
+    t0 = time.perf_counter()
+    tables = [Encoder(schema, SECRET).encode_csv(p, id_column="rec_id")[0] for p in csvs]
+    t_encode = time.perf_counter() - t0
+    run = run_in_process(tables, params)
+    t_inproc = time.perf_counter() - t0
+    inproc_sets = set()
+    groups: dict[str, dict[int, str]] = {}
+    for j, rows in enumerate(run.matches):
+        for r in rows:
+            groups.setdefault(r.linkage_id, {})[j] = r.record_id
+    inproc_sets = {tuple(g[j] for j in range(args.parties)) for g in groups.values()}
+
+    # 2. networked
+    cluster = Cluster(root, names, csvs, schema_obj, liveness=60.0, stage_timeout=600.0)
+    try:
+        cluster.start()
+        t0 = time.perf_counter()
+
+        async def go():  # type: ignore[no-untyped-def]
+            run_id = await cluster.start_run(params_path, 3600.0)
+            return await cluster.wait_run(run_id, 3600.0)
+
+        status = asyncio.run(go())
+        t_net = time.perf_counter() - t0
+    finally:
+        cluster.stop_all()
+    if status.stage != common_pb2.STAGE_DONE:
+        console.print(f"[red]networked run failed: {status.reason}")
+        return 1
+    net_groups: dict[str, dict[int, str]] = {}
+    for j, name in enumerate(names):
+        for row in cluster.results(name, status.run_id):
+            net_groups.setdefault(row["linkage_id"], {})[j] = row["record_id"]
+    net_sets = {tuple(g[j] for j in range(args.parties)) for g in net_groups.values()}
+
+    table = Table(title=f"{args.parties} parties x {args.records} records, l={args.filter_bits}")
+    for col in (
+        "party",
+        "sent (MB)",
+        "peak RSS (MB)",
+        "audited s",
+        "exchanging s",
+        "comparing s",
+        "summing s",
+    ):
+        table.add_column(col)
+    for s in status.summaries:
+        table.add_row(
+            s.party,
+            f"{s.bytes_sent / 1e6:.2f}",
+            f"{s.peak_rss_bytes / 2**20:.0f}",
+            *(
+                f"{s.stage_seconds.get(k, 0.0):.2f}"
+                for k in ("audited", "exchanging", "comparing", "summing")
+            ),
+        )
+    console.print(table)
+    console.print(
+        f"in-process: {t_inproc:.2f}s (encoding {t_encode:.2f}s, protocol {t_inproc - t_encode:.2f}s)"
+    )
+    console.print(f"networked (mTLS, {args.parties + 1} processes): {t_net:.2f}s")
+    console.print(f"ratio networked / in-process: {t_net / t_inproc:.2f} (goal <= 1.5)")
+    console.print(
+        f"matched sets: in-process {len(inproc_sets)}, networked {len(net_sets)}, equal: {inproc_sets == net_sets}"
+    )
+    if args.keep is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0 if inproc_sets == net_sets else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
