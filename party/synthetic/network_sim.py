@@ -148,7 +148,7 @@ def run_networked_simulation(
     if data.id_column != "rec_id":
         raise SimulationError("networked mode supports the id column rec_id only (launcher limit)")
 
-    root = cfg.out_dir / "network"
+    root = (cfg.out_dir / "network").resolve()  # the launcher runs nodes with cwd=root
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
@@ -212,7 +212,11 @@ def run_networked_simulation(
         node_matches.append(rows)
         write_matches_csv(matches_path(cfg.out_dir, p), rows)
     quality = evaluate(node_matches, data.truth)
-    stage_names = sorted({k for s in summaries.values() for k in s.stage_seconds})
+    order = ["created", "agreed", "audited", "exchanging", "comparing", "summing", "done"]
+    stage_names = sorted(
+        {k for s in summaries.values() for k in s.stage_seconds},
+        key=lambda k: (order.index(k) if k in order else len(order), k),
+    )
     for stage_name in stage_names:
         vals = [s.stage_seconds.get(stage_name, 0.0) for s in summaries.values()]
         steps[f"nodes.{stage_name} (max over parties)"] = max(vals)

@@ -80,6 +80,17 @@ def test_scripts_command_lines(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "plaintext oracle" in r.stdout and "RR_f" in r.stdout
     assert (tmp_path / "s" / "report.md").exists()
+    # The default (networked) mode with a relative --out, as scripts/demo.sh runs it.
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "simulate.py"), "--records", "80", "--out", "rel"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "identical_to_in_process: True" in r.stdout
+    assert (tmp_path / "rel" / "results" / "party-2" / "matches.csv").exists()
     r = _run("scripts/simulate.py", "--in-process", "--parties", "1", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "parties" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
