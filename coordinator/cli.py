@@ -132,6 +132,7 @@ async def run_linkage(
             try:
                 async for update in stub.WatchRun(
                     coordinator_pb2.WatchRunRequest(run_id=started.run_id),
+                    timeout=(timeout or config.timeouts.run) + config.timeouts.rpc,
                     metadata=security.metadata(),
                 ):
                     status = update.status

@@ -418,7 +418,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         async def one(name: str) -> None:
             stub = self.party_stub(name, run.directory[name])
             call = stub.Execute(
-                party_pb2.ExecuteRequest(run=run.ref), metadata=self.security.metadata()
+                party_pb2.ExecuteRequest(run=run.ref),
+                timeout=run.timeout,  # plus the per-message liveness timeout below
+                metadata=self.security.metadata(),
             )
             stream = call.__aiter__()
             try:

@@ -281,3 +281,23 @@ def test_health_cli_exit_status(cluster3: Cluster, who: str) -> None:
     ok = subprocess.run(argv, capture_output=True, text=True, cwd=cluster3.root, env=os.environ)
     assert ok.returncode == 0, ok.stderr
     assert "SERVING" in ok.stderr
+
+
+@pytest.mark.parametrize(
+    ("who", "service"), [("party-a", "pprl.v1.Party"), ("coordinator", "pprl.v1.Coordinator")]
+)
+async def test_reflection_lists_the_services(cluster3: Cluster, who: str, service: str) -> None:
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    node = cluster3.coordinator if who == "coordinator" else cluster3.nodes[who]
+    sec = cluster3.security("coordinator")
+    async with sec.channel(node.address, who, ["grpc.reflection.v1alpha.ServerReflection"]) as ch:
+        stub = reflection_pb2_grpc.ServerReflectionStub(ch)
+
+        async def one():  # type: ignore[no-untyped-def]
+            yield reflection_pb2.ServerReflectionRequest(list_services="")
+
+        names: set[str] = set()
+        async for resp in stub.ServerReflectionInfo(one(), timeout=5):
+            names.update(s.name for s in resp.list_services_response.service)
+    assert {service, "grpc.health.v1.Health"} <= names
