@@ -104,27 +104,28 @@ class _Agreement:
         self.src: list[np.ndarray] = []
         self.tgt: list[np.ndarray] = []
         for col in self.columns:
-            if col.kind == "numeric":
-                self.src.append(col.source)
-                self.tgt.append(col.target)
+            if col.kind == "numeric":  # float32 halves memory traffic; tolerances are coarse
+                self.src.append(col.source.astype(np.float32))
+                self.tgt.append(col.target.astype(np.float32))
             else:
                 uniq, inv = np.unique(np.concatenate([col.source, col.target]), return_inverse=True)
-                codes = inv.astype(np.int64)
+                codes = inv.astype(np.int32)
                 codes[np.concatenate([col.source, col.target]) == ""] = -1
                 self.src.append(codes[: len(col.source)])
                 self.tgt.append(codes[len(col.source) :])
 
     def _agree(self, j: int, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         if self.columns[j].kind == "numeric":
-            return np.abs(a - b) <= self.tols[j]  # NaN (missing) compares False
+            return np.abs(a - b) <= np.float32(self.tols[j])  # NaN (missing) compares False
         return (a == b) & (a >= 0)
 
     def code_matrix(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        """(len(src), len(tgt)) int64 pattern codes: bit j set when attribute j agrees."""
-        out = np.zeros((len(src), len(tgt)), dtype=np.int64)
+        """(len(src), len(tgt)) pattern codes: bit j set when attribute j agrees."""
+        dtype = np.int32 if len(self.columns) <= 31 else np.int64
+        out = np.zeros((len(src), len(tgt)), dtype=dtype)
         for j in range(len(self.columns)):
             agree = self._agree(j, self.src[j][src][:, None], self.tgt[j][tgt][None, :])
-            out[agree] |= 1 << j
+            out |= agree.astype(dtype) << j
         return out
 
     def weight_matrix(self, src: np.ndarray, tgt: np.ndarray, w: tuple) -> np.ndarray:

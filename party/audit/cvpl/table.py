@@ -8,6 +8,12 @@ as its midpoint, the usual way a generalised numeric value is published); otherw
 (values compared as stripped strings). The optional id column gives the ground-truth correspondence:
 equal ids are the same person; ids must be unique within each file.
 
+Harmonisation. An attacker reads a generalised release at its own granularity, so by default the
+original is aligned with it before anything is compared: when most released cells of a numeric
+column are ranges, each original value becomes the midpoint of the released range containing it;
+when most released codes of a categorical column are not original codes but prefixes of them (e.g.
+region ``C3`` for ``C37``), the original codes are cut to the released length.
+
 Errors (``CvplError``) name the file, the column and, for row problems, the row number; they never
 quote a cell value.
 """
@@ -104,26 +110,70 @@ def missing_mask(values: np.ndarray) -> np.ndarray:
     return np.isin(values, list(MISSING))
 
 
-def parse_numeric(values: np.ndarray) -> np.ndarray | None:
-    """Floats (NaN for missing; ranges as midpoints), or None if some cell is not numeric."""
-    out = np.full(len(values), np.nan)
+def parse_ranges(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) per cell: a number x gives (x, x), a range "a-b" gives (a, b), missing (NaN, NaN);
+    None if some cell is not numeric."""
+    lo = np.full(len(values), np.nan)
+    hi = np.full(len(values), np.nan)
     present = ~missing_mask(values)
     if not present.any():
-        return out
+        return lo, hi
     uniq, inv = np.unique(values[present], return_inverse=True)
-    parsed = np.empty(len(uniq))
+    ulo = np.empty(len(uniq))
+    uhi = np.empty(len(uniq))
     for i, v in enumerate(uniq.tolist()):
         try:
-            parsed[i] = float(v)
+            ulo[i] = uhi[i] = float(v)
         except ValueError:
             m = _RANGE.match(v)
             if not m:
                 return None
-            parsed[i] = (float(m.group(1)) + float(m.group(2))) / 2.0
-    if not np.all(np.isfinite(parsed)):
+            ulo[i], uhi[i] = float(m.group(1)), float(m.group(2))
+    if not (np.all(np.isfinite(ulo)) and np.all(np.isfinite(uhi))):
         return None
-    out[present] = parsed[inv]
-    return out
+    lo[present] = ulo[inv]
+    hi[present] = uhi[inv]
+    return lo, hi
+
+
+def parse_numeric(values: np.ndarray) -> np.ndarray | None:
+    """Floats (NaN for missing; ranges as midpoints), or None if some cell is not numeric."""
+    r = parse_ranges(values)
+    return None if r is None else (r[0] + r[1]) / 2.0
+
+
+def _harmonise_numeric(src: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, str]:
+    """If the release publishes ranges (generalisation), map each original value to the midpoint
+    of the released range containing it, as an attacker reading the release would."""
+    is_range = np.isfinite(lo) & (hi > lo)
+    present = np.isfinite(lo)
+    if not present.any() or is_range.sum() < 0.5 * present.sum():
+        return src, ""
+    ranges = np.unique(np.stack([lo[is_range], hi[is_range]], axis=1), axis=0)
+    pos = np.searchsorted(ranges[:, 0], src, side="right") - 1
+    ok = np.isfinite(src) & (pos >= 0)
+    pos = np.where(ok, pos, 0)
+    inside = ok & (src <= ranges[pos, 1])
+    out = np.where(inside, (ranges[pos, 0] + ranges[pos, 1]) / 2.0, src)
+    return out, "original values mapped to the released ranges"
+
+
+def _harmonise_categorical(src: np.ndarray, tgt: np.ndarray) -> tuple[np.ndarray, str]:
+    """If the release publishes prefixes of the original codes (hierarchical generalisation), cut
+    the original codes to the released length."""
+    t_present = tgt[tgt != ""]
+    s_present = src[src != ""]
+    if not t_present.size or not s_present.size:
+        return src, ""
+    if np.isin(t_present, s_present).mean() >= 0.5:
+        return src, ""
+    lengths = np.char.str_len(t_present)
+    length = int(np.bincount(lengths).argmax())
+    s_uniq, s_inv = np.unique(src, return_inverse=True)
+    cut = np.array([v[:length] for v in s_uniq.tolist()])
+    if length == 0 or np.isin(t_present, cut).mean() < 0.9:
+        return src, ""
+    return cut[s_inv], f"original codes cut to the released prefix length {length}"
 
 
 @dataclass(frozen=True)
@@ -135,6 +185,7 @@ class TypedColumn:
     source: np.ndarray
     target: np.ndarray
     why_categorical: str = ""  # which file has non-numeric values, for error messages
+    harmonised: str = ""  # how D was aligned with a generalised release, if it was
 
 
 def typed_columns(
@@ -142,21 +193,36 @@ def typed_columns(
     released: Table,
     cols: Sequence[str],
     categorical: Sequence[str] = (),
+    harmonise: bool = True,
 ) -> list[TypedColumn]:
     """Type every column jointly over D and D' (see the module docstring); ``categorical`` forces
-    columns to be categorical (e.g. numeric-looking postcodes, to allow prefix generalisation)."""
+    columns to be categorical (e.g. numeric-looking postcodes, to allow prefix generalisation).
+    With ``harmonise``, D is aligned with a generalised release (module docstring)."""
     out = []
     for c in cols:
         a, b = original.columns[c], released.columns[c]
-        na, nb = (None, None) if c in categorical else (parse_numeric(a), parse_numeric(b))
-        if na is not None and nb is not None and (np.isfinite(na).any() or np.isfinite(nb).any()):
-            out.append(TypedColumn(c, "numeric", na, nb))
+        ra = None if c in categorical else parse_ranges(a)
+        rb = None if c in categorical else parse_ranges(b)
+        if (
+            ra is not None
+            and rb is not None
+            and (np.isfinite(ra[0]).any() or np.isfinite(rb[0]).any())
+        ):
+            na = (ra[0] + ra[1]) / 2.0
+            nb = (rb[0] + rb[1]) / 2.0
+            note = ""
+            if harmonise:
+                na, note = _harmonise_numeric(na, rb[0], rb[1])
+            out.append(TypedColumn(c, "numeric", na, nb, harmonised=note))
         else:
             sa = np.where(missing_mask(a), "", a)
             sb = np.where(missing_mask(b), "", b)
-            why = ", ".join(t.name for t, v in ((original, na), (released, nb)) if v is None)
+            why = ", ".join(t.name for t, v in ((original, ra), (released, rb)) if v is None)
             why = "declared categorical" if c in categorical else f"non-numeric values in {why}"
-            out.append(TypedColumn(c, "categorical", sa, sb, why))
+            note = ""
+            if harmonise:
+                sa, note = _harmonise_categorical(sa, sb)
+            out.append(TypedColumn(c, "categorical", sa, sb, why, note))
     return out
 
 

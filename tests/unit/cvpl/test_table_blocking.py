@@ -36,15 +36,29 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 def test_read_csv_and_typing(tmp_path):
     d = read_csv(write(tmp_path, "d.csv", "id,age,region\n1,30,AB1\n2,*,AB2\n3,41,C\n"))
     r = read_csv(write(tmp_path, "r.csv", "\ufeffid,age,region\n3,40-44,C\n1,30-34,AB\n2,,*\n"))
-    cols = {c.name: c for c in typed_columns(d, r, ["age", "region"])}
+    cols = {c.name: c for c in typed_columns(d, r, ["age", "region"], harmonise=False)}
     assert cols["age"].kind == "numeric"
     np.testing.assert_array_equal(cols["age"].source, [30.0, np.nan, 41.0])
     np.testing.assert_array_equal(cols["age"].target, [42.0, 32.0, np.nan])
     assert cols["region"].kind == "categorical"
     assert cols["region"].target.tolist() == ["C", "AB", ""]
     assert truth_from_ids(d, r, "id").tolist() == [1, 2, 0]
+    # harmonised: original ages read at the release's granularity (midpoints of its ranges)
+    age = typed_columns(d, r, ["age"])[0]
+    np.testing.assert_array_equal(age.source, [32.0, np.nan, 42.0])
+    assert "ranges" in age.harmonised
     forced = typed_columns(d, r, ["age"], categorical=["age"])[0]
     assert forced.kind == "categorical" and "declared" in forced.why_categorical
+
+
+def test_harmonise_generalised_codes():
+    d = Table.from_arrays("D", {"region": ["C37", "C31", "A12", "B20"]})
+    r = Table.from_arrays("R", {"region": ["C3", "A1", "*", "C3"]})
+    col = typed_columns(d, r, ["region"])[0]
+    assert col.source.tolist() == ["C3", "C3", "A1", "B2"]
+    assert "prefix length 2" in col.harmonised
+    same = typed_columns(d, d, ["region"])[0]
+    assert same.source.tolist() == ["C37", "C31", "A12", "B20"] and not same.harmonised
 
 
 @pytest.mark.parametrize(
