@@ -560,11 +560,15 @@ def insider_attack(
     include_full: bool = True,
     seed: int = 0,
     progress: Callable[[str], None] | None = None,
+    dictionaries: Sequence[FieldDictionary] | None = None,
+    only_segments: Sequence[int] | None = None,
 ) -> InsiderResult:
     """Simulate the insider attack on every segment of ``filters`` (the revealed, hardened filters).
 
     ``rows[i]`` is the plaintext of ``filters[i]``; ``hmap`` maps revealed bits to unhardened bits.
-    Attacked records: all, or a uniform random sample of ``max_targets`` (seeded).
+    Attacked records: all, or a uniform random sample of ``max_targets`` (seeded). ``dictionaries``
+    (from build_dictionary over the same rows, one per field in order) skips rebuilding them;
+    ``only_segments`` restricts the attack to those segment indices.
     """
     n = len(rows)
     check_rows(filters, hmap.output_bits)
@@ -575,15 +579,20 @@ def insider_attack(
     bounds = segment_bounds(hmap.output_bits, parties)
     salts = salt_fields or {}
     ext = external or {}
-    dicts = []
-    for name in fields:
-        if progress:
-            progress(f"dictionary {name}")
-        dicts.append(
-            build_dictionary(
-                atoms, name, rows, salt_field=salts.get(name), external_values=ext.get(name, ())
+    if dictionaries is not None:
+        dicts = list(dictionaries)
+        if [d.field for d in dicts] != list(fields) or any(d.record_entry.size != n for d in dicts):
+            raise PprlError("insider attack: the given dictionaries do not match fields and rows")
+    else:
+        dicts = []
+        for name in fields:
+            if progress:
+                progress(f"dictionary {name}")
+            dicts.append(
+                build_dictionary(
+                    atoms, name, rows, salt_field=salts.get(name), external_values=ext.get(name, ())
+                )
             )
-        )
     combos = _build_combos(dicts, n)
     if max_targets is not None and n > max_targets:
         rng = np.random.default_rng(seed)
@@ -593,6 +602,8 @@ def insider_attack(
     out_bits = unpack_rows(filters[targets], hmap.output_bits)
     seg_results = []
     for j, (a, b) in enumerate(bounds):
+        if only_segments is not None and j not in only_segments:
+            continue
         if progress:
             progress(f"segment {j}")
         seg_results.append(

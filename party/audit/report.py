@@ -287,13 +287,14 @@ class AuditReport:
         if self.bit_sensitivity is not None:
             fig, ax = htmlreport.new_figure(8, 3.5)
             sens = self.bit_sensitivity
-            ax.plot(sens.qgrams, lw=0.6, label="distinct q-grams per bit")
+            values = sens.sensitivity
+            groups = [values[seg.start : seg.stop] for seg in self.sensitivity]
+            ax.boxplot(groups, showfliers=True)
+            ax.set_xticks(range(1, len(groups) + 1))
+            ax.set_xticklabels([f"segment {seg.segment}" for seg in self.sensitivity])
             ax.set_yscale("symlog")
-            for seg in self.sensitivity:
-                ax.axvline(seg.start, color="grey", lw=0.8, ls="--")
-            ax.set_xlabel("revealed bit position (dashed: segment starts)")
-            ax.set_ylabel("q-grams")
-            ax.set_title("Distinct q-grams mapping to each bit")
+            ax.set_ylabel("min(q-grams, records) per bit")
+            ax.set_title("Bit sensitivity per segment (low = identifying)")
             parts.append(htmlreport.figure_html(fig, "Bit sensitivity per segment"))
         rows = [
             (
@@ -352,7 +353,7 @@ class AuditReport:
         ax.set_ylim(0, 1.02)
         ax.set_ylabel("one-to-one re-identification")
         ax.set_title("Insider attack success per field and segment")
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0))
         rows = []
         for s in [*segs, *([ins.full] if ins.full else [])]:
             label = "full filter (reference)" if s.segment < 0 else f"segment {s.segment}"

@@ -37,7 +37,8 @@ from party.errors import PprlError
 log = logging.getLogger(__name__)
 
 DEFAULT_TAUS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0)
-SUGGESTION_TARGETS = 400
+SUGGESTION_TARGETS = 300
+SUGGESTION_PARTY_TRIES = 3
 
 
 @dataclass(frozen=True)
@@ -230,6 +231,16 @@ def run_audit(
 
     report.frequency = timed("frequency", freq)
     ext = {k: list(v) for k, v in opts.external.items()}
+    salts = _salts(schema)
+    dicts: list[FieldDictionary] = timed(
+        "dictionaries",
+        lambda: [
+            build_dictionary(
+                encoder, f, rows, salt_field=salts.get(f), external_values=ext.get(f, ())
+            )
+            for f in fields
+        ],
+    )
     insider = timed(
         "insider",
         lambda: insider_attack(
@@ -239,12 +250,11 @@ def run_audit(
             fields,
             hmap,
             parties,
-            salt_fields=_salts(schema),
-            external=ext,
             max_targets=opts.insider_max_targets,
             max_candidates=opts.max_candidates,
             include_full=opts.include_full_filter,
             seed=opts.seed,
+            dictionaries=dicts,
         ),
     )
     report.insider = insider
@@ -253,12 +263,6 @@ def run_audit(
             f"Insider attack on a uniform random sample of {insider.targets} of {n} records "
             "(the dictionary holds every distinct value); rates carry Wilson 95% intervals."
         )
-    dicts: list[FieldDictionary] = timed(
-        "dictionaries",
-        lambda: [
-            build_dictionary(encoder, f, rows, salt_field=_salts(schema).get(f)) for f in fields
-        ],
-    )
     sens = timed("sensitivity", lambda: bit_sensitivity(dicts, hmap, filters))
     report.bit_sensitivity = sens
     report.sensitivity = per_segment(sens, parties, k=opts.k)
@@ -279,7 +283,16 @@ def run_audit(
         report.suggestions = timed(
             "suggestions",
             lambda: _suggest(
-                report, rows, encoder, schema, parties, receiving, unhardened, opts, insider_limit
+                report,
+                rows,
+                encoder,
+                schema,
+                parties,
+                receiving,
+                unhardened,
+                opts,
+                insider_limit,
+                dicts,
             ),
         )
     return report
@@ -392,6 +405,7 @@ def _suggest(
     unhardened: np.ndarray,
     opts: AuditOptions,
     insider_limit: float | None,
+    dicts: Sequence[FieldDictionary],
 ) -> list[str]:
     """Alternatives that lower the insider risk, measured on a small sample."""
     out: list[str] = []
@@ -401,17 +415,20 @@ def _suggest(
     target = insider_limit if insider_limit is not None else 0.05
     if current > target:
         kw: dict[str, Any] = {
-            "salt_fields": _salts(schema),
             "max_targets": SUGGESTION_TARGETS,
             "include_full": False,
             "seed": opts.seed,
+            "dictionaries": dicts,
         }
         found = False
-        for p2 in range(parties + 1, min(8 * parties, 64) + 1):
-            if lb % p2:
-                continue
-            res = insider_attack(rows, unhardened, encoder, fields, identity_map(lb), p2, **kw)
-            worst = _worst_insider(res, range(p2))
+        tried: list[str] = []
+        candidates = [p2 for p2 in range(parties + 1, min(8 * parties, 64) + 1) if lb % p2 == 0]
+        for p2 in candidates[:SUGGESTION_PARTY_TRIES]:
+            res = insider_attack(
+                rows, unhardened, encoder, fields, identity_map(lb), p2, only_segments=(0, 1), **kw
+            )
+            worst = _worst_insider(res, range(p2))  # segments are exchangeable: two suffice
+            tried.append(f"P={p2}: {worst:.3f}")
             if worst <= target:
                 out.append(
                     f"more parties: with P={p2} (segments of {lb // p2} bits, unhardened) the worst "
@@ -422,14 +439,19 @@ def _suggest(
                 break
         if not found:
             out.append(
-                f"more parties: no P up to {min(8 * parties, 64)} dividing l={lb} brings the insider "
-                f"one-to-one rate to {target:.3f} without hardening"
+                f"more parties: no P tried brings the worst insider one-to-one rate (fields and "
+                f"whole record) to {target:.3f} without hardening ({'; '.join(tried) or 'no P divides l'})"
             )
         rng = np.random.default_rng(opts.seed + 5)
+        one = receiving[:1]
+        blip_tried: list[str] = []
         for f in (0.02, 0.05, 0.1, 0.2):
             noisy = _blip(unhardened, lb, f, rng)
-            res = insider_attack(rows, noisy, encoder, fields, identity_map(lb), parties, **kw)
-            worst = _worst_insider(res, receiving)
+            res = insider_attack(
+                rows, noisy, encoder, fields, identity_map(lb), parties, only_segments=one, **kw
+            )
+            worst = _worst_insider(res, one)
+            blip_tried.append(f"f={f}: {worst:.3f}")
             if worst <= target:
                 eps = 2 * np.log((1 - f) / f)
                 out.append(
@@ -438,13 +460,17 @@ def _suggest(
                     "against noise-tolerant attackers; check linkage quality)"
                 )
                 break
+        else:
+            out.append(f"hardening: BLIP alone does not pass ({'; '.join(blip_tried)})")
         if lb % (2 * parties) == 0:
             folded = _fold(unhardened, lb)
             fmap = probe_hardening(lambda r: _fold(r, lb), lb, lb // 2)
-            res = insider_attack(rows, folded, encoder, fields, fmap, parties, **kw)
+            res = insider_attack(
+                rows, folded, encoder, fields, fmap, parties, only_segments=one, **kw
+            )
             out.append(
                 f"hardening: XOR-folding gives a worst insider one-to-one rate of "
-                f"{_worst_insider(res, receiving):.3f} for this attack (a lower bound: folded bits "
+                f"{_worst_insider(res, one):.3f} for this attack (a lower bound: folded bits "
                 "are not read exactly)"
             )
         if schema.hardening.balance:
