@@ -74,3 +74,39 @@ def compact(outcol, outc, counts, n):  # type: ignore[no-untyped-def]
             cv[pos] = outc[base + t]
             pos += 1
     return ri, ci, cv
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def intersect_sorted_rows(a, b):  # type: ignore[no-untyped-def]
+    """Positions (ia, ib) of the rows common to a and b, both (m, P) uint64, strictly increasing
+    in lexicographic order; a linear merge."""
+    m, p = a.shape
+    n = b.shape[0]
+    cap = m if m < n else n
+    ia = np.empty(cap, dtype=np.int64)
+    ib = np.empty(cap, dtype=np.int64)
+    i = 0
+    j = 0
+    k = 0
+    while i < m and j < n:
+        cmp = 0
+        for c in range(p):
+            x = a[i, c]
+            y = b[j, c]
+            if x < y:
+                cmp = -1
+                break
+            if x > y:
+                cmp = 1
+                break
+        if cmp == 0:
+            ia[k] = i
+            ib[k] = j
+            k += 1
+            i += 1
+            j += 1
+        elif cmp < 0:
+            i += 1
+        else:
+            j += 1
+    return ia[:k], ib[:k]

@@ -58,9 +58,10 @@ from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
     RingMessage,
     add_mod64,
+    intersect_sorted_rows,
     random_masks,
-    row_keys,
     sub_mod64,
+    unique_sorted_rows,
     validate_message,
 )
 from party.protocol.segments import SegmentShare, new_pseudonyms, validate_share
@@ -395,7 +396,7 @@ class PartyEngine:
             all_c = np.zeros(0, dtype=np.int64)
         stats.survivors_with_duplicates = int(all_rows.shape[0])
         if all_rows.shape[0]:
-            _, first = np.unique(row_keys(all_rows), return_index=True)
+            first = unique_sorted_rows(all_rows)
             all_rows, all_c = all_rows[first], all_c[first]
         self._survivors = all_rows
         self._survivor_c = all_c
@@ -467,12 +468,7 @@ class PartyEngine:
             incoming, parties=self.parties, expected_hop=self.index - 1, receiver=self.index
         )
         self._check_known(incoming.candidates)
-        _, ia, ib = np.intersect1d(
-            row_keys(incoming.candidates),
-            row_keys(self._survivors),
-            assume_unique=True,
-            return_indices=True,
-        )
+        ia, ib = intersect_sorted_rows(incoming.candidates, self._survivors)
         cand = incoming.candidates[ia]
         xi = self._own_x(cand[:, self.index])
         out = RingMessage(
@@ -498,12 +494,7 @@ class PartyEngine:
         p = self.parties
         validate_message(incoming, parties=p, expected_hop=p - 1, receiver=0)
         m = incoming.candidates.shape[0]
-        _, ia, ib = np.intersect1d(
-            row_keys(incoming.candidates),
-            row_keys(self._sent),
-            assume_unique=True,
-            return_indices=True,
-        )
+        ia, ib = intersect_sorted_rows(incoming.candidates, self._sent)
         if ia.size != m:
             raise RingError(
                 f"mismatched candidate list: {m - ia.size} of {m} returned sets were never sent"

@@ -55,6 +55,41 @@ def sort_rows(rows: np.ndarray) -> np.ndarray:
     return np.lexsort(rows.T[::-1])
 
 
+def unique_sorted_rows(rows: np.ndarray) -> np.ndarray:
+    """Positions of the distinct rows of (m, P) uint64, in lexicographic order of the rows."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = sort_rows(rows)
+    s = rows[order]
+    first = np.ones(s.shape[0], dtype=bool)
+    first[1:] = np.any(s[1:] != s[:-1], axis=1)
+    return order[first]
+
+
+def intersect_sorted_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(ia, ib): positions of the rows common to a and b, both strictly increasing (m, P) uint64.
+
+    The result is in increasing row order. Linear merge (numba) or a lexsort of both (fallback).
+    """
+    if a.shape[0] == 0 or b.shape[0] == 0:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    try:
+        from party.protocol import _numba_kernel
+    except ImportError:  # pragma: no cover - numba is a dependency
+        cat = np.concatenate([a, b])
+        src = np.concatenate([np.zeros(a.shape[0], np.int64), np.ones(b.shape[0], np.int64)])
+        pos = np.concatenate([np.arange(a.shape[0]), np.arange(b.shape[0])])
+        order = np.lexsort((src, *cat.T[::-1]))
+        s = cat[order]
+        same = np.all(s[1:] == s[:-1], axis=1)
+        at = np.flatnonzero(same)
+        return pos[order][at], pos[order][at + 1]
+    ia, ib = _numba_kernel.intersect_sorted_rows(
+        np.ascontiguousarray(a, dtype=np.uint64), np.ascontiguousarray(b, dtype=np.uint64)
+    )
+    return ia, ib
+
+
 def rows_strictly_increasing(rows: np.ndarray) -> bool:
     """True iff the rows of an (m, P) array are strictly increasing in lexicographic order."""
     if rows.shape[0] < 2:

@@ -247,3 +247,23 @@ def test_ring_steps_drop_sets_pruned_elsewhere() -> None:
     assert set(row_keys(msg1.candidates).tolist()) == kept_by[0] & kept_by[1]
     final = engines[2].ring_step(msg1)
     assert set(row_keys(final.candidates).tolist()) == kept_by[0] & kept_by[1] & kept_by[2]
+
+
+def test_row_set_helpers_match_python_sets() -> None:
+    from party.protocol.ring import intersect_sorted_rows, sort_rows, unique_sorted_rows
+
+    rng = np.random.default_rng(20)
+    for _ in range(50):
+        p = int(rng.integers(1, 5))
+        a = rng.integers(0, 4, size=(int(rng.integers(0, 40)), p)).astype(np.uint64)
+        a[:, 0] |= np.uint64(2**63) * (rng.random(a.shape[0]) < 0.3).astype(np.uint64)
+        b = rng.integers(0, 4, size=(int(rng.integers(0, 40)), p)).astype(np.uint64)
+        ua = a[unique_sorted_rows(a)]
+        ub = b[unique_sorted_rows(b)]
+        assert [tuple(r) for r in ua.tolist()] == sorted({tuple(r) for r in a.tolist()})
+        ia, ib = intersect_sorted_rows(ua, ub)
+        assert np.array_equal(ua[ia], ub[ib])
+        assert {tuple(r) for r in ua[ia].tolist()} == {tuple(r) for r in ua.tolist()} & {
+            tuple(r) for r in ub.tolist()
+        }
+        assert np.array_equal(sort_rows(ua), np.arange(ua.shape[0]))
