@@ -256,7 +256,8 @@ def test_row_set_helpers_match_python_sets() -> None:
     for _ in range(50):
         p = int(rng.integers(1, 5))
         a = rng.integers(0, 4, size=(int(rng.integers(0, 40)), p)).astype(np.uint64)
-        a[:, 0] |= np.uint64(2**63) * (rng.random(a.shape[0]) < 0.3).astype(np.uint64)
+        high = np.asarray(rng.random(a.shape[0]) < 0.3, dtype=np.uint64)
+        a[:, 0] |= np.uint64(2**63) * high
         b = rng.integers(0, 4, size=(int(rng.integers(0, 40)), p)).astype(np.uint64)
         ua = a[unique_sorted_rows(a)]
         ub = b[unique_sorted_rows(b)]
