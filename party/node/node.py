@@ -411,6 +411,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         run.event("abort").set()
         if run.phase in (Phase.PROPOSED, Phase.PREPARED):
             run.phase = Phase.FAILED
+            run.engine = None  # free the encodings now; no Execute will run
 
     # -- peer calls ----------------------------------------------------------------------------
 
