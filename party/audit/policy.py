@@ -163,7 +163,7 @@ class AuditPolicy:
             kw["external_dictionaries"] = MappingProxyType(paths)
         if problems:
             raise PolicyError(problems)
-        return cls(**{k: v for k, v in kw.items() if v is not None})
+        return cls(**kw)
 
     def field_limit(self, field_name: str) -> float | None:
         """The one-to-one limit for one field (its own, else '*', else the global limit)."""
