@@ -122,6 +122,34 @@ def test_vector_is_consistent_with_the_specification(name: str) -> None:
     assert all(s >= v["parameters"]["match_threshold"] for s in cls["similarities"])
 
 
+@pytest.mark.parametrize("name", VECTORS)
+def test_shares_are_segments_of_the_filters(name: str) -> None:
+    """Segment j = filter bits [j*w, (j+1)*w) repacked from 0; rows sorted by pseudonym; only
+    common digests kept; every row in a common block (section 9 of docs/protocol.md)."""
+    v = VECTORS[name]
+    w, l_bits = v["segment_bits"], v["filter_bits"]
+    common = {int(d) for d in v["common_blocks"]}
+    for share in v["shares"]:
+        party = v["parties"][share["source"]]
+        row_of = {ps: r for r, ps in enumerate(party["record_pseudonyms"]) if ps != "0"}
+        ps = [int(x) for x in share["pseudonyms"]]
+        assert ps == sorted(ps) and len(set(ps)) == len(ps) and 0 not in ps
+        assert sorted(share["pseudonyms"]) == sorted(row_of)
+        for k, pseudonym in enumerate(share["pseudonyms"]):
+            r = row_of[pseudonym]
+            full = int.from_bytes(bytes.fromhex(party["filters_hex"][r]), "little")
+            assert full < 2**l_bits
+            seg = (full >> (share["target"] * w)) & ((1 << w) - 1)
+            assert share["segments_hex"][k] == seg.to_bytes(8 * ((w + 63) // 64), "little").hex()
+            digests = [int(d) for d in party["block_digests"][r]]
+            want = [d if d in common else 0 for d in digests]
+            assert [int(d) for d in share["block_digests"][k]] == want
+            assert any(want)
+        payload = share["payload_hex"]
+        assert payload["pseudonyms"] == b"".join(p.to_bytes(8, "little") for p in ps).hex()
+        assert payload["segments"] == "".join(share["segments_hex"])
+
+
 def _tables(v: dict[str, Any]) -> list[Any]:
     schema = parse_schema(v["parameters"]["schema"], source="kat")
     encoder = Encoder(schema, SECRET)
