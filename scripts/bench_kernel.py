@@ -158,6 +158,55 @@ def time_anonlink(py: Path, a: np.ndarray, b: np.ndarray, nbits: int, threshold:
     return data["pairs"] / data["seconds"]
 
 
+def big_block(n: int, threshold: float, seed: int) -> None:
+    """One P = 3 block of n x n x n records through the whole in-process protocol (default budget)."""
+    import resource
+    import tracemalloc
+
+    from rich.progress import Progress
+
+    from party.encoding.records import EncodedRecords
+    from party.protocol.driver import run_in_process
+    from party.protocol.params import ProtocolParameters
+
+    rng = np.random.default_rng(seed)
+    l_bits = 1023
+    tables = []
+    for j, rows in enumerate(noisy_tables(rng, 3, n, l_bits)):  # half are shared entities
+        tables.append(
+            EncodedRecords(
+                tuple(f"{j}-{i}" for i in range(n)),
+                rows,
+                l_bits,
+                np.full((n, 1), 7, dtype=np.uint64),
+            )
+        )
+    params = ProtocolParameters(("a", "b", "c"), l_bits, 0.8, threshold)
+    list(iter_block([t.filters[:4, :1] for t in tables], 64, threshold))  # compile before measuring
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    with Progress(console=console, transient=True) as bar:
+        tasks = [bar.add_task(f"party {j} compare", total=1) for j in range(3)]
+
+        def progress(party: int, done: int, total: int) -> None:
+            bar.update(tasks[party], completed=done, total=max(total, 1))
+
+        tracemalloc.start()
+        t0 = time.perf_counter()
+        run = run_in_process(tables, params, progress=progress)
+        dt = time.perf_counter() - t0
+        traced_peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    st = run.metrics.comparison
+    console.print(
+        f"block {n}x{n}x{n} = {float(n) ** 3:.3g} candidate sets, s_m = {threshold}: "
+        f"{dt:.1f} s (traced), peak allocations during the run {traced_peak / 2**20:.0f} MiB, "
+        f"peak RSS {peak / 2**20:.0f} MiB (before the run {base / 2**20:.0f} MiB; budget {params.memory_budget_bytes >> 20} MiB); "
+        f"evaluated per party {[sum(s.evaluated_per_stage) for s in st]}, "
+        f"survivors {[s.survivors for s in st]}, matches {len(run.matches[0])}"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=float, default=16e6, help="pairs per P=2 measurement")
@@ -169,7 +218,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--no-anonlink", action="store_true")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--big-block",
+        type=int,
+        default=0,
+        metavar="N",
+        help="instead: run one P=3 block of N x N x N records through the protocol (peak memory)",
+    )
     args = ap.parse_args(argv)
+    if args.big_block:
+        big_block(args.big_block, args.threshold, args.seed)
+        return 0
     rng = np.random.default_rng(args.seed)
     lib = build_c_reference()
     py = None if args.no_anonlink else anonlink_python()
