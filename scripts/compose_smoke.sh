@@ -103,7 +103,7 @@ fi
 
 say "docker compose up: setup, coordinator, parties, runner (start order by health, no sleeps)"
 "${DC[@]}" up -d --no-build
-runner=$("${DC[@]}" ps -q runner)
+runner=$("${DC[@]}" ps -a -q runner)
 [ -n "$runner" ] || die "the runner container was not created"
 status=$(docker wait "$runner")
 "${DC[@]}" logs --no-color runner
