@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import pathlib
+import re
 import subprocess
 import sys
 from typing import Any
@@ -480,4 +482,36 @@ async def test_probe_run_wrong_width_replays_and_ring_arithmetic(deployment: Dep
                     assert sorted(float(r["similarity"]) for r in rows) == sorted(sims.tolist())
         finally:
             await probe.abort()
+    await assert_serving(deployment)
+
+
+async def test_start_run_rejections(deployment: Deployment) -> None:
+    """Parameters a party finds invalid (l % P != 0) -> INVALID_ARGUMENT; a party that is not
+    registered -> FAILED_PRECONDITION; the failed agreement is stored as a FAILED run."""
+    params = json.loads(json.dumps(deployment.parameters))
+    p = len(params["parties"])
+    l_bits = int(params["schema"]["l"])
+    params["schema"]["l"] = l_bits + 1 if l_bits % p == 0 else l_bits  # l % P != 0
+    async with live.coordinator(deployment) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stub.StartRun(
+                coordinator_pb2.StartRunRequest(parameters=client.parameters_message(params)),
+                timeout=CALL_TIMEOUT,
+            )
+        assert err.value.code() == C.INVALID_ARGUMENT
+        run_ids = re.findall(r"\b[0-9a-f]{32}\b", err.value.details() or "")
+        assert run_ids, "the message names the failed run"
+        status = await stub.GetRun(
+            coordinator_pb2.GetRunRequest(run_id=run_ids[0]), timeout=CALL_TIMEOUT
+        )
+        assert status.status.stage == S.STAGE_FAILED and status.status.reason
+        unknown = json.loads(json.dumps(deployment.parameters))
+        unknown["parties"] = [*unknown["parties"][:-1], "not-registered-party"]
+        code = await client.status_of(
+            stub.StartRun(
+                coordinator_pb2.StartRunRequest(parameters=client.parameters_message(unknown)),
+                timeout=CALL_TIMEOUT,
+            )
+        )
+        assert code == C.FAILED_PRECONDITION
     await assert_serving(deployment)
