@@ -92,6 +92,13 @@ RECORDS: dict[str, list[dict[str, str]]] = {
 VECTORS: list[dict[str, Any]] = [
     {"name": "no-filter", "match_threshold": 0.75, "segment_threshold": 0.0, "one_to_one": False},
     {"name": "filter-1to1", "match_threshold": 0.75, "segment_threshold": 0.65, "one_to_one": True},
+    {
+        "name": "sub-blocks",
+        "match_threshold": 0.75,
+        "segment_threshold": 0.0,
+        "one_to_one": False,
+        "max_block_size": 1,
+    },
 ]
 
 
@@ -147,6 +154,19 @@ def popcount(x: int) -> int:
     return bin(x).count("1")
 
 
+def sub_blocks(block: list[list[int]], cap: int | None) -> list[list[list[int]]]:
+    """Capped sub-blocking: party j's members (ordered by pseudonym) cut into k_j = ceil(n_j / C)
+    chunks (rank r -> chunk r * k_j // n_j); sub-block s takes chunk s mod k_j of every party."""
+    if cap is None or all(len(m) <= cap for m in block):
+        return [block]
+    ks = [max(1, -(-len(m) // cap)) for m in block]
+    chunks = [
+        [[r for rank, r in enumerate(m) if rank * k // len(m) == c] for c in range(k)]
+        for m, k in zip(block, ks, strict=True)
+    ]
+    return [[chunks[j][s % ks[j]] for j in range(len(block))] for s in range(max(ks))]
+
+
 def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
     """Segment filter: keep a k-record partial set iff k*c >= s_m*s (IEEE double)."""
     return float(k * c) >= threshold * float(s)
@@ -168,7 +188,7 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
         "match_threshold": spec["match_threshold"],
         "segment_threshold": spec["segment_threshold"],
         "one_to_one": spec["one_to_one"],
-        "max_block_size": None,
+        "max_block_size": spec.get("max_block_size"),
     }
     canonical = canonical_json(params_obj)
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
@@ -232,15 +252,19 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
     members = [
         {b: [r for r in shared[i] if b in out_digests[i][r]] for b in common} for i in range(p)
     ]
+    cap = spec.get("max_block_size")
     sets: set[tuple[int, ...]] = set()
-    enumerated = 0  # with multiplicity: a set found in two blocks is enumerated twice
+    uncapped: set[tuple[int, ...]] = set()
+    enumerated = 0  # with multiplicity: a set found in two (sub-)blocks is enumerated twice
     for b in common:
-        size = 1
-        for i in range(p):
-            size *= len(members[i][b])
-        enumerated += size
-        for combo in itertools.product(*(members[i][b] for i in range(p))):
-            sets.add(combo)
+        block = [members[i][b] for i in range(p)]  # each ordered by pseudonym
+        uncapped.update(itertools.product(*block))
+        for sub in sub_blocks(block, cap):
+            size = 1
+            for rows in sub:
+                size *= len(rows)
+            enumerated += size
+            sets.update(itertools.product(*sub))
     enumeration = sorted(sets)
 
     def key(combo: tuple[int, ...]) -> tuple[int, ...]:
@@ -340,8 +364,8 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
                 ],
             }
         )
-    oracle = []
-    for combo in enumeration:
+    oracle = []  # full-filter Dice of every candidate set of the uncapped blocks
+    for combo in sorted(uncapped):
         full_and = filters[0][combo[0]]
         for j in range(1, p):
             full_and &= filters[j][combo[j]]

@@ -265,7 +265,9 @@ def test_engine_reproduces_every_step(name: str, kernel: str) -> None:
 @pytest.mark.parametrize("name", VECTORS)
 def test_oracle_dice(name: str) -> None:
     v = VECTORS[name]
-    params = _protocol_parameters(v, match_threshold=0.0, segment_threshold=0.0, one_to_one=False)
+    params = _protocol_parameters(
+        v, match_threshold=0.0, segment_threshold=0.0, one_to_one=False, max_block_size=None
+    )
     got = sorted((m.records, m.dice) for m in oracle_matches(_tables(v), params))
     want = sorted((tuple(o["records"]), o["dice"]) for o in v["oracle"])
     assert got == want
