@@ -101,6 +101,7 @@ class Run:
     events: dict[str, asyncio.Event] = field(default_factory=dict)
     stage_seconds: dict[str, float] = field(default_factory=dict)
     bytes_at_start: int = 0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def event(self, name: str) -> asyncio.Event:
         ev = self.events.get(name)
@@ -473,7 +474,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             await self._wait(run, run.event("common"), "its own common blocks", "exchanging")
             run.shares_in.add(share.source)  # reserve before the engine sees it
             try:
-                run.engine.receive_share(share)
+                await self._engine(run, run.engine.receive_share, share)
             except BaseException:
                 run.shares_in.discard(share.source)
                 raise
@@ -560,6 +561,15 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             f"{what} in stage {stage}"
         )
 
+    async def _engine(self, run: Run, fn: Callable[..., T], *args: Any) -> T:
+        """Call a PartyEngine method in a worker thread, one call at a time per run.
+
+        Keeps the event loop (heartbeats, other RPCs) responsive however large the tables are;
+        the lock serialises engine calls because the engine is not thread-safe.
+        """
+        async with run.lock:
+            return await asyncio.to_thread(fn, *args)
+
     async def _unless_aborted(self, run: Run, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` but give up (cancelling it) as soon as the run is aborted."""
         task = asyncio.ensure_future(awaitable)
@@ -624,7 +634,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         try:
             engine = run.engine
             progress(S.STAGE_EXCHANGING)
-            mine = engine.block_digests()
+            mine = await self._engine(run, engine.block_digests)
             await asyncio.gather(
                 *(
                     self._send(
@@ -644,9 +654,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 what = f"block digests from {', '.join(missing)}"
                 await self._wait(run, run.event("blocks"), what, "exchanging")
             sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
-            engine.set_common_blocks(common_blocks(sets))
+            await self._engine(run, engine.set_common_blocks, common_blocks(sets))
             run.event("common").set()
-            shares = engine.outgoing_shares()
+            shares = await self._engine(run, engine.outgoing_shares)
             await asyncio.gather(
                 *(
                     self._send(
@@ -676,13 +686,13 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     last[0] = now
                     loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
 
-            await asyncio.to_thread(engine.compare, on_progress, run.cancel)
+            await self._engine(run, engine.compare, on_progress, run.cancel)
 
             enter(S.STAGE_SUMMING)
             successor = (run.index + 1) % len(run.parties)
             predecessor = run.parties[(run.index - 1) % len(run.parties)]
             if run.index == 0:
-                out = engine.ring_start()
+                out = await self._engine(run, engine.ring_start)
                 await self._pause_hook(run, "ring")
                 await self._send(
                     run,
@@ -693,10 +703,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     wire.ring_to_chunks(run.ref, run.index, out),
                 )
                 await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                classification = await asyncio.to_thread(engine.ring_finish, run.ring_in)
+                classification = await self._engine(run, engine.ring_finish, run.ring_in)
                 own = None
                 for j in range(len(run.parties)):
-                    res = engine.results_for(classification, j)
+                    res = await self._engine(run, engine.results_for, classification, j)
                     if j == run.index:
                         own = res
                         continue
@@ -710,7 +720,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     )
             else:
                 await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                out = await asyncio.to_thread(engine.ring_step, run.ring_in)
+                out = await self._engine(run, engine.ring_step, run.ring_in)
                 await self._pause_hook(run, "ring")
                 await self._send(
                     run,
@@ -723,7 +733,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 what = f"results from {run.parties[0]}"
                 await self._wait(run, run.event("results"), what, "summing")
                 own = results_from_arrays(run, *run.results_in)
-            rows = engine.resolve_results(own)
+            rows = await self._engine(run, engine.resolve_results, own)
             if run.aborted:
                 raise RunAborted(run.reason or "aborted")
             path, matches = await asyncio.to_thread(

@@ -301,3 +301,54 @@ async def test_reflection_lists_the_services(cluster3: Cluster, who: str, servic
         async for resp in stub.ServerReflectionInfo(one(), timeout=5):
             names.update(s.name for s in resp.list_services_response.service)
     assert {service, "grpc.health.v1.Health"} <= names
+
+
+async def test_insecure_mode_is_loud_and_requires_a_claimed_identity(
+    cluster3: Cluster, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    import asyncio
+    import os
+    import subprocess
+    import sys
+
+    from tests.integration.cluster import PARTY_ENTRY
+
+    port_file = tmp_path / "insecure.port"
+    log = tmp_path / "insecure.log"
+    env = {
+        **os.environ,
+        "PPRL_PORT_FILE": str(port_file),
+        "PPRL_COORDINATOR": "127.0.0.1:9",  # nobody: registration retries in the background
+        "PPRL_NODE_NAME": "party-b",
+    }
+    cfg = cluster3.nodes["party-b"].config
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", PARTY_ENTRY, "serve", "--config", str(cfg), "--insecure"],
+            cwd=cluster3.root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        while not port_file.exists():
+            assert proc.poll() is None, log.read_text()
+            await asyncio.sleep(0.05)
+        address = f"127.0.0.1:{port_file.read_text().strip()}"
+        async with grpc.aio.insecure_channel(address) as ch:
+            await asyncio.wait_for(ch.channel_ready(), 30)
+            stub = PartyStub(ch)
+            code, text = await _code(stub.Abort(party_pb2.AbortRequest(run_id="0" * 32), timeout=5))
+            assert code == Code.UNAUTHENTICATED
+            code, text = await _code(
+                stub.Abort(
+                    party_pb2.AbortRequest(run_id="0" * 32),
+                    timeout=5,
+                    metadata=(("x-pprl-identity", "coordinator"),),
+                )
+            )
+            assert code == Code.NOT_FOUND  # the claimed identity is trusted in insecure mode
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert "INSECURE MODE" in log.read_text()
