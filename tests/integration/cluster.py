@@ -26,18 +26,7 @@ PY = sys.executable
 SECRET = b"integration-test-linkage-secret-0123456789abcdef"
 
 
-def _party_entry() -> str:
-    """The `pprl-party` module; the node's own CLI while a teammate's subcommand module is missing."""
-    try:
-        from party.cli import build_parser
-
-        build_parser()
-    except ImportError:
-        return "party.node.cli"
-    return "party.cli"
-
-
-PARTY_ENTRY = _party_entry()
+PARTY_ENTRY = "party.cli"  # the real `pprl-party` entry point
 EXTRA_MARK = "\n# -- extra tables set by the test --\n"
 
 
