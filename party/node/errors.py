@@ -67,6 +67,14 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, str(exc)
     if isinstance(exc, RunFailed):
         return grpc.StatusCode.ABORTED, str(exc)
+    if isinstance(exc, OSError):
+        # The node's own files (data CSV, secret, schema pin, results folder): say which kind of
+        # failure without echoing anything read from them.
+        log.error("file error while serving a request: %s: %s", type(exc).__name__, exc.strerror)
+        return grpc.StatusCode.FAILED_PRECONDITION, (
+            f"the party cannot access one of its files ({type(exc).__name__}: {exc.strerror}); "
+            "see the party node's log"
+        )
     if isinstance(exc, PprlError):
         # Domain validation (schema, protocol shares/rings, bit layout, config): the caller's input
         # does not fit. PprlError messages are safe by contract.

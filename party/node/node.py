@@ -315,6 +315,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
         allowed, reasons = await asyncio.to_thread(self._gate, records, encoder, run)
+        if run.aborted:
+            raise RunAborted(f"run {run.run_id} was aborted")
         run.records_count = len(records.record_ids)
         if allowed:
             run.engine = PartyEngine(run.index, run.params, records)
