@@ -1,7 +1,8 @@
 """Fixtures that start a coordinator and N party nodes as OS processes (mutual TLS, loopback).
 
 ``cluster3`` (session scope) is shared by the integration tests, which restore it after they
-restart or stop a node. ``make_cluster(n, records)`` builds another deployment in a fresh folder.
+restart or stop a node. ``make_cluster(n, records, csvs=None, schema=None, liveness=...,
+stage_timeout=...)`` builds and starts another deployment in a fresh folder (stopped at teardown).
 Expected results come from the same CSVs encoded in this process and run through
 ``run_in_process`` and the plaintext oracle.
 """
@@ -29,10 +30,22 @@ FILTER_BITS = 1020  # divisible by 3 and 5
 MatchSet = set[tuple[tuple[str, ...], float]]
 
 
-def build_cluster(root: pathlib.Path, n: int, records: int, **kw: Any) -> Cluster:
+def build_cluster(
+    root: pathlib.Path,
+    n: int,
+    records: int,
+    *,
+    csvs: list[pathlib.Path] | None = None,
+    schema: dict[str, Any] | None = None,
+    **kw: Any,
+) -> Cluster:
+    """Files for n parties under ``root``: generated data (or ``csvs``, one per party, with a
+    ``rec_id`` column) and the example schema with l = 1020 (or ``schema``)."""
     names = party_names(n)
-    csvs = generate_data(root / "data", n, records)
-    schema = write_schema(root / "schema.json", FILTER_BITS)
+    if csvs is None:
+        csvs = generate_data(root / "data", n, records)
+    if schema is None:
+        schema = write_schema(root / "schema.json", FILTER_BITS)
     return Cluster(root, names, csvs, schema, **kw)
 
 
