@@ -12,6 +12,18 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 
+def _jit(fn):  # type: ignore[no-untyped-def]
+    """njit with an on-disk cache when numba finds a writable cache location, else without.
+
+    (numba refuses ``cache=True`` at decoration time when neither the source folder nor
+    NUMBA_CACHE_DIR / the user cache folder is writable, e.g. a read-only install.)
+    """
+    try:
+        return njit(cache=True, nogil=True, boundscheck=False)(fn)
+    except RuntimeError:
+        return njit(cache=False, nogil=True, boundscheck=False)(fn)
+
+
 @intrinsic
 def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
     """LLVM ctpop on a uint64, returned as int64 (one POPCNT instruction on x86-64)."""
@@ -25,7 +37,7 @@ def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
     return sig, codegen
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@_jit
 def extend_chunk(acc, psum, right, rpop, table, outcol, outc, counts):  # type: ignore[no-untyped-def]
     """For every partial set i and right row j: c = popcount(acc[i] & right[j]); keep iff
     c >= table[psum[i] + rpop[j]]. Kept j and c of row i go to outcol/outc[i*n : i*n + counts[i]].
@@ -56,7 +68,7 @@ def extend_chunk(acc, psum, right, rpop, table, outcol, outc, counts):  # type: 
         counts[i] = cnt
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@_jit
 def compact(outcol, outc, counts, n):  # type: ignore[no-untyped-def]
     """Gather the per-row outputs of extend_chunk into (ri, ci, c) int64 arrays."""
     total = 0
@@ -76,7 +88,7 @@ def compact(outcol, outc, counts, n):  # type: ignore[no-untyped-def]
     return ri, ci, cv
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
+@_jit
 def intersect_sorted_rows(a, b):  # type: ignore[no-untyped-def]
     """Positions (ia, ib) of the rows common to a and b, both (m, P) uint64, strictly increasing
     in lexicographic order; a linear merge."""

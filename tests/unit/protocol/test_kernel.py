@@ -152,3 +152,14 @@ def test_small_block_batches_equal_reference(
     got = [(tuple(r), cc) for r, cc in zip(rows.tolist(), c.tolist(), strict=True)]
     assert sorted(got) == sorted(expected)
     assert got_counts == ref_counts
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed")
+def test_kernels_compile_without_a_writable_cache() -> None:
+    # numba refuses cache=True when it finds no cache location (like a function without a source
+    # file here, or a read-only install); the kernel module then compiles without a cache
+    from party.protocol._numba_kernel import _jit
+
+    namespace: dict[str, object] = {}
+    exec("def plus_one(x):\n    return x + 1\n", namespace)
+    assert _jit(namespace["plus_one"])(2) == 3
