@@ -182,3 +182,41 @@ def test_invalid_audit_policy_stops_the_node_at_start(cluster3: Cluster) -> None
     )
     assert proc.returncode == 2
     assert "max_everything" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_coordinator_killed_mid_run_fails_the_run_on_every_node(cluster3: Cluster) -> None:
+    pause = cluster3.root / "pause-coordinator-kill"
+    cluster3.restart_party(
+        "party-b", {"PPRL_TEST_PAUSE_AT": "compare", "PPRL_TEST_PAUSE_FILE": str(pause)}
+    )
+    params = parameters(cluster3, name="p-coord-kill.json")
+
+    async def start() -> str:
+        run_id = await cluster3.start_run(params, 60.0)
+        await _wait_file(pause, cluster3, "party-b")
+        return run_id
+
+    run_id = asyncio.run(start())
+    cluster3.signal("coordinator", signal.SIGKILL)
+    for name in cluster3.parties:  # every party drops the run when its Execute stream breaks
+        _wait_log(cluster3, name, f"run {run_id} failed")
+        assert not cluster3.result_dir(name, run_id).exists()
+    cluster3.start_coordinator()
+
+    async def get() -> Any:
+        from proto import coordinator_pb2, coordinator_pb2_grpc
+
+        sec = cluster3.security("coordinator")
+        async with sec.channel(
+            cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+        ) as ch:
+            stub = coordinator_pb2_grpc.CoordinatorStub(ch)
+            return (
+                await stub.GetRun(coordinator_pb2.GetRunRequest(run_id=run_id), timeout=5)
+            ).status
+
+    status = asyncio.run(get())
+    assert status.stage == S.STAGE_FAILED
+    assert status.reason.startswith("the coordinator restarted while the run was"), status.reason
+    again = run_and_wait(cluster3, parameters(cluster3, name="p-after-coord-kill.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
