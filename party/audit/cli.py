@@ -198,6 +198,7 @@ def run_audit_command(args: argparse.Namespace) -> int:
     encode_s = time.perf_counter() - t0
     opts = AuditOptions(
         cvpl=not args.no_cvpl,
+        cvpl_settings=args.cvpl_settings,
         suggestions=not args.no_suggestions,
         include_full_filter=args.full_filter,
     )

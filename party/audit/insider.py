@@ -41,7 +41,15 @@ import numpy as np
 
 from party.audit.hardening_map import HardeningMap
 from party.audit.stats import Rate
-from party.encoding.bits import check_rows, pack_rows, segment_bounds, unpack_rows
+from party.encoding.bits import (
+    check_rows,
+    empty_rows,
+    pack_rows,
+    rows_from_positions,
+    segment_bounds,
+    unpack_rows,
+    words_for,
+)
 from party.errors import PprlError
 
 log = logging.getLogger(__name__)
@@ -544,6 +552,42 @@ def _record_chunk(
     acc.add(truth_ok, ncons, top, max_candidates, int(np.count_nonzero(unresolved)))
 
 
+def sample_targets(n: int, max_targets: int, seed: int = 0) -> np.ndarray:
+    """The seeded uniform sample of attacked rows insider_attack uses (sorted indices)."""
+    if n <= max_targets:
+        return np.arange(n)
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=max_targets, replace=False))
+
+
+def prepare_combos(dicts: Sequence[FieldDictionary]) -> Any:
+    """The whole-record dictionary of these field dictionaries (reusable across attacks)."""
+    n = int(dicts[0].record_entry.size) if dicts else 0
+    return _build_combos(dicts, n)
+
+
+def entry_filters(d: FieldDictionary, input_bits: int) -> np.ndarray:
+    """Packed unhardened filter of each dictionary entry (union of its q-gram atoms)."""
+    qrows = rows_from_positions([p[p < input_bits] for p in d.qgram_positions], input_bits)
+    out = np.zeros((d.entries, words_for(input_bits)), dtype=np.uint64)
+    lens = d.entry_len
+    for r in range(int(lens.max()) if lens.size else 0):
+        has = np.flatnonzero(lens > r)
+        out[has] |= qrows[d.entry_qgrams[d.entry_ptr[has] + r]]
+    return out
+
+
+def unhardened_from_dictionaries(dicts: Sequence[FieldDictionary], input_bits: int) -> np.ndarray:
+    """Every row's unhardened CLK filter: OR over fields of its entry's filter (missing: nothing)."""
+    n = int(dicts[0].record_entry.size) if dicts else 0
+    out = empty_rows(n, input_bits)
+    for d in dicts:
+        table = entry_filters(d, input_bits)
+        has = d.record_entry >= 0
+        out[has] |= table[d.record_entry[has]]
+    return out
+
+
 def insider_attack(
     rows: Sequence[Mapping[str, str]],
     filters: np.ndarray,
@@ -562,13 +606,17 @@ def insider_attack(
     progress: Callable[[str], None] | None = None,
     dictionaries: Sequence[FieldDictionary] | None = None,
     only_segments: Sequence[int] | None = None,
+    targets: np.ndarray | None = None,
+    combos: Any = None,
 ) -> InsiderResult:
     """Simulate the insider attack on every segment of ``filters`` (the revealed, hardened filters).
 
     ``rows[i]`` is the plaintext of ``filters[i]``; ``hmap`` maps revealed bits to unhardened bits.
     Attacked records: all, or a uniform random sample of ``max_targets`` (seeded). ``dictionaries``
     (from build_dictionary over the same rows, one per field in order) skips rebuilding them;
-    ``only_segments`` restricts the attack to those segment indices.
+    ``only_segments`` restricts the attack to those segment indices; ``targets`` gives the attacked
+    row indices explicitly (only their filters are read); ``combos`` (from prepare_combos over the same
+    dictionaries) skips rebuilding the whole-record dictionary.
     """
     n = len(rows)
     check_rows(filters, hmap.output_bits)
@@ -593,10 +641,14 @@ def insider_attack(
                     atoms, name, rows, salt_field=salts.get(name), external_values=ext.get(name, ())
                 )
             )
-    combos = _build_combos(dicts, n)
-    if max_targets is not None and n > max_targets:
-        rng = np.random.default_rng(seed)
-        targets = np.sort(rng.choice(n, size=max_targets, replace=False))
+    if combos is None:
+        combos = _build_combos(dicts, n)
+    if targets is not None:
+        targets = np.asarray(targets, dtype=np.int64)
+        if targets.size and (targets.min() < 0 or targets.max() >= n):
+            raise PprlError("insider attack: target index out of range")
+    elif max_targets is not None and n > max_targets:
+        targets = sample_targets(n, max_targets, seed)
     else:
         targets = np.arange(n)
     out_bits = unpack_rows(filters[targets], hmap.output_bits)

@@ -26,6 +26,9 @@ from party.audit.insider import (
     InsiderResult,
     build_dictionary,
     insider_attack,
+    prepare_combos,
+    sample_targets,
+    unhardened_from_dictionaries,
 )
 from party.audit.report import AuditReport, CvplRow
 from party.audit.revealed import blocking_reveal, segment_reveal
@@ -54,7 +57,7 @@ class AuditOptions:
     cvpl_taus: tuple[float, ...] = DEFAULT_TAUS
     cvpl_corruption: float = 0.2  # share of the attacker's register records perturbed (corruptor)
     cvpl_max_sources: int = 2000
-    cvpl_settings: bool = True  # also assess simulated hardening settings
+    cvpl_settings: bool = False  # also assess simulated hardening settings (BLIP, XOR-fold)
     suggestions: bool = True
     seed: int = 0
 
@@ -82,31 +85,10 @@ def _hardening_label(schema: Any) -> str:
 def unhardened_filters(
     encoder: Any, fields: Sequence[str], rows: Sequence[Mapping[str, str]], nbits: int
 ) -> np.ndarray:
-    """The rows' CLK filters before hardening, from the encoder's per-value positions (memoised)."""
-    out = bits.empty_rows(len(rows), nbits)
+    """The rows' CLK filters before hardening, rebuilt from the encoder's q-gram atom filters."""
     salts = _salts(encoder.schema) if hasattr(encoder, "schema") else {}
-    for name in fields:
-        salt = salts.get(name)
-        index: dict[Any, int] = {}
-        tables: list[list[int]] = []
-        codes = np.empty(len(rows), dtype=np.int64)
-        for i, row in enumerate(rows):
-            value = row.get(name, "")
-            key: Any = (value, row.get(salt, "")) if salt else value
-            c = index.get(key)
-            if c is None:
-                try:
-                    pos = encoder.value_positions(name, value, row)
-                except PprlError:
-                    pos = np.zeros(0, dtype=np.int64)
-                c = len(tables)
-                index[key] = c
-                tables.append([int(p) for p in pos])
-            codes[i] = c
-        table = bits.rows_from_positions(tables, nbits) if tables else bits.empty_rows(0, nbits)
-        if len(rows):
-            out |= table[codes]
-    return out
+    dicts = [build_dictionary(encoder, f, rows, salt_field=salts.get(f)) for f in fields]
+    return unhardened_from_dictionaries(dicts, nbits)
 
 
 def _fold(rows: np.ndarray, nbits: int) -> np.ndarray:
@@ -115,7 +97,7 @@ def _fold(rows: np.ndarray, nbits: int) -> np.ndarray:
 
 
 def _blip(rows: np.ndarray, nbits: int, f: float, rng: np.random.Generator) -> np.ndarray:
-    flips = rng.random((rows.shape[0], nbits)) < f
+    flips = rng.random((rows.shape[0], nbits), dtype=np.float32) < f
     return rows ^ bits.pack_rows(flips.astype(np.uint8))
 
 
@@ -270,7 +252,7 @@ def run_audit(
     if opts.cvpl or opts.suggestions:
         unhardened = timed(
             "unhardened filters",
-            lambda: unhardened_filters(encoder, fields, rows, int(schema.filter_bits)),
+            lambda: unhardened_from_dictionaries(dicts, int(schema.filter_bits)),
         )
     if opts.cvpl and unhardened is not None:
         report.cvpl = timed(
@@ -346,18 +328,24 @@ def _cvpl(
     if n > opts.cvpl_max_sources:
         src_idx = np.sort(rng.choice(n, size=opts.cvpl_max_sources, replace=False))
         notes.append(f"CVPL sources: a uniform sample of {src_idx.size} of {n} revealed records.")
+    # (label, revealed rows of the sources, attacker's register, bits)
     settings: list[tuple[str, np.ndarray, np.ndarray, int]] = [
-        ("agreed", records.filters, hardened_register, int(records.filter_bits))
+        ("agreed", records.filters[src_idx], hardened_register, int(records.filter_bits))
     ]
     if opts.cvpl_settings and not _has_hardening(schema):
         lb = int(schema.filter_bits)
         if schema.hardening.blip_flip_probability is None:
             settings.append(
-                ("simulated blip f=0.05", _blip(unhardened, lb, 0.05, rng), register, lb)
+                ("simulated blip f=0.05", _blip(unhardened[src_idx], lb, 0.05, rng), register, lb)
             )
         if lb % (2 * parties) == 0:
             settings.append(
-                ("simulated xor-fold", _fold(unhardened, lb), _fold(register, lb), lb // 2)
+                (
+                    "simulated xor-fold",
+                    _fold(unhardened[src_idx], lb),
+                    _fold(register, lb),
+                    lb // 2,
+                )
             )
     digests = records.block_digests
     keys = list(range(digests.shape[1])) or [-1]
@@ -368,7 +356,7 @@ def _cvpl(
             continue
         for j in receiving:
             a, b = nb // parties * j, nb // parties * (j + 1)
-            src = bits.slice_bits(revealed[src_idx], a, b)
+            src = bits.slice_bits(revealed, a, b)
             tgt = bits.slice_bits(reg, a, b)
             for key in keys:
                 blocks = digests[:, key] if key >= 0 else np.zeros(n, dtype=np.uint64)
@@ -414,11 +402,12 @@ def _suggest(
     current = _worst_insider(report.insider, receiving) if report.insider else 0.0
     target = insider_limit if insider_limit is not None else 0.05
     if current > target:
+        sample = sample_targets(len(rows), SUGGESTION_TARGETS, opts.seed)
         kw: dict[str, Any] = {
-            "max_targets": SUGGESTION_TARGETS,
             "include_full": False,
-            "seed": opts.seed,
             "dictionaries": dicts,
+            "combos": prepare_combos(dicts),
+            "targets": sample,
         }
         found = False
         tried: list[str] = []
@@ -446,7 +435,8 @@ def _suggest(
         one = receiving[:1]
         blip_tried: list[str] = []
         for f in (0.02, 0.05, 0.1, 0.2):
-            noisy = _blip(unhardened, lb, f, rng)
+            noisy = unhardened.copy()
+            noisy[sample] = _blip(unhardened[sample], lb, f, rng)
             res = insider_attack(
                 rows, noisy, encoder, fields, identity_map(lb), parties, only_segments=one, **kw
             )

@@ -182,3 +182,13 @@ def test_whole_record_and_outcomes_on_planted_values() -> None:
     assert seg0.fields["f"].one_to_one.count == 3
     unpacked = unpack_rows(filters, 16)
     assert unpacked.shape == (4, 16)
+
+
+def test_unhardened_filters_rebuilt_from_atoms_equal_the_encoder(rows: list[dict[str, str]]) -> None:
+    enc = encoder_for(1000)
+    recs = enc.encode_rows(rows)
+    dicts = [build_dictionary(enc, f, rows) for f in FIELDS]
+    rebuilt = insider.unhardened_from_dictionaries(dicts, 1000)
+    assert np.array_equal(rebuilt, recs.filters)
+    folded = encoder_for(1000, xorFold=True)
+    assert np.array_equal(folded.harden(rebuilt), folded.encode_rows(rows).filters)
