@@ -22,7 +22,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -282,25 +282,36 @@ class PartyEngine:
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
-        plan: list[list[np.ndarray]] = []
-        for b in range(common.size):
-            if np.any(sizes[:, b] == 0):
-                continue
-            members = [indices[j].members(b) for j in range(p)]
+        live_blocks = np.flatnonzero(np.all(sizes > 0, axis=0))
+
+        def plan() -> Iterator[tuple[list[np.ndarray], int]]:
+            """Sub-blocks to compare, generated lazily (no per-block state is kept)."""
+            for b in live_blocks.tolist():
+                members = [indices[j].members(b) for j in range(p)]
+                for sub in sub_blocks(members, cap):
+                    size = 1
+                    for m in sub:
+                        size *= int(m.size)
+                    yield sub, size
+
+        # First pass: statistics and the total for progress (exact Python ints: a block's
+        # product of sizes can exceed 2^63).
+        for b in live_blocks.tolist():
             full = 1
-            for m in members:
-                full *= int(m.size)
+            for j in range(p):
+                full *= int(sizes[j, b])
             stats.candidate_sets_uncapped += full
             stats.largest_block_sets = max(stats.largest_block_sets, full)
-            subs = sub_blocks(members, cap)
-            if len(subs) > 1:
+            if cap is not None and int(sizes[:, b].max()) > cap:
                 stats.sub_blocked_blocks += 1
-            for sub in subs:
-                cnt = 1
-                for m in sub:
-                    cnt *= int(m.size)
-                stats.candidate_sets += cnt
-                plan.append(sub)
+                members = [indices[j].members(b) for j in range(p)]
+                for sub in sub_blocks(members, cap):
+                    cnt = 1
+                    for m in sub:
+                        cnt *= int(m.size)
+                    stats.candidate_sets += cnt
+            else:
+                stats.candidate_sets += full
         total = stats.candidate_sets
         done = 0
 
@@ -359,10 +370,7 @@ class PartyEngine:
             tick(batch_total)
             batch, batch_total = [], 0
 
-        for sub in plan:
-            size = 1
-            for m in sub:
-                size *= int(m.size)
+        for sub, size in plan():
             if size <= SMALL_BLOCK_SETS:
                 batch.append(sub)
                 batch_total += size
