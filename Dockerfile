@@ -7,8 +7,9 @@
 # Package index settings for the build stage can be passed as build arguments: PIP_INDEX_URL,
 # PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST. Only binary wheels are installed, so no compiler is ever needed.
 #
-# The final stage holds the base image, a virtual environment with the project and its dependencies,
-# scripts/ (certificate and demo-data generators) and docker/ (compose demo configuration and helpers).
+# The final stage holds the base image, a virtual environment with the project and its dependencies (no
+# pip, no test suites of dependencies), scripts/ (certificate and demo-data generators) and docker/
+# (compose demo configuration and helpers).
 # It runs as the unprivileged user `pprl` (uid 10001); node state lives under /var/lib/pprl.
 
 ARG BASE_IMAGE=python:3.11-slim-bookworm
@@ -37,7 +38,9 @@ COPY coordinator coordinator
 RUN . /tmp/pip-env.sh \
  && /opt/pprl/venv/bin/pip wheel --no-deps --wheel-dir /tmp/wheels . \
  && /opt/pprl/venv/bin/pip install --no-deps --only-binary=:all: /tmp/wheels/*.whl \
- && /opt/pprl/venv/bin/python -c 'import coordinator, party, proto'
+ && /opt/pprl/venv/bin/python -c 'import coordinator, party, proto' \
+ && /opt/pprl/venv/bin/python -m pip uninstall -q -y pip setuptools \
+ && find /opt/pprl/venv/lib -type d -name tests -path '*/site-packages/*' -prune -exec rm -rf {} +
 
 FROM ${BASE_IMAGE}
 ARG PPRL_UID=10001

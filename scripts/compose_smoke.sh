@@ -80,6 +80,7 @@ docker run --rm --network none "$PPRL_IMAGE" sh -c '
     if [ -n "$(ls -A "$d" 2>/dev/null)" ]; then echo "cache $d present"; exit 1; fi
   done
   if ls /var/cache/apt/archives/*.deb >/dev/null 2>&1; then echo "apt archives present"; exit 1; fi
+  if python -m pip --version >/dev/null 2>&1; then echo "pip present in the runtime image"; exit 1; fi
   pprl-party --help >/dev/null
   pprl-coordinator --help >/dev/null
 ' || die "image check failed"
