@@ -44,9 +44,13 @@ class Hooks:
 
     def sent(self, message: Message) -> None:
         """Count (and, when capturing, record) one outgoing message."""
+        if self.capture_file is None:
+            size = message.ByteSize()  # no second serialization on the hot path
+            with self._lock:
+                self.bytes_sent += size
+            return
         data = message.SerializeToString()
         with self._lock:
             self.bytes_sent += len(data)
-            if self.capture_file is not None:
-                with self.capture_file.open("ab") as fh:
-                    fh.write(data)
+            with self.capture_file.open("ab") as fh:
+                fh.write(data)
