@@ -56,6 +56,11 @@ def register(subparsers: Any) -> None:
     a.add_argument(
         "--no-suggestions", action="store_true", help="skip the 'what would pass' search"
     )
+    a.add_argument(
+        "--cvpl-settings",
+        action="store_true",
+        help="also run CVPL under simulated hardening (BLIP f=0.05, XOR-fold)",
+    )
     a.add_argument("--full-filter", action="store_true", help="also attack the full filter")
     a.add_argument(
         "--max-targets",

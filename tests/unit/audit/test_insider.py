@@ -184,7 +184,9 @@ def test_whole_record_and_outcomes_on_planted_values() -> None:
     assert unpacked.shape == (4, 16)
 
 
-def test_unhardened_filters_rebuilt_from_atoms_equal_the_encoder(rows: list[dict[str, str]]) -> None:
+def test_unhardened_filters_rebuilt_from_atoms_equal_the_encoder(
+    rows: list[dict[str, str]],
+) -> None:
     enc = encoder_for(1000)
     recs = enc.encode_rows(rows)
     dicts = [build_dictionary(enc, f, rows) for f in FIELDS]
