@@ -1,0 +1,43 @@
+"""proto/transport.py: retry policy only on UNAVAILABLE, message limits, identity extraction."""
+
+from __future__ import annotations
+
+import json
+
+from proto import transport
+
+
+def test_retry_service_config_retries_only_unavailable() -> None:
+    cfg = json.loads(transport.retry_service_config(["pprl.v1.Party"]))
+    (method,) = cfg["methodConfig"]
+    assert method["name"] == [{"service": "pprl.v1.Party"}]
+    assert method["retryPolicy"]["retryableStatusCodes"] == ["UNAVAILABLE"]
+    assert int(method["retryPolicy"]["maxAttempts"]) <= 5
+
+
+def test_message_limits_are_moderate() -> None:
+    assert 4 * 2**20 <= transport.MAX_MESSAGE_BYTES <= 8 * 2**20
+    assert transport.CHUNK_BYTES * 4 <= transport.MAX_MESSAGE_BYTES
+    opts = dict(transport.SERVER_OPTIONS)
+    assert opts["grpc.max_receive_message_length"] == transport.MAX_MESSAGE_BYTES
+
+
+class _Ctx:
+    def __init__(self, auth: dict[str, list[bytes]], metadata: tuple[tuple[str, str], ...] = ()):
+        self._auth = auth
+        self._md = metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._md
+
+
+def test_identity_comes_from_the_certificate_unless_insecure() -> None:
+    claimed = (("x-pprl-identity", "coordinator"),)
+    ctx = _Ctx({"x509_common_name": [b"party-a"]}, claimed)
+    assert transport.caller_identity(ctx, insecure=False) == "party-a"  # type: ignore[arg-type]
+    assert transport.caller_identity(_Ctx({}, claimed), insecure=False) is None  # type: ignore[arg-type]
+    assert transport.caller_identity(_Ctx({}, claimed), insecure=True) == "coordinator"  # type: ignore[arg-type]
+    assert transport.caller_identity(_Ctx({}), insecure=True) is None  # type: ignore[arg-type]
