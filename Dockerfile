@@ -48,6 +48,7 @@ ENV PATH=/opt/pprl/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
+    MPLCONFIGDIR=/tmp/matplotlib \
     LANG=C.UTF-8
 RUN groupadd --gid "$PPRL_UID" pprl \
  && useradd --no-create-home --uid "$PPRL_UID" --gid "$PPRL_UID" --home-dir /var/lib/pprl --shell /usr/sbin/nologin pprl \
