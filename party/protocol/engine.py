@@ -52,7 +52,13 @@ from party.protocol.errors import (
     StateError,
     SummationError,
 )
-from party.protocol.kernel import DEFAULT_KERNEL, StageCounts, compare_small_blocks, iter_block
+from party.protocol.kernel import (
+    DEFAULT_KERNEL,
+    StageCounts,
+    compare_block_batch,
+    compare_small_blocks,
+    iter_block,
+)
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
@@ -282,29 +288,27 @@ class PartyEngine:
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
-        live_blocks = np.flatnonzero(np.all(sizes > 0, axis=0))
-
-        def plan() -> Iterator[tuple[list[np.ndarray], int]]:
-            """Sub-blocks to compare, generated lazily (no per-block state is kept)."""
-            for b in live_blocks.tolist():
-                members = [indices[j].members(b) for j in range(p)]
-                for sub in sub_blocks(members, cap):
-                    size = 1
-                    for m in sub:
-                        size *= int(m.size)
-                    yield sub, size
-
-        # First pass: statistics and the total for progress (exact Python ints: a block's
-        # product of sizes can exceed 2^63).
-        for b in live_blocks.tolist():
+        nb = int(common.size)
+        live = np.all(sizes > 0, axis=0) if nb else np.zeros(0, dtype=bool)
+        over_cap = np.zeros(nb, dtype=bool) if cap is None else sizes.max(axis=0, initial=0) > cap
+        # "fast" blocks: uncapped and small; compared straight from the CSR indices in batches
+        fast = live & ~over_cap & (np.prod(sizes.astype(np.float64), axis=0) <= SMALL_BLOCK_SETS)
+        fast_ids = np.flatnonzero(fast)
+        fast_sets = np.prod(sizes[:, fast_ids], axis=0).astype(np.int64)
+        slow_ids = np.flatnonzero(live & ~fast)
+        stats.candidate_sets_uncapped = int(fast_sets.sum())
+        stats.candidate_sets = int(fast_sets.sum())
+        stats.largest_block_sets = int(fast_sets.max(initial=0))
+        # exact Python ints for the others: a block's product of sizes can exceed 2^63
+        for blk in slow_ids.tolist():
             full = 1
             for j in range(p):
-                full *= int(sizes[j, b])
+                full *= int(sizes[j, blk])
             stats.candidate_sets_uncapped += full
             stats.largest_block_sets = max(stats.largest_block_sets, full)
-            if cap is not None and int(sizes[:, b].max()) > cap:
+            if over_cap[blk]:
                 stats.sub_blocked_blocks += 1
-                members = [indices[j].members(b) for j in range(p)]
+                members = [indices[j].members(blk) for j in range(p)]
                 for sub in sub_blocks(members, cap):
                     cnt = 1
                     for m in sub:
@@ -312,6 +316,17 @@ class PartyEngine:
                     stats.candidate_sets += cnt
             else:
                 stats.candidate_sets += full
+
+        def plan() -> Iterator[tuple[list[np.ndarray], int]]:
+            """Sub-blocks of the other blocks, generated lazily."""
+            for blk in slow_ids.tolist():
+                members = [indices[j].members(blk) for j in range(p)]
+                for sub in sub_blocks(members, cap):
+                    size = 1
+                    for m in sub:
+                        size *= int(m.size)
+                    yield sub, size
+
         total = stats.candidate_sets
         done = 0
 
@@ -369,6 +384,28 @@ class PartyEngine:
             keep(rows, c)
             tick(batch_total)
             batch, batch_total = [], 0
+
+        cum = np.cumsum(fast_sets)
+        lo = 0
+        while lo < fast_ids.size:
+            if cancel is not None and cancel.is_set():
+                raise ComparisonCancelled("comparison cancelled")
+            base = int(cum[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
+            ids = fast_ids[lo:hi]
+            rows, c = compare_block_batch(
+                segs,
+                seg_pops,
+                [ix.rows for ix in indices],
+                np.stack([ix.starts[ids] for ix in indices]),
+                sizes[:, ids],
+                self.segment_bits,
+                self.params.segment_threshold,
+                counts=counts,
+            )
+            keep(rows, c)
+            tick(int(cum[hi - 1]) - base)
+            lo = hi
 
         for sub, size in plan():
             if size <= SMALL_BLOCK_SETS:

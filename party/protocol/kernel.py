@@ -362,10 +362,12 @@ def compare_block(
     return idx[order], c[order]
 
 
-def compare_small_blocks(
+def compare_block_batch(
     segs: Sequence[np.ndarray],
     pops: Sequence[np.ndarray],
-    blocks: Sequence[Sequence[np.ndarray]],
+    rows_of: Sequence[np.ndarray],
+    starts: np.ndarray,
+    sizes: np.ndarray,
     seg_bits: int,
     threshold: float,
     *,
@@ -373,49 +375,39 @@ def compare_small_blocks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Many small blocks at once, vectorised across blocks (same rule and counts as the kernels).
 
-    ``segs[j]``/``pops[j]`` are party j's rows and popcounts for the whole run; ``blocks[b][j]`` are
-    the rows (into ``segs[j]``) of party j in block b. Returns surviving sets as rows into ``segs``
-    (m, P) and their c. Partial sets of all blocks are extended party by party with numpy: each is
-    repeated once per row of the next party in its block, ANDed, counted and tested against the
-    exact threshold table. Memory is proportional to the blocks' candidate sets: the caller batches.
+    ``segs[j]``/``pops[j]`` are party j's rows and popcounts for the whole run. Block b holds rows
+    ``rows_of[j][starts[j, b] : starts[j, b] + sizes[j, b]]`` of party j (``starts``/``sizes`` are
+    (P, nb) int64). Returns surviving sets as rows into ``segs`` (m, P) and their c. Partial sets of
+    all blocks are extended party by party with numpy: each is repeated once per row of the next
+    party in its block, ANDed, counted and tested against the exact threshold table. Memory is
+    proportional to the blocks' candidate sets: the caller batches.
     """
     parties = len(segs)
     st = counts if counts is not None else StageCounts.zeros(parties)
     max_s = parties * seg_bits
-    nb = len(blocks)
-    sizes = np.array([[int(b[j].size) for j in range(parties)] for b in blocks], dtype=np.int64)
-    sizes = sizes.reshape(nb, parties)
     empty = (np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    if nb == 0:
+    if sizes.shape[1] == 0:
         return empty
-    live = np.flatnonzero(sizes.min(axis=1) > 0)
+    live = np.flatnonzero(sizes.min(axis=0) > 0)
     if live.size == 0:
         return empty
-    # CSR of every party's rows per block
-    starts = np.zeros((parties, nb + 1), dtype=np.int64)
-    np.cumsum(sizes.T, axis=1, out=starts[:, 1:])
-    rows_of = [
-        np.concatenate([b[j] for b in blocks]).astype(np.int64)
-        if starts[j, -1]
-        else np.zeros(0, dtype=np.int64)
-        for j in range(parties)
-    ]
-    # stage 0: every row of party 0 in a live block
-    blk = np.repeat(live, sizes[live, 0])
-    first = starts[0, blk] + (
-        np.arange(blk.size) - np.repeat(np.cumsum(sizes[live, 0]) - sizes[live, 0], sizes[live, 0])
-    )
-    idx = rows_of[0][first][:, None]
-    acc = segs[0][idx[:, 0]]
-    psum = pops[0][idx[:, 0]].astype(np.int64)
+
+    def expand(j: int, blk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        per = sizes[j, blk]
+        rep = np.repeat(np.arange(blk.size), per)
+        offs = np.arange(rep.size) - np.repeat(np.cumsum(per) - per, per)
+        return rep, rows_of[j][starts[j, blk[rep]] + offs]
+
+    rep0, first = expand(0, live)
+    blk = live[rep0]
+    idx = first[:, None]
+    acc = segs[0][first]
+    psum = pops[0][first].astype(np.int64)
     cvals = np.zeros(0, dtype=np.int64)
     for j in range(1, parties):
         if blk.size == 0:
             return empty
-        per = sizes[blk, j]
-        rep = np.repeat(np.arange(blk.size), per)
-        offs = np.arange(rep.size) - np.repeat(np.cumsum(per) - per, per)
-        new_rows = rows_of[j][starts[j, blk[rep]] + offs]
+        rep, new_rows = expand(j, blk)
         acc = acc[rep] & segs[j][new_rows]
         cvals = np.bitwise_count(acc).sum(axis=1, dtype=np.int64)
         psum = psum[rep] + pops[j][new_rows]
@@ -425,3 +417,31 @@ def compare_small_blocks(
         idx = np.concatenate([idx[rep], new_rows[:, None]], axis=1)[keep]
         acc, psum, cvals, blk = acc[keep], psum[keep], cvals[keep], blk[rep][keep]
     return idx, cvals
+
+
+def compare_small_blocks(
+    segs: Sequence[np.ndarray],
+    pops: Sequence[np.ndarray],
+    blocks: Sequence[Sequence[np.ndarray]],
+    seg_bits: int,
+    threshold: float,
+    *,
+    counts: StageCounts | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """compare_block_batch for blocks given as lists: ``blocks[b][j]`` = party j's rows in block b."""
+    parties = len(segs)
+    nb = len(blocks)
+    sizes = np.array([[int(b[j].size) for b in blocks] for j in range(parties)], dtype=np.int64)
+    sizes = sizes.reshape(parties, nb)
+    starts = np.zeros((parties, nb), dtype=np.int64)
+    if nb:
+        starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
+    rows_of = [
+        np.concatenate([np.asarray(b[j], dtype=np.int64) for b in blocks])
+        if nb
+        else np.zeros(0, dtype=np.int64)
+        for j in range(parties)
+    ]
+    return compare_block_batch(
+        segs, pops, rows_of, starts, sizes, seg_bits, threshold, counts=counts
+    )
