@@ -686,7 +686,16 @@ class Encoder:
         if id_pos is None:
             return [str(chunk_rows[j]) for j in kept]
         ids = [chunk[j][id_pos].strip() for j in kept]
-        for rid, j in zip(ids, kept, strict=True):
+        new = set(ids)
+        if (
+            len(new) == len(ids)
+            and seen_ids.isdisjoint(new)
+            and all(ids)
+            and valid_text("".join(ids))
+        ):
+            seen_ids |= new
+            return ids  # the common case, checked without a Python loop
+        for rid, j in zip(ids, kept, strict=True):  # find the first bad id in row order
             if not rid or rid in seen_ids or not valid_text(rid):
                 problem = (
                     "empty record id"

@@ -284,3 +284,20 @@ def test_records_validation_and_segments():
         EncodedRecords(("a", "b"), rec.filters, 100, rec.block_digests[:2])
     with pytest.raises(bits.BitLayoutError, match="block_digests must be an"):
         EncodedRecords(rec.record_ids, rec.filters, 100, rec.block_digests.astype(np.int64))
+
+
+def test_duplicate_id_across_chunks(tmp_path, monkeypatch):
+    from party.encoding import encoder
+
+    monkeypatch.setattr(encoder, "CHUNK_ROWS", 2)
+    enc = Encoder(_schema(), SECRET)
+    p = _csv(tmp_path, HEADER + "a,x,y,z\nb,x,y,z\nc,x,y,z\nb,x,y,z\n")
+    assert (
+        _error(enc.encode_csv, p, id_column="id") == f"{p}, row 4, field 'id': duplicate record id"
+    )
+    p = _csv(tmp_path, HEADER + "ä,x,y,z\nb,x,y,z\nc,x,y,z\nä,x,y,z\n")
+    assert (
+        _error(enc.encode_csv, p, id_column="id") == f"{p}, row 4, field 'id': duplicate record id"
+    )
+    p = _csv(tmp_path, HEADER + "ä,x,y,z\nb,x,y,z\nc,x,y,z\nd,x,y,z\n")
+    assert enc.encode_csv(p, id_column="id")[0].record_ids == ("ä", "b", "c", "d")
