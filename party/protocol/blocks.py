@@ -24,10 +24,26 @@ import numpy as np
 from party.protocol.errors import ProtocolError
 
 
+def sorted_unique(values: np.ndarray) -> np.ndarray:
+    """Sorted distinct values of a 1-D array (sort based; numpy's hash-based unique is slower here)."""
+    s = np.sort(values, kind="stable")
+    if s.size < 2:
+        return s
+    keep = np.ones(s.size, dtype=bool)
+    keep[1:] = s[1:] != s[:-1]
+    return s[keep]
+
+
+def has_duplicates(values: np.ndarray) -> bool:
+    """True iff a 1-D array repeats a value."""
+    s = np.sort(values)
+    return bool(s.size > 1 and np.any(s[1:] == s[:-1]))
+
+
 def distinct_digests(digests: np.ndarray) -> np.ndarray:
     """Sorted distinct non-zero digests of an (n, B) uint64 digest matrix."""
     flat = np.asarray(digests, dtype=np.uint64).ravel()
-    return np.unique(flat[flat != 0])
+    return sorted_unique(flat[flat != 0])
 
 
 def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
@@ -40,7 +56,7 @@ def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
     for i, d in enumerate(digest_sets):
         if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
             raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
-        u = np.unique(d)
+        u = sorted_unique(d)
         u = u[u != 0]
         result = u if result is None else np.intersect1d(result, u, assume_unique=True)
     assert result is not None

@@ -41,8 +41,8 @@ def greedy_one_to_one(candidates: np.ndarray, similarity: np.ndarray) -> np.ndar
     order = np.lexsort((*candidates.T[::-1], -similarity))
     used: list[set[int]] = [set() for _ in range(parties)]
     kept: list[int] = []
-    for i in order.tolist():
-        row = candidates[i].tolist()
+    rows = candidates[order].tolist()
+    for i, row in zip(order.tolist(), rows, strict=True):
         if any(row[j] in used[j] for j in range(parties)):
             continue
         for j in range(parties):

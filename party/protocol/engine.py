@@ -33,6 +33,7 @@ from party.protocol.blocks import (
     block_index,
     check_common,
     distinct_digests,
+    has_duplicates,
     sub_blocks,
 )
 from party.protocol.classify import (
@@ -612,7 +613,7 @@ class PartyEngine:
             raise ResultsError(
                 "results must be three equally long 1-D arrays (uint64, float64, uint64)"
             )
-        if k and (np.unique(ids).size != k):
+        if k and has_duplicates(ids):
             raise ResultsError("results repeat a linkage id")
         if k and not np.all(np.isfinite(sims) & (sims >= 0) & (sims <= 1)):
             raise ResultsError("results contain a similarity outside [0, 1]")
@@ -627,5 +628,8 @@ class PartyEngine:
         rid = self._records.record_ids
         order = np.argsort(ids, kind="stable")
         return [
-            MatchRow(linkage_label(int(ids[i])), float(sims[i]), rid[int(rows[i])]) for i in order
+            MatchRow(linkage_label(lid), sim, rid[row])
+            for lid, sim, row in zip(
+                ids[order].tolist(), sims[order].tolist(), rows[order].tolist(), strict=True
+            )
         ]

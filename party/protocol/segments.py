@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
+from party.protocol.blocks import has_duplicates
 from party.protocol.errors import ShareError
 
 
@@ -47,9 +48,11 @@ def new_pseudonyms(n: int, random_bytes: Callable[[int], bytes] = os.urandom) ->
     """
     out = np.frombuffer(random_bytes(8 * n), dtype="<u8").astype(np.uint64)
     for _ in range(64):
-        uniq, first = np.unique(out, return_index=True)
-        bad = np.ones(n, dtype=bool)
-        bad[first] = False
+        order = np.argsort(out, kind="stable")
+        ordered = out[order]
+        bad = np.zeros(n, dtype=bool)
+        if n > 1:
+            bad[order[1:][ordered[1:] == ordered[:-1]]] = True  # later copies of a value
         bad |= out == 0
         count = int(bad.sum())
         if not count:
@@ -121,7 +124,7 @@ def validate_share(
         raise ShareError(f"share from party {src}: segments: {exc}") from None
     if n and np.any(p == 0):
         raise ShareError(f"share from party {src}: pseudonym 0 is reserved")
-    if n and np.unique(p).size != n:
+    if n and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
     flat = d.ravel()
     nz = flat[flat != 0]
