@@ -192,17 +192,22 @@ def uniqueness_of_codes(
     n = int(columns[0].codes.size)
     if any(c.codes.size != n for c in columns):
         raise UniquenessError("columns have different lengths")
+    # Records already alone stay alone whatever is added, so each step only re-examines the
+    # "active" records (crowd > 1); their crowds only involve each other.
     remaining = list(range(len(columns)))
     order: list[int] = []
     steps: list[ClimbStep] = []
-    current: Codes | None = None
-    crowd = np.ones(n, dtype=np.int64) * n
+    active = np.arange(n, dtype=np.int64)
+    cur = Codes(np.zeros(n, dtype=np.int64), 1 if n else 0)
+    settled = 0  # records already alone
+    crowd = np.ones(n, dtype=np.int64)
     while remaining:
-        if greedy and len(remaining) > 1:
+        if greedy and len(remaining) > 1 and active.size:
             best: tuple[int, int, int, int] | None = None
             pick = remaining[0]
             for j in remaining:
-                cand, groups = _pair_crowds(current, columns[j])
+                sub = Codes(columns[j].codes[active], columns[j].card)
+                cand, groups = _pair_crowds(cur, sub)
                 score = (
                     int(np.count_nonzero(cand == 1)),
                     int(np.count_nonzero(cand < k)),
@@ -215,19 +220,35 @@ def uniqueness_of_codes(
             pick = remaining[0]
         remaining.remove(pick)
         order.append(pick)
-        current = columns[pick] if current is None else combine(current, columns[pick])
-        crowd = crowd_sizes(current)
-        alone, below = _rates(crowd, k)
-        steps.append(ClimbStep(names[pick], current.card, alone, below))
-    assert current is not None
-    alone, below = _rates(crowd, k)
+        cur = combine(cur, Codes(columns[pick].codes[active], columns[pick].card))
+        sub_crowd = crowd_sizes(cur)
+        newly = sub_crowd == 1
+        n_new = int(np.count_nonzero(newly))
+        below = settled + int(np.count_nonzero(sub_crowd < k))
+        steps.append(
+            ClimbStep(
+                names[pick],
+                settled + cur.card,
+                Rate(settled + n_new, n),
+                Rate(below, n),
+            )
+        )
+        if n_new:
+            settled += n_new
+            crowd[active[newly]] = 1
+            keep = ~newly
+            active = active[keep]
+            cur = factorize(cur.codes[keep])
+            sub_crowd = sub_crowd[keep]
+        crowd[active] = sub_crowd
+    last = steps[-1]
     return UniquenessResult(
         columns=tuple(names[i] for i in order),
         k=k,
         records=n,
-        groups=current.card,
-        alone=alone,
-        below_k=below,
+        groups=last.groups,
+        alone=last.alone,
+        below_k=last.below_k,
         crowd=crowd,
         climb=tuple(steps),
         greedy=greedy,

@@ -49,6 +49,22 @@ def test_equals_brute_force_on_random_tables(seed: int) -> None:
             assert step.column == cols[i]
             assert step.alone.count == sum(1 for c in cr if c == 1)
             assert step.below_k.count == sum(1 for c in cr if c < k)
+            assert step.groups == len(set(zip(*(table[c] for c in prefix), strict=True)))
+        greedy = uniqueness(table, cols, k=k, greedy=True)
+        assert greedy.crowd.tolist() == crowds
+        for i, step in enumerate(greedy.climb):
+            prefix = list(greedy.columns[: i + 1])
+            cr = brute_crowds(table, prefix)
+            assert step.alone.count == sum(1 for c in cr if c == 1)
+            assert step.below_k.count == sum(1 for c in cr if c < k)
+            # the greedy choice leaves at least as many alone as any other column would
+            if i + 1 < len(cols):
+                rest = [c for c in cols if c not in greedy.columns[:i]]
+                best = max(
+                    sum(1 for c in brute_crowds(table, [*greedy.columns[:i], r]) if c == 1)
+                    for r in rest
+                )
+                assert step.alone.count == best
 
 
 def test_numpy_columns_equal_lists() -> None:
