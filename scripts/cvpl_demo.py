@@ -71,8 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         data = synth.generate_customers(args.records, args.seed)
         original = Table.from_arrays("original", data)
         for i, name in enumerate(synth.PROTECTIONS):
-            rel = synth.release(data, name, seed=args.seed * 1000 + i)
-            releases[name] = Table.from_arrays(name, rel)
+            released = synth.release(data, name, seed=args.seed * 1000 + i)
+            releases[name] = Table.from_arrays(name, released)
 
     config = CvplConfig(
         qi=synth.QI,

@@ -280,8 +280,19 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     tops: list[tuple[np.ndarray, np.ndarray, np.ndarray | None]] = []
     t_levels = time.perf_counter()
     t = t_levels
+    # Second-best similarities only where the headline will (most likely) be: the given level,
+    # or the coarsest level that blocks; recomputed below in the rare case it compares nothing.
+    planned = config.headline_level
+    if planned is None:
+        blocking = [i for i, lv in enumerate(levels) if lv.rules]
+        planned = blocking[-1] if blocking else len(levels) - 1
     steps = progressive_bounds(
-        kernel, [(s, k) for s, k, _ in keys], taus, truth, chunk=config.chunk, top2=True
+        kernel,
+        [(s, k) for s, k, _ in keys],
+        taus,
+        truth,
+        chunk=config.chunk,
+        top2=[i == planned for i in range(len(levels))],
     )
     for i, step in enumerate(steps):
         s, k, split = keys[i]
@@ -317,7 +328,10 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     t = time.perf_counter()
     hs, hk, _ = keys[headline]
     best, index, second = tops[headline]
-    assert second is not None
+    if second is None:
+        top = blockwise_top(kernel, hs, hk, chunk=config.chunk, top2=True)
+        best, index, second = top.best, top.index, top.second
+        assert second is not None
     calib = calibrate(
         kernel,
         hs,

@@ -125,7 +125,7 @@ class _Agreement:
         out = np.zeros((len(src), len(tgt)), dtype=dtype)
         for j in range(len(self.columns)):
             agree = self._agree(j, self.src[j][src][:, None], self.tgt[j][tgt][None, :])
-            out |= agree.astype(dtype) << j
+            out |= np.left_shift(agree.astype(dtype), j)
         return out
 
     def weight_matrix(self, src: np.ndarray, tgt: np.ndarray, w: tuple) -> np.ndarray:

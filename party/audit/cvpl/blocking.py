@@ -178,10 +178,11 @@ def block_keys(
 def check_nested(levels_keys: Sequence[tuple[np.ndarray, np.ndarray]]) -> bool:
     """True if every block of each level lies inside one block of the next (on these records)."""
     for (fs, ft), (cs, ct) in zip(levels_keys, levels_keys[1:], strict=False):
-        fine = np.concatenate([fs, ft])
-        coarse = np.concatenate([cs, ct])
-        pairs = np.unique(np.stack([fine, coarse], axis=1), axis=0)
-        if len(np.unique(pairs[:, 0])) != len(pairs):
+        fine = np.concatenate([fs, ft]).astype(np.int64)
+        coarse = np.concatenate([cs, ct]).astype(np.int64)
+        # nested <=> every fine block maps to exactly one coarse block
+        pairs = np.unique(fine * (int(coarse.max()) + 1) + coarse)
+        if len(pairs) != len(np.unique(fine)):
             return False
     return True
 

@@ -121,18 +121,24 @@ class TopMatches:
     pairs_compared: int
 
 
+def _runs(sorted_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Distinct values, start positions and lengths of the runs of an already sorted array."""
+    if not len(sorted_keys):
+        empty = np.zeros(0, dtype=np.int64)
+        return sorted_keys[:0], empty, empty
+    starts = np.concatenate([[0], np.flatnonzero(sorted_keys[1:] != sorted_keys[:-1]) + 1])
+    counts = np.diff(np.concatenate([starts, [len(sorted_keys)]]))
+    return sorted_keys[starts], starts, counts
+
+
 def group_blocks(
     source_keys: np.ndarray, target_keys: np.ndarray
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(source indices, target indices) of every block key present on both sides, indices ascending."""
     s_order = np.argsort(source_keys, kind="stable")
     t_order = np.argsort(target_keys, kind="stable")
-    s_uniq, s_start, s_count = np.unique(
-        source_keys[s_order], return_index=True, return_counts=True
-    )
-    t_uniq, t_start, t_count = np.unique(
-        target_keys[t_order], return_index=True, return_counts=True
-    )
+    s_uniq, s_start, s_count = _runs(source_keys[s_order])
+    t_uniq, t_start, t_count = _runs(target_keys[t_order])
     _, i_s, i_t = np.intersect1d(s_uniq, t_uniq, assume_unique=True, return_indices=True)
     for a, b in zip(i_s.tolist(), i_t.tolist(), strict=True):
         yield (

@@ -55,13 +55,18 @@ def progressive_bounds(
     truth: np.ndarray | None = None,
     *,
     chunk: int = DEFAULT_CHUNK,
-    top2: bool = False,
+    top2: bool | Sequence[bool] = False,
 ) -> Iterator[ProgressiveStep]:
-    """Yield anytime lower bounds of CVPL-LR(tau) after each blocking level, in order."""
+    """Yield anytime lower bounds of CVPL-LR(tau) after each blocking level, in order.
+
+    ``top2`` (one flag, or one per level) asks for second-best similarities too (for DCR/NNDR and
+    record-level calibration), which costs an extra pass over each similarity chunk.
+    """
     best: np.ndarray | None = None
     index: np.ndarray | None = None
     for i, (skeys, tkeys) in enumerate(levels_keys):
-        top = blockwise_top(kernel, skeys, tkeys, chunk=chunk, top2=top2)
+        want2 = top2 if isinstance(top2, bool) else bool(top2[i])
+        top = blockwise_top(kernel, skeys, tkeys, chunk=chunk, top2=want2)
         if best is None or index is None:
             best, index = top.best.copy(), top.index.copy()
         else:

@@ -107,7 +107,10 @@ def read_csv(path: str | Path) -> Table:
 
 
 def missing_mask(values: np.ndarray) -> np.ndarray:
-    return np.isin(values, list(MISSING))
+    out = np.zeros(len(values), dtype=bool)
+    for token in MISSING:  # element-wise comparisons: no sort of the string column
+        out |= values == token
+    return out
 
 
 def parse_ranges(values: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
