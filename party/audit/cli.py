@@ -10,8 +10,9 @@ The parameters file is the run's parameters JSON (``examples/parameters.json``):
 of names in ring order, or a number), ``schema`` (inline object, or a path relative to the file); other
 keys (thresholds) are ignored here. When the node name is in ``parties`` its own segment is left out.
 
-``pprl-party uniqueness --csv FILE --columns a,b,c [--k 5] [--greedy] [--out FILE.json]`` measures any
-CSV: share alone, share in groups smaller than k, and the climb curve.
+``pprl-party uniqueness --csv FILE --columns a,b,c [--k 5] [--greedy] [--out FILE.json]
+[--crowds FILE.csv]`` measures any CSV: share alone, share in groups smaller than k, the climb curve,
+and optionally each record's crowd size (``row`` = 1-based data row among non-blank rows, ``crowd``).
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def register(subparsers: Any) -> None:
     u.add_argument("--k", type=int, default=5, help="group-size threshold (default 5)")
     u.add_argument("--greedy", action="store_true", help="climb most-identifying column first")
     u.add_argument("--out", help="write the result as JSON to this file")
+    u.add_argument(
+        "--crowds", help="write each record's crowd size as CSV (row, crowd) to this file"
+    )
     u.set_defaults(func=run_uniqueness_command)
 
 
@@ -121,6 +125,10 @@ def run_uniqueness_command(args: argparse.Namespace) -> int:
         out["seconds"] = round(seconds, 3)
         _write_atomic(Path(args.out), json.dumps(out, indent=2))
         console.print(f"written: {args.out}")
+    if args.crowds:
+        lines = ["row,crowd"] + [f"{i},{c}" for i, c in enumerate(res.crowd.tolist(), start=1)]
+        _write_atomic(Path(args.crowds), "\n".join(lines) + "\n")
+        console.print(f"written: {args.crowds}")
     return 0
 
 

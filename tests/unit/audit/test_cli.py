@@ -41,8 +41,22 @@ def test_uniqueness_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     assert doc["alone"]["count"] == 0 and doc["records"] == 60
     assert [s["column"] for s in doc["climb"]] == ["sex", "zip"]
     assert "alone" in capsys.readouterr().out
-    rc = main(["uniqueness", "--csv", str(csv_path), "--columns", "zip,id", "--greedy"])
+    crowds = tmp_path / "c.csv"
+    rc = main(
+        [
+            "uniqueness",
+            "--csv",
+            str(csv_path),
+            "--columns",
+            "zip,id",
+            "--greedy",
+            "--crowds",
+            str(crowds),
+        ]
+    )
     assert rc == 0
+    lines = crowds.read_text().splitlines()
+    assert lines[0] == "row,crowd" and lines[1] == "1,1" and len(lines) == 61
 
 
 def test_uniqueness_bad_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
