@@ -76,6 +76,16 @@ async def _register_forever(node: PartyNode, advertise: str, stop: asyncio.Event
         delay = min(delay * 2, 10.0)
 
 
+async def _warm_up() -> None:
+    from party.node.warmup import warm_up
+
+    try:
+        seconds = await asyncio.to_thread(warm_up)
+        log.info("comparison kernel warmed up in %.2fs", seconds)
+    except Exception:  # noqa: BLE001 - an optimisation only; the first run pays the cost instead
+        log.warning("warm-up failed; the first run will compile the kernel", exc_info=True)
+
+
 async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0) -> None:
     """Serve until SIGINT/SIGTERM."""
     if insecure:
@@ -108,13 +118,14 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     registrar = asyncio.create_task(_register_forever(node, advertise, stop))
+    warming = asyncio.create_task(_warm_up())
     try:
         await stop.wait()
     finally:
         log.info("party %s shutting down", config.name)
         await set_serving(health, [PARTY_SERVICE], False)
         registrar.cancel()
-        await asyncio.gather(registrar, return_exceptions=True)
+        await asyncio.gather(registrar, warming, return_exceptions=True)
         await node.shutdown()
         await server.stop(grace)
 
