@@ -81,7 +81,9 @@ def published(records: int, targets: int) -> None:
 
     rows = list(generate(2, records, corruption=0.0, seed=1).tables[0].rows())
 
-    def run(fields: list[str], parties: int, hardening: dict[str, object]) -> str:
+    def run(
+        fields: list[str], parties: int, hardening: dict[str, object], aware: float | None = None
+    ) -> str:
         hd = {"xorFold": False, "balance": False, "blip": None, **hardening}
         schema = parse_schema(
             {
@@ -107,6 +109,7 @@ def published(records: int, targets: int) -> None:
             max_targets=targets,
             include_full=False,
             only_segments=(0,),
+            flip_probability=aware,
         )
         seg = res.segments[0]
         return "  ".join(
@@ -119,13 +122,15 @@ def published(records: int, targets: int) -> None:
         for f in ("given_name", "surname"):
             print(f"  single-field {f:10s} segment {100 // parties:2d}%: {run([f], parties, {})}")
     names = ["given_name", "surname"]
-    for label, hd in (
-        ("balanced", {"balance": True}),
-        ("BLIP f=0.05", {"blip": {"flipProbability": 0.05}}),
-        ("BLIP f=0.1", {"blip": {"flipProbability": 0.1}}),
-        ("XOR-folded", {"xorFold": True}),
+    for label, hd, aware in (
+        ("balanced", {"balance": True}, None),
+        ("BLIP f=0.05 strict", {"blip": {"flipProbability": 0.05}}, None),
+        ("BLIP f=0.05 aware", {"blip": {"flipProbability": 0.05}}, 0.05),
+        ("BLIP f=0.1 strict", {"blip": {"flipProbability": 0.1}}, None),
+        ("BLIP f=0.1 aware", {"blip": {"flipProbability": 0.1}}, 0.1),
+        ("XOR-folded", {"xorFold": True}, None),
     ):
-        print(f"  CLK names, {label:11s} segment 25%: {run(names, 4, hd)}")
+        print(f"  CLK names, {label:18s} segment 25%: {run(names, 4, hd, aware)}")
 
 
 def bench_uniqueness(n: int, columns: int) -> None:

@@ -33,6 +33,7 @@ returns values: only counts.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -280,9 +281,37 @@ class _FieldView:
     obs_len: np.ndarray  # (V,) int64: observable q-grams per entry
     value_atoms: np.ndarray  # (V, words) uint64 packed union of the entry's q-gram atoms
     incidence: np.ndarray | None  # (Q, V) float32 q-gram-in-entry matrix when small enough
+    tolerance: np.ndarray  # (Q,) float32: known-unset atom positions tolerated (BLIP noise)
 
 
-def _field_view(d: FieldDictionary, obs: np.ndarray, input_bits: int) -> _FieldView:
+def binomial_tolerance(trials: np.ndarray, flip: float | None, level: float) -> np.ndarray:
+    """Per count m, the smallest t with P(Binomial(m, flip) <= t) >= level (0 without noise).
+
+    Used against BLIP: a present q-gram's set positions are each flipped to 0 with probability
+    ``flip``, so a noise-aware attacker tolerates up to t unset positions.
+    """
+    out = np.zeros(trials.shape, dtype=np.float32)
+    if not flip:
+        return out
+    for m in np.unique(trials).tolist():
+        m = int(m)
+        cdf, t = 0.0, 0
+        while t <= m:
+            cdf += math.comb(m, t) * flip**t * (1 - flip) ** (m - t)
+            if cdf >= level:
+                break
+            t += 1
+        out[trials == m] = t
+    return out
+
+
+def _field_view(
+    d: FieldDictionary,
+    obs: np.ndarray,
+    input_bits: int,
+    flip: float | None = None,
+    level: float = 0.99,
+) -> _FieldView:
     col_of = np.full(input_bits, -1, dtype=np.int64)
     col_of[obs] = np.arange(obs.size)
     q = len(d.qgram_positions)
@@ -311,7 +340,8 @@ def _field_view(d: FieldDictionary, obs: np.ndarray, input_bits: int) -> _FieldV
         incidence = np.zeros((q, d.entries), dtype=np.float32)
         entry_of = np.repeat(np.arange(d.entries), d.entry_len)
         incidence[d.entry_qgrams, entry_of] = 1.0
-    return _FieldView(qa, observable, post_len, obs_len, va, incidence)
+    tolerance = binomial_tolerance(qa.sum(axis=1).astype(np.int64), flip, level)
+    return _FieldView(qa, observable, post_len, obs_len, va, incidence, tolerance)
 
 
 def _consistent(
@@ -326,7 +356,7 @@ def _consistent(
     """
     c = k0.shape[0]
     vn = d.entries
-    impossible = (k0 @ v.qgram_atoms.T) > 0  # (c, Q)
+    impossible = (k0 @ v.qgram_atoms.T) > v.tolerance[None, :]  # (c, Q)
     possible = ~impossible & v.observable[None, :]
     cost_imp = float((impossible.astype(np.float32) @ v.post_len).sum())
     cost_pos = float((possible.astype(np.float32) @ v.post_len).sum())
@@ -433,9 +463,11 @@ def _attack_range(
     combos: _Combos,
     max_candidates: int,
     rank_cap: int,
+    flip: float | None = None,
+    level: float = 0.99,
 ) -> SegmentAttack:
     obs, known1, known0 = _knowledge(out_bits, hmap, start, stop)
-    views = [_field_view(d, obs, hmap.input_bits) for d in dicts]
+    views = [_field_view(d, obs, hmap.input_bits, flip, level) for d in dicts]
     widest = max([d.entries for d in dicts] + [1])
     chunk = int(max(8, min(1024, _CHUNK_BYTES // (10 * widest))))
     field_acc = [_Acc() for _ in dicts]
@@ -608,6 +640,8 @@ def insider_attack(
     only_segments: Sequence[int] | None = None,
     targets: np.ndarray | None = None,
     combos: Any = None,
+    flip_probability: float | None = None,
+    tolerance_level: float = 0.99,
 ) -> InsiderResult:
     """Simulate the insider attack on every segment of ``filters`` (the revealed, hardened filters).
 
@@ -616,7 +650,9 @@ def insider_attack(
     (from build_dictionary over the same rows, one per field in order) skips rebuilding them;
     ``only_segments`` restricts the attack to those segment indices; ``targets`` gives the attacked
     row indices explicitly (only their filters are read); ``combos`` (from prepare_combos over the same
-    dictionaries) skips rebuilding the whole-record dictionary.
+    dictionaries) skips rebuilding the whole-record dictionary. ``flip_probability`` (the schema's BLIP
+    f, known to every party) makes the attack noise-aware: a q-gram stays possible while at most the
+    ``tolerance_level`` binomial quantile of its observable positions are unset.
     """
     n = len(rows)
     check_rows(filters, hmap.output_bits)
@@ -670,6 +706,8 @@ def insider_attack(
                 combos,
                 max_candidates,
                 rank_cap,
+                flip_probability,
+                tolerance_level,
             )
         )
     full = None
@@ -687,6 +725,8 @@ def insider_attack(
             combos,
             max_candidates,
             rank_cap,
+            flip_probability,
+            tolerance_level,
         )
     return InsiderResult(
         parties=parties,

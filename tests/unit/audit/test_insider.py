@@ -194,3 +194,22 @@ def test_unhardened_filters_rebuilt_from_atoms_equal_the_encoder(
     assert np.array_equal(rebuilt, recs.filters)
     folded = encoder_for(1000, xorFold=True)
     assert np.array_equal(folded.harden(rebuilt), folded.encode_rows(rows).filters)
+
+
+def test_binomial_tolerance() -> None:
+    t = insider.binomial_tolerance(np.array([0, 1, 7, 20]), None, 0.99)
+    assert t.tolist() == [0, 0, 0, 0]
+    t = insider.binomial_tolerance(np.array([0, 7, 7, 20]), 0.1, 0.99)
+    # P(Bin(7, 0.1) <= 2) = 0.974 < 0.99 <= P(<= 3) = 0.997; P(Bin(20, 0.1) <= 4) = 0.957, <= 5: 0.989,
+    # <= 6: 0.998
+    assert t.tolist() == [0, 3, 3, 6]
+
+
+def test_noise_aware_attack_sees_through_blip(rows: list[dict[str, str]]) -> None:
+    enc = encoder_for(1000, blip={"flipProbability": 0.05})
+    strict = attack(rows, enc, 4, include_full=False, only_segments=(0,))
+    aware = attack(rows, enc, 4, include_full=False, only_segments=(0,), flip_probability=0.05)
+    s, a = strict.segments[0], aware.segments[0]
+    for name in FIELDS:
+        assert a.fields[name].top1.value > 0.9
+        assert a.fields[name].top1.value > s.fields[name].top1.value + 0.3
