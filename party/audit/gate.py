@@ -245,6 +245,12 @@ def check_before_join(
         if len(encoded.record_ids) != len(rows):
             kept = [int(r) - 1 for r in encoded.record_ids]
             rows = [rows[i] for i in kept]
+    fb = getattr(protocol_params, "filter_bits", None)
+    if isinstance(fb, int) and fb != int(encoded.filter_bits):
+        raise GateError(
+            f"protocol parameters: filter_bits={fb} but the encoder emits {encoded.filter_bits}-bit "
+            "filters"
+        )
     if rows is None and data_csv is not None:
         rows = aligned_rows(data_csv, id_column, list(encoded.record_ids))
     if rows is not None and len(rows) != len(encoded.record_ids):

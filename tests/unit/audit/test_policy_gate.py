@@ -225,6 +225,11 @@ def test_gate_rejects_misaligned_rows(party_rows: list[dict[str, str]]) -> None:
     records = enc.encode_rows(party_rows)
     with pytest.raises(GateError, match="plaintext rows given"):
         check_before_join(records, enc, schema, 3, None, rows=party_rows[:-1], options=FAST)
+    from party.protocol.params import ProtocolParameters
+
+    wrong = ProtocolParameters(("a", "b", "c"), 3 * 100, 0.8, 0.7)
+    with pytest.raises(GateError, match="filter_bits=300"):
+        check_before_join(records, enc, schema, wrong, None, rows=party_rows, options=FAST)
     with pytest.raises(GateError, match="number of parties"):
         check_before_join(records, enc, schema, object(), None, rows=party_rows, options=FAST)
     assert np.all(records.popcounts > 0)
