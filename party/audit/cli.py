@@ -1,7 +1,7 @@
 """The `pprl-party audit` and `pprl-party uniqueness` commands.
 
 ``pprl-party audit --config party.toml [--parameters run.json | --schema schema.json --parties N]
-[--out DIR] [--no-cvpl] [--no-suggestions]`` audits the party's data (``[data]`` of the config) with the
+[--out DIR] [--no-cvpl] [--no-suggestions] [--dictionary FIELD=PATH]`` audits the party's data (``[data]`` of the config) with the
 run's parameters, writes ``DIR/audit.json`` and ``DIR/audit.html``, prints a summary table and, when the
 config has an ``[audit.policy]``, the gate's decision. Exit status: 0 allowed (or no policy), 1
 declined by the policy, 2 on bad input.
@@ -58,9 +58,18 @@ def register(subparsers: Any) -> None:
         "--no-suggestions", action="store_true", help="skip the 'what would pass' search"
     )
     a.add_argument(
-        "--cvpl-settings",
+        "--cvpl-agreed-only",
         action="store_true",
-        help="also run CVPL under simulated hardening (BLIP f=0.05, XOR-fold)",
+        help="run CVPL only on the agreed hardening (default: also simulated BLIP f=0.05 and "
+        "XOR-folding when the schema has no hardening)",
+    )
+    a.add_argument(
+        "--dictionary",
+        action="append",
+        default=[],
+        metavar="FIELD=PATH",
+        help="external value list for the insider attack's dictionary (one value per line; "
+        "repeatable)",
     )
     a.add_argument("--full-filter", action="store_true", help="also attack the full filter")
     a.add_argument(
@@ -203,6 +212,21 @@ def run_audit_command(args: argparse.Namespace) -> int:
                 "insider_max_targets": None if args.max_targets == 0 else args.max_targets,
             }
         )
+    extra: dict[str, Path] = {}
+    for item in args.dictionary:
+        fname, sep, path = item.partition("=")
+        if not sep or not fname or not path:
+            raise AuditCliError(f"--dictionary: expected FIELD=PATH, got {item!r}")
+        if fname not in [f.name for f in schema.fields]:
+            raise AuditCliError(f"--dictionary: field {fname!r} is not in the schema")
+        extra[fname] = Path(path)
+    if extra:
+        policy = AuditPolicy(
+            **{
+                **policy.__dict__,
+                "external_dictionaries": {**dict(policy.external_dictionaries), **extra},
+            }
+        )
     encoder = Encoder(schema, cfg.read_secret())
     t0 = time.perf_counter()
     with console.status("encoding the party's data with the agreed schema"):
@@ -211,7 +235,7 @@ def run_audit_command(args: argparse.Namespace) -> int:
     encode_s = time.perf_counter() - t0
     opts = AuditOptions(
         cvpl=not args.no_cvpl,
-        cvpl_settings=args.cvpl_settings,
+        cvpl_settings=not args.cvpl_agreed_only,
         suggestions=not args.no_suggestions,
         include_full_filter=args.full_filter,
     )

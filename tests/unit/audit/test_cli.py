@@ -86,14 +86,22 @@ def test_audit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     )
     out = tmp_path / "report"
     args = ["audit", "--config", str(config), "--parameters", str(tmp_path / "params.json")]
-    rc = main([*args, "--out", str(out), "--no-cvpl", "--no-suggestions"])
+    names = tmp_path / "names.txt"
+    names.write_text("zzyzx\nqwerty\n", encoding="utf-8")
+    rc = main(
+        [*args, "--out", str(out), "--no-cvpl", "--no-suggestions"]
+        + ["--dictionary", f"given_name={names}"]
+    )
     assert rc == 1  # the policy declines unhardened segments
     doc = json.loads((out / "audit.json").read_text())
     assert doc["meta"]["self_index"] == 1 and doc["meta"]["receiving_segments"] == [0, 2]
     assert doc["decision"]["allowed"] is False
+    assert doc["decision"]["policy"]["external_dictionaries"] == {"given_name": str(names)}
     assert (out / "audit.html").read_text().startswith("<!doctype html>")
     printed = capsys.readouterr().out
     assert "DECLINED" in printed
+    rc = main([*args, "--dictionary", "nofield=x.txt"])
+    assert rc == 2 and "not in the schema" in capsys.readouterr().err
     # fallback flags, and a clear error without parameters
     rc = main(
         ["audit", "--config", str(config), "--out", str(out), "--no-cvpl", "--no-suggestions"]
