@@ -216,3 +216,10 @@ def test_noise_aware_attack_sees_through_blip(rows: list[dict[str, str]]) -> Non
     for name in FIELDS:
         assert a.fields[name].top1.value > 0.9
         assert a.fields[name].top1.value > s.fields[name].top1.value + 0.3
+
+
+def test_external_values_extend_the_dictionary() -> None:
+    atoms = _Atoms({ch: [i] for i, ch in enumerate("abcxyz")})
+    rows = [{"f": "ab"}, {"f": "ab"}, {"f": ""}]
+    d = build_dictionary(atoms, "f", rows, external_values=["xyz", "ab", "c"])
+    assert d.entries == 3 and d.record_entry.tolist() == [0, 0, -1]
