@@ -41,22 +41,63 @@ def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
 def extend_chunk(acc, psum, right, rpop, table, outcol, outc, counts):  # type: ignore[no-untyped-def]
     """For every partial set i and right row j: c = popcount(acc[i] & right[j]); keep iff
     c >= table[psum[i] + rpop[j]]. Kept j and c of row i go to outcol/outc[i*n : i*n + counts[i]].
-    A pair whose upper bound min(popcount(acc[i]), rpop[j]) is below the table value is pruned
-    without reading the row."""
+
+    Rows of ``acc`` are taken two at a time (each right row is loaded once for both, which keeps
+    two independent popcount chains in flight); a pair whose upper bound
+    min(popcount(acc[i]), rpop[j]) is below its table value is not counted, and when that holds for
+    both rows the right row is not read at all.
+    """
     m, w = acc.shape
     n = right.shape[0]
-    for i in range(m):
-        cnt = 0
+    i = 0
+    while i + 1 < m:
+        ps0 = psum[i]
+        ps1 = psum[i + 1]
+        ap0 = 0
+        ap1 = 0
+        for k in range(w):
+            ap0 += _popcnt64(acc[i, k])  # type: ignore[call-arg]
+            ap1 += _popcnt64(acc[i + 1, k])  # type: ignore[call-arg]
+        b0 = i * n
+        b1 = (i + 1) * n
+        n0 = 0
+        n1 = 0
+        for j in range(n):
+            rp = rpop[j]
+            need0 = table[ps0 + rp]
+            need1 = table[ps1 + rp]
+            ok0 = (ap0 if ap0 < rp else rp) >= need0
+            ok1 = (ap1 if ap1 < rp else rp) >= need1
+            if not (ok0 or ok1):
+                continue
+            c0 = 0
+            c1 = 0
+            for k in range(w):
+                x = right[j, k]
+                c0 += _popcnt64(acc[i, k] & x)  # type: ignore[call-arg]
+                c1 += _popcnt64(acc[i + 1, k] & x)  # type: ignore[call-arg]
+            if c0 >= need0:
+                outcol[b0 + n0] = j
+                outc[b0 + n0] = c0
+                n0 += 1
+            if c1 >= need1:
+                outcol[b1 + n1] = j
+                outc[b1 + n1] = c1
+                n1 += 1
+        counts[i] = n0
+        counts[i + 1] = n1
+        i += 2
+    if i < m:
         ps = psum[i]
         ap = 0
         for k in range(w):
             ap += _popcnt64(acc[i, k])  # type: ignore[call-arg]
         base = i * n
+        cnt = 0
         for j in range(n):
             rp = rpop[j]
             need = table[ps + rp]
-            bound = ap if ap < rp else rp
-            if bound < need:
+            if (ap if ap < rp else rp) < need:
                 continue
             c = 0
             for k in range(w):
