@@ -314,7 +314,6 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scheme", default="hmac-sha256-random")
     ap.add_argument("--repeat", type=int, default=1, help="encode ours N times, report the best")
-    ap.add_argument("--workers", type=int, default=1, help="encoder processes (default 1)")
     ap.add_argument("--vs-clkhash", action="store_true")
     args = ap.parse_args()
 
@@ -331,13 +330,13 @@ def main() -> int:
         for _ in range(args.repeat):
             enc = Encoder(schema, secret)  # fresh memo tables each run
             c0, t0 = cpu_seconds(), time.perf_counter()
-            records, report = enc.encode_csv(csv_path, id_column="rec_id", workers=args.workers)
+            records, report = enc.encode_csv(csv_path, id_column="rec_id")
             best = min(best, time.perf_counter() - t0)
             best_cpu = min(best_cpu, cpu_seconds() - c0)
             n, fill = len(records), report.fill_mean
         ours = n / best
         print(
-            f"pprl encoder ({args.scheme}, {args.workers} worker(s)): {n} records in {best:.2f} s "
+            f"pprl encoder ({args.scheme}): {n} records in {best:.2f} s "
             f"= {ours:,.0f} records/s; {best_cpu:.2f} CPU-s = {n / best_cpu:,.0f} records/CPU-s "
             f"(fill {fill:.3f})"
         )

@@ -10,10 +10,11 @@ Last, optional BLIP randomised response (Alaggan, Gambs & Kermarrec 2012; Schnel
 every output bit is flipped independently with probability f, from a per-party CSPRNG
 (``os.urandom``) unless a seeded generator is injected for tests.
 
-Speed. Per field the encoder memoises q-gram -> positions and, above that, raw value -> the packed
-filter of that value alone, so a record costs one dict lookup per field plus a vectorised OR of
-the per-field rows for the whole chunk. Memo tables are bounded and cleared between chunks.
-Input is processed in chunks of ``CHUNK_ROWS`` into output arrays that grow in place.
+Speed. CSV input is parsed by pyarrow's streaming reader and each needed column of a block is
+dictionary-encoded in C++, so Python only sees each block's distinct values. Per field the encoder
+memoises q-gram -> bit mask and raw value -> the packed filter of that value alone (a row of a
+table), so a record costs a gather of one table row per field and a vectorised OR. Memo tables are
+bounded and cleared between batches. Output arrays grow in place, batch by batch.
 """
 
 from __future__ import annotations
@@ -21,14 +22,11 @@ from __future__ import annotations
 import csv
 import logging
 import math
-import multiprocessing
 import os
 import re
-import threading
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import reduce
 from itertools import islice, repeat
@@ -37,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from party.encoding import bits
 from party.encoding.blocking import BlockingKeyer, InvalidText
@@ -48,7 +49,8 @@ from party.errors import PprlError
 
 log = logging.getLogger(__name__)
 
-CHUNK_ROWS = 8192
+CHUNK_ROWS = 8192  # rows per batch for encode_rows
+CSV_BLOCK_BYTES = 1 << 22  # bytes per pyarrow CSV block (one batch) for encode_csv
 _OK_EMPTY = 0  # table row 0 is the all-zero filter: a missing value with policy "empty"
 _MISSING = -1
 _TOO_LONG = -2
@@ -237,12 +239,9 @@ class _FieldCodec:
             self.index[key] = idx
         return idx
 
-    def codes(self, chunk: list[list[str]], col: int, salt_col: int | None) -> np.ndarray:
-        """Table rows (or negative status codes) of the field's values in every chunk row."""
-        if salt_col is None:
-            keys: list[Any] = [r[col] for r in chunk]
-        else:
-            keys = [(r[col], r[salt_col]) for r in chunk]
+    def codes_for_keys(self, keys: list[Any]) -> np.ndarray:
+        """Table rows (or negative status codes) for memo keys: values, or (value, salt) pairs
+        for a salted field. Misses are computed together and stored in one block."""
         index = self.index
         out = np.fromiter(
             map(index.get, keys, repeat(_UNSEEN, len(keys))), dtype=np.int64, count=len(keys)
@@ -252,7 +251,7 @@ class _FieldCodec:
             new_keys: list[Any] = []
             masks: list[int] = []
             for key in dict.fromkeys([keys[j] for j in miss]):
-                value, salt = key if salt_col is not None else (key, None)
+                value, salt = key if self.salted else (key, None)
                 code = self._classify(value, salt)
                 if code is None:
                     mask = self.value_mask(value, salt)
@@ -276,19 +275,50 @@ class _FieldCodec:
             self.table = np.zeros((1024, self.words), dtype=np.uint64)
 
 
-_WORKER: Encoder | None = None
+@dataclass
+class _Column:
+    """One column of a batch, dictionary-encoded: row i holds ``uniques[indices[i]]``."""
+
+    indices: np.ndarray  # (n,) int64
+    uniques: list[str]
+
+    @classmethod
+    def from_values(cls, values: list[str]) -> _Column:
+        seen: dict[str, int] = {}
+        idx = [seen.setdefault(v, len(seen)) for v in values]
+        return cls(np.asarray(idx, dtype=np.int64), list(seen))
+
+    @classmethod
+    def from_arrow(cls, array: Any) -> _Column:
+        """From a pyarrow binary array: bytes that are not UTF-8 become lone surrogates
+        (``surrogateescape``), which validation reports as invalid UTF-8 with row and field."""
+        enc = pc.dictionary_encode(array)
+        uniques = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
+        indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        return cls(indices, uniques)
+
+    def values(self) -> list[str]:
+        u = self.uniques
+        return [u[i] for i in self.indices.tolist()]
 
 
-def _worker_init(schema: LinkageSchema, secret: bytes) -> None:
-    global _WORKER
-    _WORKER = Encoder(schema, secret)
+def _combine(cols: list[_Column]) -> tuple[list[Any], np.ndarray]:
+    """Distinct value tuples across columns, and each row's index into them."""
+    if len(cols) == 1:
+        return [(u,) for u in cols[0].uniques], cols[0].indices
+    stacked = np.stack([c.indices for c in cols], axis=1)
+    combos, inverse = np.unique(stacked, axis=0, return_inverse=True)
+    keys = [tuple(c.uniques[i] for c, i in zip(cols, row, strict=True)) for row in combos.tolist()]
+    return keys, inverse.reshape(-1)
 
 
-def _worker_chunk(
-    chunk: list[list[str]], chunk_rows: list[int], positions: dict[str, int], source: str
-) -> tuple[list[int], np.ndarray, np.ndarray, Counter[str]]:
-    assert _WORKER is not None, "worker not initialised"
-    return _WORKER._chunk_core(chunk, chunk_rows, positions, source)
+@dataclass
+class _Batch:
+    """Rows ``first_row .. first_row + n - 1`` of the input, column by column."""
+
+    n: int
+    first_row: int
+    columns: dict[str, _Column]
 
 
 class Encoder:
@@ -418,14 +448,18 @@ class Encoder:
                         )
                 yield vals
 
-        def chunks() -> Iterator[list[list[str]]]:
+        def batches() -> Iterator[_Batch]:
             it = lists()
+            first = 1
             while chunk := list(islice(it, CHUNK_ROWS)):
-                yield chunk
+                columns = {
+                    c: _Column.from_values([r[i] for r in chunk]) for i, c in enumerate(cols)
+                }
+                yield _Batch(len(chunk), first, columns)
+                first += len(chunk)
 
         report = EncodeReport(source="<rows>")
-        positions = {c: i for i, c in enumerate(cols)}
-        records = self._encode_stream(chunks(), positions, "<rows>", id_column, report, None)
+        records = self._encode_stream(batches(), "<rows>", id_column, report, None)
         for reason, count in report.skipped.items():
             log.info("skipped %d row(s): %s", count, reason)
         return records
@@ -436,83 +470,118 @@ class Encoder:
         *,
         id_column: str | None = None,
         progress: Callable[[int], None] | None = None,
-        workers: int = 1,
     ) -> tuple[EncodedRecords, EncodeReport]:
-        """Stream a CSV file with a header row. ``progress(n)`` is called after each chunk with
-        the number of input rows just processed (an increment). ``workers`` > 1 encodes chunks
-        in that many processes (ignored when a BLIP generator was injected, so tests stay
-        reproducible); results are identical to ``workers=1``.
+        """Stream a CSV file with a header row. ``progress(n)`` is called after each batch with
+        the number of rows just processed (an increment).
 
-        The file is read as UTF-8 (a BOM is skipped); bytes that are not valid UTF-8 are an error
-        naming the row and column (or a skip, per the field's ``onInvalid``). Blank lines are
-        skipped and counted; a row with a different number of columns than the header is an error.
+        The file is parsed by pyarrow's streaming CSV reader (RFC 4180 quoting, quoted newlines
+        allowed, blank lines ignored) in blocks of ``CSV_BLOCK_BYTES``, with the needed columns
+        read as bytes and dictionary-encoded, so per-row work stays in C. A BOM is skipped.
+        Bytes that are not valid UTF-8 are an error naming the row and column (or a skip, per
+        the field's ``onInvalid``). A row with a different number of columns than the header is
+        an error naming the row. Rows are numbered from 1 after the header, blank lines not
+        counted; they are also the default record ids.
         """
         p = Path(path)
         source = str(p)
         report = EncodeReport(source=source)
         t0 = time.perf_counter()
-        try:
-            fh = open(p, newline="", encoding="utf-8-sig", errors="surrogateescape")  # noqa: SIM115
-        except FileNotFoundError:
-            raise EncodeDataError(f"{source}: file not found") from None
-        except OSError as exc:
-            raise EncodeDataError(f"{source}: cannot read ({exc.strerror})") from None
-        with fh:
-            reader = csv.reader(fh, strict=True)
-            try:
-                header = next(reader)
-            except StopIteration:
-                raise EncodeDataError(f"{source}: empty file (no header row)") from None
-            except csv.Error as exc:
-                raise EncodeDataError(f"{source}, header: malformed CSV ({exc})") from None
-            header = [h.strip() for h in header]
-            dup = sorted({h for h in header if header.count(h) > 1})
-            if dup:
-                raise EncodeDataError(f"{source}: duplicate column name(s) in header: {dup}")
-            wanted = self.columns + ((id_column,) if id_column is not None else ())
-            missing = [c for c in dict.fromkeys(wanted) if c not in header]
-            if missing:
-                raise EncodeDataError(
-                    f"{source}: header lacks column(s) {missing} required by the schema"
-                    + (" or --id-column" if id_column in missing else "")
-                )
-            positions = {c: header.index(c) for c in wanted}
-            width = len(header)
-
-            def chunks() -> Iterator[list[list[str]]]:
-                rowno = 0
-                try:
-                    while chunk := list(islice(reader, CHUNK_ROWS)):
-                        if set(map(len, chunk)) - {width, 0}:  # 0 columns: a blank line
-                            for i, row in enumerate(chunk, rowno + 1):
-                                if len(row) not in (width, 0):
-                                    raise EncodeDataError(
-                                        f"{source}, row {i}: has {len(row)} column(s), "
-                                        f"the header has {width}"
-                                    )
-                        rowno += len(chunk)
-                        yield chunk
-                except csv.Error as exc:
-                    raise EncodeDataError(
-                        f"{source}, line {reader.line_num}: malformed CSV ({exc})"
-                    ) from None
-
-            records = self._encode_stream(
-                chunks(), positions, source, id_column, report, progress, workers
+        header = self._read_header(p, source)
+        dup = sorted({h for h in header if header.count(h) > 1})
+        if dup:
+            raise EncodeDataError(f"{source}: duplicate column name(s) in header: {dup}")
+        wanted = self.columns + ((id_column,) if id_column is not None else ())
+        missing = [c for c in dict.fromkeys(wanted) if c not in header]
+        if missing:
+            raise EncodeDataError(
+                f"{source}: header lacks column(s) {missing} required by the schema"
+                + (" or --id-column" if id_column in missing else "")
             )
+        width = len(header)
+        internal = [f"c{i}" for i in range(width)]  # header names may repeat or need stripping
+        needed = {c: internal[header.index(c)] for c in dict.fromkeys(wanted)}
+
+        def batches() -> Iterator[_Batch]:
+            first = 1
+            try:
+                reader = pcsv.open_csv(
+                    p,
+                    read_options=pcsv.ReadOptions(
+                        skip_rows=1,
+                        column_names=internal,
+                        block_size=CSV_BLOCK_BYTES,
+                        use_threads=True,
+                    ),
+                    parse_options=pcsv.ParseOptions(
+                        newlines_in_values=True, ignore_empty_lines=True
+                    ),
+                    convert_options=pcsv.ConvertOptions(
+                        column_types={name: pa.binary() for name in needed.values()},
+                        include_columns=list(dict.fromkeys(needed.values())),
+                        strings_can_be_null=False,
+                    ),
+                )
+                for rb in reader:
+                    if rb.num_rows == 0:
+                        continue
+                    columns = {c: _Column.from_arrow(rb.column(name)) for c, name in needed.items()}
+                    yield _Batch(rb.num_rows, first, columns)
+                    first += rb.num_rows
+            except (pa.ArrowInvalid, pa.ArrowException):
+                # pyarrow's message may quote the offending row: find the problem ourselves.
+                raise self._locate_csv_problem(p, source, width) from None
+
+        records = self._encode_stream(batches(), source, id_column, report, progress)
         report.seconds = time.perf_counter() - t0
         return records, report
+
+    @staticmethod
+    def _read_header(p: Path, source: str) -> list[str]:
+        try:
+            with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+                header = next(csv.reader(fh, strict=True))
+        except FileNotFoundError:
+            raise EncodeDataError(f"{source}: file not found") from None
+        except StopIteration:
+            raise EncodeDataError(f"{source}: empty file (no header row)") from None
+        except csv.Error as exc:
+            raise EncodeDataError(f"{source}, header: malformed CSV ({exc})") from None
+        except OSError as exc:
+            raise EncodeDataError(f"{source}: cannot read ({exc.strerror})") from None
+        return [h.strip() for h in header]
+
+    @staticmethod
+    def _locate_csv_problem(p: Path, source: str, width: int) -> EncodeDataError:
+        """The error for a CSV the fast parser rejected, found by re-reading it with the csv
+        module (only on this error path), numbering rows as the fast path does."""
+        rowno = 0
+        try:
+            with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+                reader = csv.reader(fh, strict=True)
+                next(reader, None)
+                for row in reader:
+                    if not row:
+                        continue
+                    rowno += 1
+                    if len(row) != width:
+                        return EncodeDataError(
+                            f"{source}, row {rowno}: has {len(row)} column(s), "
+                            f"the header has {width}"
+                        )
+        except csv.Error as exc:
+            return EncodeDataError(f"{source}, row {rowno + 1}: malformed CSV ({exc})")
+        except OSError as exc:
+            return EncodeDataError(f"{source}: cannot read ({exc.strerror})")
+        return EncodeDataError(f"{source}: malformed CSV (rejected by the CSV parser)")
 
     # ----------------------------------------------------------------- core
     def _encode_stream(
         self,
-        chunks: Iterator[list[list[str]]],
-        positions: dict[str, int],
+        batches: Iterator[_Batch],
         source: str,
         id_column: str | None,
         report: EncodeReport,
         progress: Callable[[int], None] | None,
-        workers: int = 1,
     ) -> EncodedRecords:
         t0 = time.perf_counter()
         out_words = bits.words_for(self.schema.output_bits)
@@ -522,60 +591,34 @@ class Encoder:
         digests = np.zeros((cap, nblock), dtype=np.uint64)
         ids: list[str] = []
         seen_ids: set[str] = set()
-        id_pos = None if id_column is None else positions[id_column]
         n = 0
-        rowno = 0
+        rows_read = 0
         skipped: Counter[str] = Counter()
-
-        def collect(
-            chunk: list[list[str]],
-            chunk_rows: list[int],
-            result: tuple[list[int], np.ndarray, np.ndarray, Counter[str]],
-        ) -> None:
-            nonlocal n, cap
-            kept, f_chunk, d_chunk, chunk_skipped = result
-            skipped.update(chunk_skipped)
-            ids.extend(
-                self._chunk_ids(chunk, chunk_rows, kept, id_pos, id_column, source, seen_ids)
-            )
-            m = f_chunk.shape[0]
+        for batch in batches:
+            kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
+            rows_read += batch.n
+            if id_column is None:
+                ids.extend(str(batch.first_row + j) for j in kept)
+            else:
+                ids.extend(self._batch_ids(batch, kept, id_column, source, seen_ids))
+            m = f_batch.shape[0]
             if n + m > cap:
                 cap = max(2 * cap, n + m)
                 filters.resize((cap, out_words), refcheck=False)
                 digests.resize((cap, nblock), refcheck=False)
-            filters[n : n + m] = f_chunk
-            digests[n : n + m] = d_chunk
+            filters[n : n + m] = f_batch
+            digests[n : n + m] = d_batch
             n += m
+            for codec in self._codecs.values():
+                codec.trim_cache()
             if progress is not None:
-                progress(len(chunk))
-
-        def prepared() -> Iterator[tuple[list[list[str]], list[int]]]:
-            nonlocal rowno
-            for raw_chunk in chunks:
-                start = rowno + 1
-                rowno += len(raw_chunk)
-                if all(raw_chunk):
-                    yield raw_chunk, list(range(start, start + len(raw_chunk)))
-                    continue
-                chunk = [r for r in raw_chunk if r]
-                blank = len(raw_chunk) - len(chunk)
-                skipped["blank line"] += blank
-                if progress is not None:
-                    progress(blank)
-                if chunk:
-                    yield chunk, [i for i, r in enumerate(raw_chunk, start) if r]
-
-        if workers <= 1 or self._blip_rng is not None:
-            for chunk, chunk_rows in prepared():
-                collect(chunk, chunk_rows, self._chunk_core(chunk, chunk_rows, positions, source))
-        else:
-            self._run_pool(prepared(), positions, source, workers, collect)
+                progress(batch.n)
         filters.resize((n, out_words), refcheck=False)
         digests.resize((n, nblock), refcheck=False)
 
         records = EncodedRecords(tuple(ids), filters, self.schema.output_bits, digests)
         stats = fill_stats(filters, self.schema.output_bits)
-        report.rows_read = rowno
+        report.rows_read = rows_read
         report.encoded = n
         report.skipped = dict(skipped)
         report.fill_mean, report.fill_std = stats.mean, stats.std
@@ -585,107 +628,64 @@ class Encoder:
         report.seconds = time.perf_counter() - t0
         return records
 
-    def _run_pool(
-        self,
-        work: Iterator[tuple[list[list[str]], list[int]]],
-        positions: dict[str, int],
-        source: str,
-        workers: int,
-        collect: Callable[..., None],
-    ) -> None:
-        """Encode chunks in ``workers`` processes, collecting results in input order.
-
-        Each worker builds its own Encoder (schema and secret are passed once, at start-up) and
-        memo tables. At most 2 * workers chunks are in flight, so memory stays bounded. Processes
-        are forked when this process has a single thread (fast start), else spawned (safe with
-        threads, e.g. inside the node's event loop)."""
-        method = "fork" if threading.active_count() == 1 and os.name == "posix" else "spawn"
-        ctx = multiprocessing.get_context(method)
-        pending: deque[tuple[list[list[str]], list[int], Future[Any]]] = deque()
-        with ProcessPoolExecutor(
-            max_workers=workers,
-            mp_context=ctx,
-            initializer=_worker_init,
-            initargs=(self.schema, self._secret),
-        ) as pool:
-            try:
-                for chunk, chunk_rows in work:
-                    fut = pool.submit(_worker_chunk, chunk, chunk_rows, positions, source)
-                    pending.append((chunk, chunk_rows, fut))
-                    if len(pending) >= 2 * workers:
-                        c, r, f = pending.popleft()
-                        collect(c, r, f.result())
-                while pending:
-                    c, r, f = pending.popleft()
-                    collect(c, r, f.result())
-            except BaseException:
-                for _c, _r, f in pending:
-                    f.cancel()
-                raise
-
-    def _chunk_core(
-        self,
-        chunk: list[list[str]],
-        chunk_rows: list[int],
-        positions: dict[str, int],
-        source: str,
-    ) -> tuple[list[int], np.ndarray, np.ndarray, Counter[str]]:
-        """Encode one chunk: (kept positions, filters, block digests, skip reasons).
-
-        This is the part that runs in worker processes; record ids are handled by the caller."""
-        skipped: Counter[str] = Counter()
+    def _batch_core(
+        self, batch: _Batch, source: str, skipped: Counter[str]
+    ) -> tuple[list[int], np.ndarray, np.ndarray]:
+        """Encode one batch: (kept row offsets, filters, block digests); counts skips."""
         codecs = list(self._codecs.values())
-        code_arr = np.empty((len(chunk), len(codecs)), dtype=np.int64)
+        cols = batch.columns
+        code_arr = np.empty((batch.n, len(codecs)), dtype=np.int64)
         for fi, codec in enumerate(codecs):
-            salt = codec.spec.salt_field
-            code_arr[:, fi] = codec.codes(
-                chunk, positions[codec.spec.name], None if salt is None else positions[salt]
-            )
-        keep = np.ones(len(chunk), dtype=bool)
+            col = cols[codec.spec.name]
+            if codec.spec.salt_field is None:
+                ucodes = codec.codes_for_keys(col.uniques)
+                code_arr[:, fi] = ucodes[col.indices]
+            else:
+                keys, inverse = _combine([col, cols[codec.spec.salt_field]])
+                code_arr[:, fi] = codec.codes_for_keys(keys)[inverse]
+        keep = np.ones(batch.n, dtype=bool)
         for j in np.flatnonzero((code_arr < 0).any(axis=1)).tolist():
-            skipped[self._bad_value(code_arr[j].tolist(), codecs, source, chunk_rows[j])] += 1
+            reason = self._bad_value(code_arr[j].tolist(), codecs, source, batch.first_row + j)
+            skipped[reason] += 1
             keep[j] = False
-        kept = np.flatnonzero(keep).tolist()
-        rows = [chunk[j] for j in kept] if len(kept) < len(chunk) else chunk
+        kept = np.flatnonzero(keep)
 
-        raw = np.zeros((len(kept), bits.words_for(self.schema.filter_bits)), dtype=np.uint64)
-        good = code_arr[keep]
+        raw = np.zeros((kept.size, bits.words_for(self.schema.filter_bits)), dtype=np.uint64)
+        good = code_arr[kept]
         for fi, codec in enumerate(codecs):
             raw |= codec.table[good[:, fi]]
         out = self.apply_blip(self.harden(raw))
 
-        d = np.zeros((len(kept), len(self._blockers)), dtype=np.uint64)
+        d = np.zeros((kept.size, len(self._blockers)), dtype=np.uint64)
         for bi, keyer in enumerate(self._blockers):
-            cols = [positions[c] for c in keyer.columns]
-            keys = list(zip(*[[r[c] for r in rows] for c in cols], strict=True))
+            keys, inverse = _combine([cols[c] for c in keyer.columns])
             try:
-                d[:, bi] = keyer.digests(keys)
+                udig = np.asarray(keyer.digests(keys), dtype=np.uint64)
             except InvalidText:
-                j = next(i for i, key in enumerate(keys) if not all(map(valid_text, key)))
-                col = next(
-                    c for c, v in zip(keyer.columns, keys[j], strict=True) if not valid_text(v)
+                bad = next(i for i, key in enumerate(keys) if not all(map(valid_text, key)))
+                name = next(
+                    c for c, v in zip(keyer.columns, keys[bad], strict=True) if not valid_text(v)
                 )
+                row = batch.first_row + int(np.flatnonzero(inverse == bad)[0])
                 raise EncodeDataError(
-                    f"{source}, row {chunk_rows[kept[j]]}, field {col!r}: not valid UTF-8"
+                    f"{source}, row {row}, field {name!r}: not valid UTF-8"
                 ) from None
-        for codec in codecs:
-            codec.trim_cache()
-        return kept, out, d, skipped
+            d[:, bi] = udig[inverse[kept]]
+        return kept.tolist(), out, d
 
     @staticmethod
-    def _chunk_ids(
-        chunk: list[list[str]],
-        chunk_rows: list[int],
-        kept: list[int],
-        id_pos: int | None,
-        id_column: str | None,
-        source: str,
-        seen_ids: set[str],
+    def _batch_ids(
+        batch: _Batch, kept: list[int], id_column: str, source: str, seen_ids: set[str]
     ) -> list[str]:
         """Record ids of the kept rows; checks they are non-empty, unique and valid UTF-8."""
-        if id_pos is None:
-            return [str(chunk_rows[j]) for j in kept]
-        ids = [chunk[j][id_pos].strip() for j in kept]
+        col = batch.columns[id_column]
+        u = [s.strip() for s in col.uniques]
+        idx = col.indices
+        ids = (
+            [u[i] for i in idx[kept].tolist()]
+            if len(kept) < batch.n
+            else [u[i] for i in idx.tolist()]
+        )
         new = set(ids)
         if (
             len(new) == len(ids)
@@ -705,7 +705,7 @@ class Encoder:
                     else "not valid UTF-8"
                 )
                 raise EncodeDataError(
-                    f"{source}, row {chunk_rows[j]}, field {id_column!r}: {problem}"
+                    f"{source}, row {batch.first_row + j}, field {id_column!r}: {problem}"
                 )
             seen_ids.add(rid)
         return ids

@@ -141,9 +141,11 @@ def test_record_id_errors_and_blank_lines(tmp_path):
     p = _csv(tmp_path, HEADER + "a,x,y,z\n\nb,x,y,z\n\n")
     rec, report = enc.encode_csv(p, id_column="id")
     assert rec.record_ids == ("a", "b")
-    assert report.skipped == {"blank line": 2} and report.rows_read == 4
+    assert report.skipped == {} and report.rows_read == 2  # blank lines are ignored
     rec, _ = enc.encode_csv(p)
-    assert rec.record_ids == ("1", "3")  # row numbers count blank lines
+    assert rec.record_ids == ("1", "2")  # rows are numbered without blank lines
+    p = _csv(tmp_path, HEADER + '"a\nb",x,y,z\n\nc,x,y,z\nd,x,y\n')
+    assert _error(enc.encode_csv, p) == f"{p}, row 3: has 3 column(s), the header has 4"
 
 
 def test_encode_rows_errors():
@@ -289,7 +291,7 @@ def test_records_validation_and_segments():
 def test_duplicate_id_across_chunks(tmp_path, monkeypatch):
     from party.encoding import encoder
 
-    monkeypatch.setattr(encoder, "CHUNK_ROWS", 2)
+    monkeypatch.setattr(encoder, "CSV_BLOCK_BYTES", 24)
     enc = Encoder(_schema(), SECRET)
     p = _csv(tmp_path, HEADER + "a,x,y,z\nb,x,y,z\nc,x,y,z\nb,x,y,z\n")
     assert (

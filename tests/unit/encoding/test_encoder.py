@@ -252,34 +252,44 @@ def _write_csv(path: Path, rows: list[dict[str, str]]) -> None:
             w.writerow({"rid": f"r{i}", **r})
 
 
-def test_chunking_memo_trim_and_workers_give_identical_results(tmp_path, monkeypatch):
+def test_batching_and_memo_trim_give_identical_results(tmp_path, monkeypatch):
     rows = _rows(700, seed=3)
     rows[10]["first"] = ""  # missing -> empty
     p = tmp_path / "in.csv"
     _write_csv(p, rows)
-    s = _schema(blocking=[{"name": "sx", "parts": [{"field": "last", "function": "soundex"}]}])
+    s = _schema(
+        blocking=[
+            {"name": "sx", "parts": [{"field": "last", "function": "soundex"}]},
+            {
+                "name": "two",
+                "parts": [
+                    {"field": "first", "function": "prefix", "length": 1},
+                    {"field": "last", "function": "prefix", "length": 2},
+                ],
+            },
+        ]
+    )
     ref, rep_ref = Encoder(s, SECRET).encode_csv(p, id_column="rid")
+    monkeypatch.setattr(encoder, "CSV_BLOCK_BYTES", 600)
     monkeypatch.setattr(encoder, "CHUNK_ROWS", 64)
     monkeypatch.setattr(encoder._FieldCodec, "MAX_VALUES", 50)
     ticks: list[int] = []
     small, rep = Encoder(s, SECRET).encode_csv(p, id_column="rid", progress=ticks.append)
-    assert sum(ticks) == 700 and len(ticks) == 11
+    assert sum(ticks) == 700 and len(ticks) > 10
     assert small.record_ids == ref.record_ids
     assert np.array_equal(small.filters, ref.filters)
     assert np.array_equal(small.block_digests, ref.block_digests)
-    pooled, rep_pool = Encoder(s, SECRET).encode_csv(p, id_column="rid", workers=2)
-    assert pooled.record_ids == ref.record_ids
-    assert np.array_equal(pooled.filters, ref.filters)
-    assert np.array_equal(pooled.block_digests, ref.block_digests)
-    assert rep_pool.encoded == rep_ref.encoded == 700
+    assert rep.encoded == rep_ref.encoded == 700
     assert rep_ref.k_per_field == {"first": 20, "last": 20}
     assert 0 < rep_ref.fill_min <= rep_ref.fill_mean <= rep_ref.fill_max < 1
-    rows_rec = Encoder(s, SECRET).encode_rows(rows)
+    rows_rec = Encoder(s, SECRET).encode_rows(rows)  # 11 batches of 64 rows
     assert np.array_equal(rows_rec.filters, ref.filters)
+    assert np.array_equal(rows_rec.block_digests, ref.block_digests)
+    assert rows_rec.record_ids == tuple(str(i) for i in range(1, 701))
 
 
-def test_worker_errors_propagate_with_row(tmp_path, monkeypatch):
-    monkeypatch.setattr(encoder, "CHUNK_ROWS", 16)
+def test_error_in_a_later_batch_names_its_row(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoder, "CSV_BLOCK_BYTES", 300)
     rows = _rows(100)
     rows[70]["first"] = "x" * 50
     p = tmp_path / "in.csv"
@@ -295,7 +305,7 @@ def test_worker_errors_propagate_with_row(tmp_path, monkeypatch):
         }
     )
     with pytest.raises(PprlError, match=r"row 71, field 'first': value longer than maxLength 20"):
-        Encoder(s, SECRET).encode_csv(p, workers=2)
+        Encoder(s, SECRET).encode_csv(p)
 
 
 def test_empty_input_gives_empty_records(tmp_path):
