@@ -92,7 +92,8 @@ class Run:
     engine: Any = None
     records_count: int = 0
     blocks_in: dict[int, np.ndarray] = field(default_factory=dict)
-    shares_in: set[int] = field(default_factory=set)
+    shares_in: set[int] = field(default_factory=set)  # accepted by the engine
+    shares_seen: set[int] = field(default_factory=set)  # being received or accepted
     ring_in: Any = None
     results_in: Any = None
     stage: common_pb2.Stage = S.STAGE_UNSPECIFIED
@@ -471,15 +472,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     f"segment share for party index {first.target} sent to {self.config.name}"
                 )
             share = await wire.share_from_chunks(first, request_iterator)
-            if share.source in run.shares_in:
+            if share.source in run.shares_seen:
                 raise AlreadyExists(f"run {run.run_id}: segments of {who} already received")
-            await self._wait(run, run.event("common"), "its own common blocks", "exchanging")
-            run.shares_in.add(share.source)  # reserve before the engine sees it
+            run.shares_seen.add(share.source)  # at once: a concurrent duplicate is refused
             try:
+                await self._wait(run, run.event("common"), "its own common blocks", "exchanging")
+                if run.engine is None or run.aborted:
+                    raise RunAborted(run.reason or f"run {run.run_id} was aborted")
                 await self._engine(run, run.engine.receive_share, share)
             except BaseException:
-                run.shares_in.discard(share.source)
+                run.shares_seen.discard(share.source)
                 raise
+            run.shares_in.add(share.source)
             if all(j in run.shares_in for j in run.others):
                 run.event("shares").set()
             return self._respond(party_pb2.PushShareResponse(received=share.pseudonyms.shape[0]))
@@ -759,6 +763,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             run.phase = Phase.FAILED
             run.stage = S.STAGE_FAILED
             run.reason = run.reason or reason
+            run.event("abort").set()  # wake any handler still waiting on this run
             matches, result_path = 0, ""
             remove_run(self.config.results_dir, run.run_id)
             log.warning("run %s failed: %s", run.run_id, run.reason)
