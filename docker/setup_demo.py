@@ -24,7 +24,7 @@ Idempotent and non-destructive: anything that already exists is kept, only what 
 (so `docker compose up` can be repeated, and a party's results and secret are never replaced). If a
 party already holds a secret, that secret is copied to the parties missing one; two different existing
 secrets are an error. Certificates come from scripts/gen_certs.py and data from scripts/gen_data.py
-(the real project tools, run as subprocesses). The secret is never printed.
+(the real project tools; their main() runs in this process). The secret is never printed.
 
 In a real deployment none of this runs: each organisation installs its own certificate (from a shared
 or cross-signed CA), receives the secret out of band and provides its own data (docs/deployment.md).
@@ -33,14 +33,17 @@ or cross-signed CA), receives the secret out of band and provides its own data (
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
+import io
 import os
 import pathlib
 import secrets
-import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 SECRET_BYTES = 32
 HERE = pathlib.Path(__file__).resolve().parent
@@ -113,11 +116,31 @@ def _write_atomic(path: pathlib.Path, data: bytes, mode: int) -> None:
         raise
 
 
+def _load_tool(path: pathlib.Path) -> ModuleType:
+    """Import a project script (its ``main(argv) -> int`` is what its command line runs)."""
+    name = f"_pprl_tool_{path.stem}"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, path)
+        if spec is None or spec.loader is None:
+            raise SetupError(f"{path}: cannot be loaded")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def _run(argv: list[str], what: str) -> None:
-    proc = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-10:])
-        raise SetupError(f"{what} failed (exit {proc.returncode}):\n{tail}")
+    """Run ``python SCRIPT ARGS...`` in this process (saves an interpreter start per call)."""
+    _, script, *rest = argv
+    out = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+            code = _load_tool(pathlib.Path(script)).main(rest)
+    except SystemExit as exc:  # argparse rejected the arguments
+        code = exc.code if isinstance(exc.code, int) else 2
+    if code:
+        tail = "\n".join(out.getvalue().strip().splitlines()[-10:])
+        raise SetupError(f"{what} failed (exit {code}):\n{tail}")
 
 
 def gen_certs_argv(
