@@ -154,6 +154,7 @@ class CvplResult:
     columns: dict[str, str]
     qi: tuple[str, ...]
     features: tuple[str, ...]
+    feature_counts: dict[str, int]
     pca_k: int
     pca_explained: float
     taus: np.ndarray
@@ -182,7 +183,8 @@ class CvplResult:
             "records": {"original": self.n_source, "released": self.n_target},
             "columns": self.columns,
             "quasi_identifiers": list(self.qi),
-            "features": list(self.features),
+            # feature columns per attribute (names of one-hot columns would quote values)
+            "features": {a: int(n) for a, n in self.feature_counts.items()},
             "pca": {"k": self.pca_k, "explained_variance": self.pca_explained},
             "taus": [float(t) for t in self.taus],
             "levels": [lv.to_dict() for lv in self.levels],
@@ -366,6 +368,10 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
         columns={c.name: c.kind for c in cols},
         qi=tuple(config.qi),
         features=space.names,
+        feature_counts={
+            a: int(np.count_nonzero(space.attribute_of == i))
+            for i, a in enumerate(space.attributes)
+        },
         pca_k=model.k,
         pca_explained=float(model.explained_variance_ratio.sum()),
         taus=taus,
@@ -386,10 +392,12 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
         linked = np.flatnonzero(best >= tau)
         result.attribution = attribute_contributions(space, model, linked, index[linked], config.qi)
         seconds["attribution"] = time.perf_counter() - t
-    if config.fs:
+    if config.fs and level_results[headline].pairs:
         t = time.perf_counter()
         result.fs = fellegi_sunter(vec_cols, hs, hk, truth, tol=config.fs_tol, seed=config.seed)
         seconds["fellegi_sunter"] = time.perf_counter() - t
+    elif config.fs:
+        log.warning("Fellegi-Sunter skipped: no candidate pairs at the headline level")
     if config.ablation:
         t = time.perf_counter()
         result.ablation = _ablation(vec_cols, config, hs, hk, tau)
