@@ -336,7 +336,8 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             if len(ranked[0]) > len(ranked[1]):
                 odd = sorted(n for g in ranked[1:] for n in g)
                 raise FailedPrecondition(
-                    f"key confirmation failed: {', '.join(odd)} do(es) not hold the same linkage "
+                    f"key confirmation failed: {', '.join(odd)} "
+                    f"{'does' if len(odd) == 1 else 'do'} not hold the same linkage "
                     f"secret as {', '.join(ranked[0])}"
                 )
             raise FailedPrecondition(
