@@ -257,7 +257,9 @@ def check_before_join(
         raise GateError(
             f"{len(rows)} plaintext rows given for {len(encoded.record_ids)} encoded records"
         )
-    opts = options or AuditOptions()
+    # Without explicit options the gate runs CVPL only when the policy limits it (it is the costliest
+    # measure after the insider attack).
+    opts = options or AuditOptions(cvpl=pol.max_cvpl_lr is not None)
     ext: dict[str, list[str]] = {}
     for fname, path in pol.external_dictionaries.items():
         ext[fname] = load_value_list(path)
