@@ -78,8 +78,22 @@ def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
             c.stop_all()
 
 
-def parameters(cluster: Cluster, name: str = "params.json", **kw: Any) -> pathlib.Path:
-    return write_parameters(cluster.root / name, cluster.parties, cluster.schema, **kw)
+def parameters(
+    cluster: Cluster,
+    name: str = "params.json",
+    *,
+    one_to_one: bool = False,
+    max_block_size: int | None = None,
+    **kw: Any,
+) -> pathlib.Path:
+    path = write_parameters(cluster.root / name, cluster.parties, cluster.schema, **kw)
+    if one_to_one or max_block_size is not None:
+        import json
+
+        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj.update(one_to_one=one_to_one, max_block_size=max_block_size)
+        path.write_text(json.dumps(obj), encoding="utf-8")
+    return path
 
 
 def network_sets(cluster: Cluster, run_id: str) -> MatchSet:

@@ -102,3 +102,18 @@ def test_run_state_survives_a_coordinator_restart(cluster3: Cluster) -> None:
     assert [s.matches for s in after.summaries] == [s.matches for s in before.summaries]
     again = run_and_wait(cluster3, parameters(cluster3, name="p-restart2.json"))
     assert again.stage == S.STAGE_DONE, again.reason
+
+
+def test_one_to_one_and_capped_blocks_over_the_network(cluster3: Cluster) -> None:
+    """Options whose tie-breaks and sub-blocks follow the run's random pseudonyms: the result is
+    a valid one-to-one subset of the unrestricted matches (exact equality needs equal pseudonyms)."""
+    capped = parameters(cluster3, name="p-1to1.json", one_to_one=True, max_block_size=4)
+    status = run_and_wait(cluster3, capped)
+    assert status.stage == S.STAGE_DONE, status.reason
+    got = network_sets(cluster3, status.run_id)
+    assert got
+    for j in range(len(cluster3.parties)):
+        ids = [members[j] for members, _ in got]
+        assert len(ids) == len(set(ids)), "a record is in two matched sets"
+    unrestricted, _ = expected_sets(cluster3, parameters(cluster3, name="p-free.json"))
+    assert got <= unrestricted
