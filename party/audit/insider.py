@@ -259,8 +259,8 @@ def _knowledge(
     n = out_bits.shape[0]
     m = obs.size
     vals = out_bits[:, keep].astype(bool) ^ inv[keep][None, :]
-    ones = np.zeros((n, m), dtype=np.int32)
-    zeros = np.zeros((n, m), dtype=np.int32)
+    ones = np.zeros((n, m), dtype=np.uint8)
+    zeros = np.zeros((n, m), dtype=np.uint8)
     col = col.reshape(-1)
     for c_idx in range(keep.size):  # usually one output per input; loop over columns is cheap
         j = col[c_idx]
