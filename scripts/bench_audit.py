@@ -14,6 +14,7 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
@@ -82,7 +83,7 @@ def published(records: int, targets: int) -> None:
     rows = list(generate(2, records, corruption=0.0, seed=1).tables[0].rows())
 
     def run(
-        fields: list[str], parties: int, hardening: dict[str, object], aware: float | None = None
+        fields: list[str], parties: int, hardening: Mapping[str, object], aware: float | None = None
     ) -> str:
         hd = {"xorFold": False, "balance": False, "blip": None, **hardening}
         schema = parse_schema(
