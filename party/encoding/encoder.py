@@ -147,7 +147,7 @@ class _FieldCodec:
     """Per-field memo: q-gram -> positions and bit mask, raw value (+salt) -> row of a table
     of packed single-value filters (row 0 is the empty filter)."""
 
-    MAX_VALUES = 200_000
+    MAX_VALUES = 100_000
     MAX_GRAMS = 500_000
 
     def __init__(self, spec: FieldSpec, schema: LinkageSchema, secret: bytes) -> None:
@@ -594,6 +594,7 @@ class Encoder:
         n = 0
         rows_read = 0
         skipped: Counter[str] = Counter()
+        counts: list[np.ndarray] = []  # per-batch popcounts, for the fill statistics
         for batch in batches:
             kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
             rows_read += batch.n
@@ -608,6 +609,7 @@ class Encoder:
                 digests.resize((cap, nblock), refcheck=False)
             filters[n : n + m] = f_batch
             digests[n : n + m] = d_batch
+            counts.append(bits.popcount_rows(f_batch))
             n += m
             for codec in self._codecs.values():
                 codec.trim_cache()
@@ -617,7 +619,13 @@ class Encoder:
         digests.resize((n, nblock), refcheck=False)
 
         records = EncodedRecords(tuple(ids), filters, self.schema.output_bits, digests)
-        stats = fill_stats(filters, self.schema.output_bits)
+        del ids
+        fill = (np.concatenate(counts) if counts else np.zeros(0)) / self.schema.output_bits
+        stats = (
+            FillStats(float(fill.mean()), float(fill.std()), float(fill.min()), float(fill.max()))
+            if n
+            else FillStats(0.0, 0.0, 0.0, 0.0)
+        )
         report.rows_read = rows_read
         report.encoded = n
         report.skipped = dict(skipped)
