@@ -190,6 +190,9 @@ def run_audit(
             "Under BLIP the insider attack is noise-aware: a q-gram stays possible while no more of its "
             "observable positions are unset than the 99% binomial quantile of BLIP flips."
         )
+    if opts.suggestions:
+        names = [getattr(bk, "name", f"key {j}") for j, bk in enumerate(schema.blocking)]
+        report.suggestions.extend(blocking_suggestions(report, records.block_digests, names))
     if rows is None:
         notes.append(
             "No plaintext rows were given: uniqueness, bit sensitivity, frequency and insider measures "
@@ -263,7 +266,7 @@ def run_audit(
             ),
         )
     if opts.suggestions and unhardened is not None:
-        report.suggestions = timed(
+        report.suggestions[:0] = timed(
             "suggestions",
             lambda: _suggest(
                 report,
@@ -384,6 +387,30 @@ def _cvpl(
     return out
 
 
+def blocking_suggestions(
+    report: AuditReport, digests: np.ndarray, names: Sequence[str]
+) -> list[str]:
+    """For each blocking key leaving over 1% of records alone: the share alone without that key."""
+    out = []
+    b = report.blocking
+    for key in sorted(b.keys, key=lambda k: -k.alone.value):
+        if key.alone.value <= 0.01:
+            continue
+        name = names[key.key] if key.key < len(names) else f"key {key.key}"
+        others = [j for j in range(digests.shape[1]) if j != key.key]
+        if others:
+            without = blocking_reveal(digests[:, others]).alone_in_some_block
+            effect = f"; without it, {without} of records would be alone in some block"
+        else:
+            effect = ""
+        out.append(
+            f"blocking: key {name!r} leaves {key.alone} of its records alone in their block{effect}; "
+            "a coarser key (shorter prefix, phonetic code alone, year band) or a minimum block size "
+            "would lower it"
+        )
+    return out
+
+
 def _suggest(
     report: AuditReport,
     rows: Sequence[Mapping[str, str]],
@@ -476,14 +503,5 @@ def _suggest(
             out.append(
                 "balancing does not protect against a co-party holding the key (the complement "
                 "half reveals the same bits)"
-            )
-    b = report.blocking
-    if b.keys:
-        worst_key = max(b.keys, key=lambda k: k.alone.value)
-        if worst_key.alone.value > 0.01:
-            out.append(
-                f"blocking: key {worst_key.key} leaves {worst_key.alone} of records alone in their "
-                "block; a coarser key (shorter prefix, phonetic code alone, year band) or a minimum "
-                "block size would lower it"
             )
     return out
