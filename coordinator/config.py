@@ -9,6 +9,7 @@ File format (``examples/coordinator.toml``; relative paths are relative to the T
     state_db = "state/coordinator.sqlite"   # run and registry state (SQLite), survives restarts
     port_file = "run/coordinator.port"      # optional: the bound port is written here
     operators = ["coordinator"]       # identities allowed to start and watch runs (default: name)
+    allowed_parties = ["party-a", "party-b", "party-c"]   # optional: only these may register
 
     [tls]                             # required unless serving with --insecure
     ca = "certs/ca.pem"
@@ -22,7 +23,7 @@ File format (``examples/coordinator.toml``; relative paths are relative to the T
     liveness = 15.0                   # longest silence on a party's Execute stream
 
 Environment overrides: PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE (address), PPRL_STATE_DB,
-PPRL_PORT_FILE, PPRL_OPERATORS (comma-separated), PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY,
+PPRL_PORT_FILE, PPRL_OPERATORS (comma-separated), PPRL_ALLOWED_PARTIES (comma-separated), PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY,
 PPRL_RPC_TIMEOUT, PPRL_PREPARE_TIMEOUT, PPRL_RUN_TIMEOUT, PPRL_LIVENESS_TIMEOUT. An override set to
 the empty string clears an optional key.
 """
@@ -48,6 +49,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_STATE_DB": ("coordinator", "state_db", "path"),
     "PPRL_PORT_FILE": ("coordinator", "port_file", "path"),
     "PPRL_OPERATORS": ("coordinator", "operators", "list"),
+    "PPRL_ALLOWED_PARTIES": ("coordinator", "allowed_parties", "list"),
     "PPRL_TLS_CA": ("tls", "ca", "path"),
     "PPRL_TLS_CERT": ("tls", "cert", "path"),
     "PPRL_TLS_KEY": ("tls", "key", "path"),
@@ -57,7 +59,15 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_LIVENESS_TIMEOUT": ("timeouts", "liveness", "float"),
 }
 _KNOWN = {
-    "coordinator": {"name", "listen", "address", "state_db", "port_file", "operators"},
+    "coordinator": {
+        "name",
+        "listen",
+        "address",
+        "state_db",
+        "port_file",
+        "operators",
+        "allowed_parties",
+    },
     "tls": {"ca", "cert", "key"},
     "timeouts": {"rpc", "prepare", "run", "liveness"},
 }
@@ -79,6 +89,7 @@ class CoordinatorConfig:
     address: str | None = None
     port_file: pathlib.Path | None = None
     operators: tuple[str, ...] = ()
+    allowed_parties: tuple[str, ...] | None = None  # None: any identity certified by the CA
     tls_ca: pathlib.Path | None = None
     tls_cert: pathlib.Path | None = None
     tls_key: pathlib.Path | None = None
@@ -213,6 +224,13 @@ def load_coordinator_config(
     ):
         problems.append("coordinator.operators: expected a list of identities")
         operators = []
+    allowed = get("coordinator", "allowed_parties")
+    if allowed is not None and (
+        not isinstance(allowed, list)
+        or not all(isinstance(o, str) and NAME_RE.match(o) for o in allowed)
+    ):
+        problems.append("coordinator.allowed_parties: expected a list of party names")
+        allowed = None
     state_db = pathof("coordinator", "state_db", True)
     port_file = pathof("coordinator", "port_file", False)
     ca = pathof("tls", "ca", False)
@@ -246,6 +264,7 @@ def load_coordinator_config(
         state_db=state_db,
         port_file=port_file,
         operators=tuple(operators),
+        allowed_parties=None if allowed is None else tuple(allowed),
         tls_ca=ca,
         tls_cert=cert,
         tls_key=tls_key,

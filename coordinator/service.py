@@ -171,6 +171,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 raise InvalidArgument("name is required")
             if request.name != who:
                 raise Forbidden(f"caller {who!r} may not register as {request.name!r}")
+            allowed = self.config.allowed_parties
+            if allowed is not None and who not in allowed:
+                raise Forbidden(f"{who!r} is not an allowed party of this coordinator")
             host, sep, port = request.address.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise InvalidArgument("address must be host:port")

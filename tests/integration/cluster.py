@@ -130,6 +130,7 @@ class Cluster:
             'listen = "127.0.0.1:0"\n'
             'state_db = "state/coordinator.sqlite"\n'
             'port_file = "coordinator.port"\n'
+            f"allowed_parties = {json.dumps(self.parties)}\n"
             "[tls]\n"
             'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
             "[timeouts]\n"

@@ -221,6 +221,22 @@ async def test_coordinator_service_status_codes(cluster3: Cluster) -> None:
         )
         assert code == Code.INVALID_ARGUMENT
         msg = linkage.load_parameters(parameters(cluster3, name="p-rpc2.json"))
+    intruder = cluster3.security("intruder")
+    async with intruder.channel(
+        cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+    ) as ch:
+        stub = coordinator_pb2_grpc.CoordinatorStub(ch)
+        code, text = await _code(
+            stub.RegisterParty(
+                coordinator_pb2.RegisterPartyRequest(name="intruder", address="127.0.0.1:1"),
+                timeout=5,
+            )
+        )
+        assert code == Code.PERMISSION_DENIED and "not an allowed party" in text
+    async with a.channel(
+        cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+    ) as ch:
+        stub = coordinator_pb2_grpc.CoordinatorStub(ch)
         code, text = await _code(
             stub.StartRun(coordinator_pb2.StartRunRequest(parameters=msg), timeout=5)
         )

@@ -25,6 +25,11 @@ def test_example_config_and_overrides(tmp_path: pathlib.Path) -> None:
     )
     assert cfg.operators == ("coordinator", "ops") and cfg.timeouts.liveness == 4.0
     assert cfg.address is None
+    assert cfg.allowed_parties == ("party-a", "party-b", "party-c")
+    cfg = load_coordinator_config(
+        ROOT / "examples" / "coordinator.toml", env={"PPRL_ALLOWED_PARTIES": ""}, check_files=False
+    )
+    assert cfg.allowed_parties is None
 
 
 def test_every_problem_at_once(tmp_path: pathlib.Path) -> None:
