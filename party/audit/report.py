@@ -385,19 +385,20 @@ class AuditReport:
 
     def _cvpl_html(self) -> str:
         assert self.cvpl
-        fig, ax = htmlreport.new_figure()
-        for c in self.cvpl:
-            ax.plot(
-                c.taus,
-                [r.value for r in c.linkage_rate],
-                marker=".",
-                label=f"{c.setting}, seg {c.segment}, key {c.blocking_key}",
-            )
+        labels = [f"{c.setting}, seg {c.segment}, key {c.blocking_key}" for c in self.cvpl]
+        grid = np.array([[r.value for r in c.linkage_rate] for c in self.cvpl])
+        fig, ax = htmlreport.new_figure(8, 1.2 + 0.35 * len(labels))
+        im = ax.imshow(grid, aspect="auto", vmin=0.0, vmax=1.0, cmap="Reds")
+        taus = self.cvpl[0].taus
+        ax.set_xticks(range(len(taus)))
+        ax.set_xticklabels([f"{t:.2f}" for t in taus])
+        ax.set_yticks(range(len(labels)))
+        ax.set_yticklabels(labels, fontsize=7)
         ax.set_xlabel("tau (Dice on segment bits)")
-        ax.set_ylabel("CVPL-LR")
-        ax.set_ylim(0, 1.02)
-        ax.set_title("CVPL risk surface on the revealed segments")
-        ax.legend(fontsize=7)
+        ax.set_title("CVPL risk surface R(setting / receiving party / blocking key, tau)")
+        for (i, j), v in np.ndenumerate(grid):
+            ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=6)
+        fig.colorbar(im, ax=ax, label="CVPL-LR")
         rows = []
         for c in self.cvpl:
             for i, t in enumerate(c.taus):
@@ -414,7 +415,7 @@ class AuditReport:
                 )
         return (
             "<h2>CVPL on what is revealed</h2>"
-            + htmlreport.figure_html(fig, "CVPL-LR against tau per receiving party and setting")
+            + htmlreport.figure_html(fig, "CVPL-LR per receiving party, blocking key and setting")
             + htmlreport.table_html(
                 ["setting", "segment", "blocking key", "tau", "CVPL-LR", "top-1 precision"], rows
             )
