@@ -312,13 +312,35 @@ def _combine(cols: list[_Column]) -> tuple[list[Any], np.ndarray]:
     return keys, inverse.reshape(-1)
 
 
+def _may_have_blank_lines(p: Path) -> bool:
+    """True if the file contains an empty line (b"\\n\\n" or b"\\n\\r\\n"; possibly inside a
+    quoted value, which only costs the slower exact path). Reads the file once, in C."""
+    prev = b""
+    try:
+        with open(p, "rb") as fh:
+            while block := fh.read(1 << 20):
+                data = prev + block
+                if b"\n\n" in data or b"\n\r\n" in data:
+                    return True
+                prev = data[-2:]
+    except OSError:
+        return False  # the reader reports the problem
+    return False
+
+
 @dataclass
 class _Batch:
-    """Rows ``first_row .. first_row + n - 1`` of the input, column by column."""
+    """``n`` input rows, column by column. Row numbers are ``first_row + j`` unless ``rownos``
+    lists them (when blank lines, which are skipped but counted, fall inside the batch)."""
 
     n: int
     first_row: int
     columns: dict[str, _Column]
+    rownos: list[int] | None = None
+    blank_lines: int = 0
+
+    def row(self, j: int) -> int:
+        return self.first_row + j if self.rownos is None else self.rownos[j]
 
 
 class Encoder:
@@ -475,12 +497,13 @@ class Encoder:
         the number of rows just processed (an increment).
 
         The file is parsed by pyarrow's streaming CSV reader (RFC 4180 quoting, quoted newlines
-        allowed, blank lines ignored) in blocks of ``CSV_BLOCK_BYTES``, with the needed columns
-        read as bytes and dictionary-encoded, so per-row work stays in C. A BOM is skipped.
-        Bytes that are not valid UTF-8 are an error naming the row and column (or a skip, per
-        the field's ``onInvalid``). A row with a different number of columns than the header is
-        an error naming the row. Rows are numbered from 1 after the header, blank lines not
-        counted; they are also the default record ids.
+        allowed) in blocks of ``CSV_BLOCK_BYTES``, with the needed columns read as bytes and
+        dictionary-encoded, so per-row work stays in C. A file that contains an empty line is
+        read with the csv module instead (pyarrow drops blank lines without a trace, and they
+        count in row numbers). A BOM is skipped. Bytes that are not valid UTF-8 are an error
+        naming the row and column (or a skip, per the field's ``onInvalid``). A row with a
+        different number of columns than the header is an error naming the row. Rows are
+        numbered from 1 after the header, blank lines counted; they are the default record ids.
         """
         p = Path(path)
         source = str(p)
@@ -531,9 +554,46 @@ class Encoder:
                 # pyarrow's message may quote the offending row: find the problem ourselves.
                 raise self._locate_csv_problem(p, source, width) from None
 
-        records = self._encode_stream(batches(), source, id_column, report, progress)
+        if _may_have_blank_lines(p):
+            positions = {c: header.index(c) for c in dict.fromkeys(wanted)}
+            stream = self._csv_module_batches(p, source, width, positions)
+        else:
+            stream = batches()
+        records = self._encode_stream(stream, source, id_column, report, progress)
         report.seconds = time.perf_counter() - t0
         return records, report
+
+    @staticmethod
+    def _csv_module_batches(
+        p: Path, source: str, width: int, positions: dict[str, int]
+    ) -> Iterator[_Batch]:
+        """Batches read with the csv module: the exact path for files with blank lines, which are
+        skipped but counted in the row numbers (pyarrow would drop them without a trace)."""
+        rowno = 0
+        try:
+            with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
+                reader = csv.reader(fh, strict=True)
+                next(reader, None)
+                while raw := list(islice(reader, CHUNK_ROWS)):
+                    start = rowno + 1
+                    if set(map(len, raw)) - {width, 0}:  # 0 columns: a blank line
+                        for i, row in enumerate(raw, start):
+                            if len(row) not in (width, 0):
+                                raise EncodeDataError(
+                                    f"{source}, row {i}: has {len(row)} column(s), "
+                                    f"the header has {width}"
+                                )
+                    rowno += len(raw)
+                    rows = [r for r in raw if r]
+                    nums = [i for i, r in enumerate(raw, start) if r]
+                    columns = {
+                        c: _Column.from_values([r[i] for r in rows]) for c, i in positions.items()
+                    }
+                    yield _Batch(len(rows), start, columns, nums, len(raw) - len(rows))
+        except csv.Error as exc:
+            raise EncodeDataError(f"{source}, row {rowno + 1}: malformed CSV ({exc})") from None
+        except OSError as exc:
+            raise EncodeDataError(f"{source}: cannot read ({exc.strerror})") from None
 
     @staticmethod
     def _read_header(p: Path, source: str) -> list[str]:
@@ -553,17 +613,15 @@ class Encoder:
     @staticmethod
     def _locate_csv_problem(p: Path, source: str, width: int) -> EncodeDataError:
         """The error for a CSV the fast parser rejected, found by re-reading it with the csv
-        module (only on this error path), numbering rows as the fast path does."""
+        module (only on this error path; blank lines are counted, as everywhere)."""
         rowno = 0
         try:
             with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
                 reader = csv.reader(fh, strict=True)
                 next(reader, None)
                 for row in reader:
-                    if not row:
-                        continue
                     rowno += 1
-                    if len(row) != width:
+                    if row and len(row) != width:
                         return EncodeDataError(
                             f"{source}, row {rowno}: has {len(row)} column(s), "
                             f"the header has {width}"
@@ -597,9 +655,11 @@ class Encoder:
         counts: list[np.ndarray] = []  # per-batch popcounts, for the fill statistics
         for batch in batches:
             kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
-            rows_read += batch.n
+            rows_read += batch.n + batch.blank_lines
+            if batch.blank_lines:
+                skipped["blank line"] += batch.blank_lines
             if id_column is None:
-                ids.extend(str(batch.first_row + j) for j in kept)
+                ids.extend(str(batch.row(j)) for j in kept)
             else:
                 ids.extend(self._batch_ids(batch, kept, id_column, source, seen_ids))
             m = f_batch.shape[0]
@@ -614,7 +674,7 @@ class Encoder:
             for codec in self._codecs.values():
                 codec.trim_cache()
             if progress is not None:
-                progress(batch.n)
+                progress(batch.n + batch.blank_lines)
         filters.resize((n, out_words), refcheck=False)
         digests.resize((n, nblock), refcheck=False)
 
@@ -653,7 +713,7 @@ class Encoder:
                 code_arr[:, fi] = codec.codes_for_keys(keys)[inverse]
         keep = np.ones(batch.n, dtype=bool)
         for j in np.flatnonzero((code_arr < 0).any(axis=1)).tolist():
-            reason = self._bad_value(code_arr[j].tolist(), codecs, source, batch.first_row + j)
+            reason = self._bad_value(code_arr[j].tolist(), codecs, source, batch.row(j))
             skipped[reason] += 1
             keep[j] = False
         kept = np.flatnonzero(keep)
@@ -674,7 +734,7 @@ class Encoder:
                 name = next(
                     c for c, v in zip(keyer.columns, keys[bad], strict=True) if not valid_text(v)
                 )
-                row = batch.first_row + int(np.flatnonzero(inverse == bad)[0])
+                row = batch.row(int(np.flatnonzero(inverse == bad)[0]))
                 raise EncodeDataError(
                     f"{source}, row {row}, field {name!r}: not valid UTF-8"
                 ) from None
@@ -713,7 +773,7 @@ class Encoder:
                     else "not valid UTF-8"
                 )
                 raise EncodeDataError(
-                    f"{source}, row {batch.first_row + j}, field {id_column!r}: {problem}"
+                    f"{source}, row {batch.row(j)}, field {id_column!r}: {problem}"
                 )
             seen_ids.add(rid)
         return ids

@@ -141,11 +141,30 @@ def test_record_id_errors_and_blank_lines(tmp_path):
     p = _csv(tmp_path, HEADER + "a,x,y,z\n\nb,x,y,z\n\n")
     rec, report = enc.encode_csv(p, id_column="id")
     assert rec.record_ids == ("a", "b")
-    assert report.skipped == {} and report.rows_read == 2  # blank lines are ignored
+    assert report.skipped == {"blank line": 2} and report.rows_read == 4
     rec, _ = enc.encode_csv(p)
-    assert rec.record_ids == ("1", "2")  # rows are numbered without blank lines
+    assert rec.record_ids == ("1", "3")  # row numbers count blank lines
     p = _csv(tmp_path, HEADER + '"a\nb",x,y,z\n\nc,x,y,z\nd,x,y\n')
+    assert _error(enc.encode_csv, p) == f"{p}, row 4: has 3 column(s), the header has 4"
+    p = _csv(tmp_path, HEADER + '"a\nb",x,y,z\nc,x,y,z\nd,x,y\n')  # fast path, same numbering
     assert _error(enc.encode_csv, p) == f"{p}, row 3: has 3 column(s), the header has 4"
+    p = _csv(tmp_path, HEADER + "a,Zebed\xe9e,y,z\n\nb,x,y,z\n".replace("\xe9", "\u00e9"))
+    assert enc.encode_csv(p)[0].record_ids == ("1", "3")
+
+
+def test_blank_line_path_reports_errors_like_the_fast_path(tmp_path):
+    enc = Encoder(_schema(validation={"maxLength": 3}), SECRET)
+    for blank in ("", "\n"):
+        p = _csv(tmp_path, HEADER + f"1,ab,x,y\n{blank}2,{SENSITIVE},x,y\n")
+        row = 3 if blank else 2
+        assert (
+            _error(enc.encode_csv, p)
+            == f"{p}, row {row}, field 'name': value longer than maxLength 3"
+        )
+        p = _csv(tmp_path, (HEADER + f"1,ab,x,y\n{blank}2,ab,x,Zebed\xe9e\n").encode("latin-1"))
+        assert _error(enc.encode_csv, p) == f"{p}, row {row}, field 'town': not valid UTF-8"
+    p = _csv(tmp_path, HEADER + f'1,ab,x,y\n\n2,"{SENSITIVE},x,y\n')
+    assert "malformed CSV" in _error(enc.encode_csv, p)
 
 
 def test_encode_rows_errors():

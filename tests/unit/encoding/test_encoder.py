@@ -282,6 +282,14 @@ def test_batching_and_memo_trim_give_identical_results(tmp_path, monkeypatch):
     assert rep.encoded == rep_ref.encoded == 700
     assert rep_ref.k_per_field == {"first": 20, "last": 20}
     assert 0 < rep_ref.fill_min <= rep_ref.fill_mean <= rep_ref.fill_max < 1
+    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
+    blanks = tmp_path / "blanks.csv"  # the same rows with blank lines: the csv-module path
+    blanks.write_text("".join(lines[:300] + ["\n"] + lines[300:] + ["\n"]), encoding="utf-8")
+    with_blanks, rep_b = Encoder(s, SECRET).encode_csv(blanks, id_column="rid")
+    assert rep_b.skipped == {"blank line": 2} and rep_b.rows_read == 702
+    assert with_blanks.record_ids == ref.record_ids
+    assert np.array_equal(with_blanks.filters, ref.filters)
+    assert np.array_equal(with_blanks.block_digests, ref.block_digests)
     rows_rec = Encoder(s, SECRET).encode_rows(rows)  # 11 batches of 64 rows
     assert np.array_equal(rows_rec.filters, ref.filters)
     assert np.array_equal(rows_rec.block_digests, ref.block_digests)
