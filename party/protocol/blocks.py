@@ -40,6 +40,23 @@ def has_duplicates(values: np.ndarray) -> bool:
     return bool(s.size > 1 and np.any(s[1:] == s[:-1]))
 
 
+def lookup_sorted(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, hit) for each needle: ``hit`` iff it occurs in the sorted 1-D ``haystack``, at ``pos``.
+
+    The needles are sorted first (searchsorted is several times faster on sorted needles).
+    """
+    flat = needles.ravel()
+    pos = np.zeros(flat.size, dtype=np.int64)
+    hit = np.zeros(flat.size, dtype=bool)
+    if haystack.size and flat.size:
+        order = np.argsort(flat)
+        p = np.searchsorted(haystack, flat[order])
+        p = np.minimum(p, haystack.size - 1)
+        pos[order] = p
+        hit[order] = haystack[p] == flat[order]
+    return pos.reshape(needles.shape), hit.reshape(needles.shape)
+
+
 def distinct_digests(digests: np.ndarray) -> np.ndarray:
     """Sorted distinct non-zero digests of an (n, B) uint64 digest matrix."""
     flat = np.asarray(digests, dtype=np.uint64).ravel()
@@ -98,9 +115,8 @@ def block_index(
     rowidx = np.repeat(np.arange(n, dtype=np.int64), width)
     if common.size == 0 or flat.size == 0:
         return BlockIndex(np.zeros(common.size + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    pos = np.searchsorted(common, flat)
-    pos_c = np.minimum(pos, common.size - 1)
-    hit = (flat != 0) & (common[pos_c] == flat)
+    pos_c, found = lookup_sorted(common, flat)
+    hit = (flat != 0) & found
     block = pos_c[hit].astype(np.int64)
     rows = rowidx[hit]
     order_key = np.zeros(n, dtype=np.uint64) if keys is None else np.asarray(keys, dtype=np.uint64)

@@ -34,6 +34,7 @@ from party.protocol.blocks import (
     check_common,
     distinct_digests,
     has_duplicates,
+    lookup_sorted,
     sub_blocks,
 )
 from party.protocol.classify import (
@@ -185,8 +186,8 @@ class PartyEngine:
         self._pseudonyms = pseud[order]
         out = digests[self._shared_rows].copy()
         if out.size:
-            pos = np.minimum(np.searchsorted(common, out), max(common.size - 1, 0))
-            keep = (out != 0) & (common[pos] == out) if common.size else np.zeros(out.shape, bool)
+            _, found = lookup_sorted(common, out)
+            keep = (out != 0) & found
             out[~keep] = 0
         self._digests_out = out
         self._common = common

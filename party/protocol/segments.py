@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
-from party.protocol.blocks import has_duplicates
+from party.protocol.blocks import has_duplicates, lookup_sorted
 from party.protocol.errors import ShareError
 
 
@@ -129,8 +129,8 @@ def validate_share(
     flat = d.ravel()
     nz = flat[flat != 0]
     if nz.size:
-        pos = np.minimum(np.searchsorted(common, nz), max(common.size - 1, 0))
-        if common.size == 0 or not np.all(common[pos] == nz):
+        _, found = lookup_sorted(common, nz)
+        if not np.all(found):
             raise ShareError(f"share from party {src}: a row names a block that is not common")
     if n and np.any(np.all(d == 0, axis=1)):
         raise ShareError(f"share from party {src}: a row belongs to no common block")
