@@ -445,3 +445,18 @@ def compare_small_blocks(
     return compare_block_batch(
         segs, pops, rows_of, starts, sizes, seg_bits, threshold, counts=counts
     )
+
+
+def warm_up() -> None:
+    """Compile (or load from numba's cache) every compiled kernel on tiny inputs.
+
+    A node calls this once at start so that the first real run does not pay the compilation.
+    The small-block path needs no compilation, so a tiny protocol run does not warm the kernel up.
+    """
+    if not HAVE_NUMBA:
+        return
+    from party.protocol.ring import intersect_sorted_rows
+
+    rows = np.arange(1, 9, dtype=np.uint64).reshape(4, 2)
+    list(iter_block([rows, rows], 128, 0.5, kernel="numba"))
+    intersect_sorted_rows(rows, rows)

@@ -163,3 +163,9 @@ def test_kernels_compile_without_a_writable_cache() -> None:
     namespace: dict[str, object] = {}
     exec("def plus_one(x):\n    return x + 1\n", namespace)
     assert _jit(namespace["plus_one"])(2) == 3
+
+
+def test_warm_up_runs() -> None:
+    from party.protocol.kernel import warm_up
+
+    warm_up()
