@@ -227,18 +227,6 @@ class _FieldCodec:
         self._used = need
         return first
 
-    def lookup(self, value: str, salt: str | None) -> int:
-        """Row index in ``table`` of the value's filter (0 = empty), or a negative status code."""
-        key: object = (value, salt) if self.salted else value
-        idx = self.index.get(key)
-        if idx is None:
-            idx = self._classify(value, salt)
-            if idx is None:
-                mask = self.value_mask(value, salt)
-                idx = self._store([mask]) if mask else _OK_EMPTY
-            self.index[key] = idx
-        return idx
-
     def codes_for_keys(self, keys: list[Any]) -> np.ndarray:
         """Table rows (or negative status codes) for memo keys: values, or (value, salt) pairs
         for a salted field. Misses are computed together and stored in one block."""
@@ -296,10 +284,6 @@ class _Column:
         uniques = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
         indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
         return cls(indices, uniques)
-
-    def values(self) -> list[str]:
-        u = self.uniques
-        return [u[i] for i in self.indices.tolist()]
 
 
 def _combine(cols: list[_Column]) -> tuple[list[Any], np.ndarray]:

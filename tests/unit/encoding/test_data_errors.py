@@ -58,6 +58,7 @@ def test_csv_structure_errors(tmp_path):
     )
     assert "cannot read" in _error(enc.encode_csv, tmp_path)
     assert "empty file (no header row)" in _error(enc.encode_csv, _csv(tmp_path, ""))
+    assert "header: malformed CSV" in _error(enc.encode_csv, _csv(tmp_path, 'id,"name'))
     msg = _error(enc.encode_csv, _csv(tmp_path, "id,name\n1,x\n"))
     assert "header lacks column(s) ['city', 'town'] required by the schema" in msg
     msg = _error(enc.encode_csv, _csv(tmp_path, HEADER), id_column="pid")
