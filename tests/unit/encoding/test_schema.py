@@ -2,6 +2,7 @@
 
 import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -230,3 +231,11 @@ def test_load_schema_file_errors(tmp_path):
     good = tmp_path / "good.json"
     good.write_text(json.dumps(MINIMAL))
     assert load_schema(good) == parse_schema(MINIMAL)
+
+
+@pytest.mark.parametrize(
+    "path", sorted((Path(__file__).resolve().parents[3] / "examples").glob("schema*.json"))
+)
+def test_example_schemas_are_valid(path):
+    schema = load_schema(path)
+    assert schema.output_bits % 2 == 0 and parse_schema(schema.to_dict()) == schema
