@@ -507,6 +507,7 @@ class Encoder:
         width = len(header)
         internal = [f"c{i}" for i in range(width)]  # header names may repeat or need stripping
         needed = {c: internal[header.index(c)] for c in dict.fromkeys(wanted)}
+        positions = {c: header.index(c) for c in dict.fromkeys(wanted)}
 
         def batches() -> Iterator[_Batch]:
             first = 1
@@ -534,12 +535,20 @@ class Encoder:
                     columns = {c: _Column.from_arrow(rb.column(name)) for c, name in needed.items()}
                     yield _Batch(rb.num_rows, first, columns)
                     first += rb.num_rows
-            except (pa.ArrowInvalid, pa.ArrowException):
+            except pa.ArrowException:
                 # pyarrow's message may quote the offending row: find the problem ourselves.
-                raise self._locate_csv_problem(p, source, width) from None
+                problem = self._locate_csv_problem(p, source, width)
+                if problem is not None:
+                    raise problem from None
+                if first != 1:
+                    raise EncodeDataError(
+                        f"{source}, after row {first - 1}: malformed CSV (rejected by the CSV "
+                        "parser)"
+                    ) from None
+                # e.g. a header without a final newline: the exact reader accepts the file
+                yield from self._csv_module_batches(p, source, width, positions)
 
         if _may_have_blank_lines(p):
-            positions = {c: header.index(c) for c in dict.fromkeys(wanted)}
             stream = self._csv_module_batches(p, source, width, positions)
         else:
             stream = batches()
@@ -595,9 +604,10 @@ class Encoder:
         return [h.strip() for h in header]
 
     @staticmethod
-    def _locate_csv_problem(p: Path, source: str, width: int) -> EncodeDataError:
+    def _locate_csv_problem(p: Path, source: str, width: int) -> EncodeDataError | None:
         """The error for a CSV the fast parser rejected, found by re-reading it with the csv
-        module (only on this error path; blank lines are counted, as everywhere)."""
+        module (only on this error path; blank lines are counted, as everywhere), or None if
+        the csv module finds nothing wrong."""
         rowno = 0
         try:
             with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
@@ -614,7 +624,7 @@ class Encoder:
             return EncodeDataError(f"{source}, row {rowno + 1}: malformed CSV ({exc})")
         except OSError as exc:
             return EncodeDataError(f"{source}: cannot read ({exc.strerror})")
-        return EncodeDataError(f"{source}: malformed CSV (rejected by the CSV parser)")
+        return None
 
     # ----------------------------------------------------------------- core
     def _encode_stream(

@@ -323,3 +323,33 @@ def test_empty_input_gives_empty_records(tmp_path):
     assert len(rec) == 0 and rec.filters.shape == (0, 8) and report.encoded == 0
     assert report.fill_mean == 0.0
     assert Encoder(_schema(), SECRET).encode_rows([]).filters.shape == (0, 8)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'a,b\n"x""y","p, q"\nz,\n',
+        b'\xef\xbb\xbfa,b\r\n"x""y","p, q"\r\nz,\r\n',  # BOM, CRLF
+        b'a,b\n"x""y","p, q"\nz,',  # no final newline
+        b'a,b\r\n"x""y","p, q"\r\n\r\nz,\r\n',  # blank line: csv-module path
+    ],
+)
+def test_csv_dialect_variants_encode_alike(tmp_path, data):
+    s = parse_schema(
+        {"version": 1, "l": 64, "features": [{"identifier": "a"}, {"identifier": "b"}]}
+    )
+    enc = Encoder(s, SECRET)
+    ref = enc.encode_rows([{"a": 'x"y', "b": "p, q"}, {"a": "z", "b": ""}])
+    p = tmp_path / "in.csv"
+    p.write_bytes(data)
+    rec, _ = enc.encode_csv(p)
+    assert np.array_equal(rec.filters, ref.filters)
+    assert rec.record_ids[0] == "1" and len(rec) == 2
+
+
+def test_header_without_newline_is_an_empty_input(tmp_path):
+    s = parse_schema({"version": 1, "l": 64, "features": [{"identifier": "a"}]})
+    p = tmp_path / "in.csv"
+    p.write_bytes(b"a")
+    rec, report = Encoder(s, SECRET).encode_csv(p)
+    assert len(rec) == 0 and report.rows_read == 0
