@@ -72,8 +72,16 @@ def test_audit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> No
     rows = list(generate(2, 200, corruption=0.0, seed=4).tables[0].rows())
     write_csv(tmp_path / "party.csv", rows)
     (tmp_path / "secret.key").write_bytes(b"0123456789abcdef0123456789abcdef")
-    schema = json.loads((Path(__file__).parents[3] / "examples" / "schema.json").read_text())
-    schema["l"] = 1020
+    schema = {
+        "version": 1,
+        "l": 1020,
+        "features": [
+            {"identifier": "given_name"},
+            {"identifier": "surname"},
+            {"identifier": "dob", "comparison": {"type": "ngram", "n": 2, "padding": False}},
+        ],
+        "blocking": [{"name": "sx", "parts": [{"field": "surname", "function": "soundex"}]}],
+    }
     (tmp_path / "params.json").write_text(
         json.dumps({"version": 1, "parties": ["p-a", "p-b", "p-c"], "schema": schema})
     )
