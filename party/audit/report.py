@@ -233,9 +233,10 @@ class AuditReport:
     def _blocking_html(self) -> str:
         b = self.blocking
         parts = ["<h2>Blocking-key digests</h2>"]
+        names = self.meta.get("blocking_keys") or []
         rows = [
             (
-                f"key {k.key}",
+                names[k.key] if k.key < len(names) else f"key {k.key}",
                 k.records_with_value,
                 k.blocks,
                 k.largest_block,
@@ -251,11 +252,13 @@ class AuditReport:
         )
         if b.keys and any(k.sizes.size for k in b.keys):
             fig, ax = htmlreport.new_figure()
+            names = self.meta.get("blocking_keys") or []
+            hi = max(int(k.sizes.max()) for k in b.keys if k.sizes.size)
+            edges = np.unique(np.round(np.logspace(0, np.log10(hi + 1), 30)).astype(int))
             for k in b.keys:
                 if k.sizes.size:
-                    hi = int(k.sizes.max())
-                    edges = np.unique(np.round(np.logspace(0, np.log10(hi + 1), 30)).astype(int))
-                    ax.hist(k.sizes, bins=edges, alpha=0.6, label=f"key {k.key}")
+                    label = names[k.key] if k.key < len(names) else f"key {k.key}"
+                    ax.hist(k.sizes, bins=edges, alpha=0.6, label=label)
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_xlabel("block size (records)")

@@ -150,6 +150,7 @@ def run_audit(
         "hardening": _hardening_label(schema),
         "schema_digest": schema.digest() if hasattr(schema, "digest") else None,
         "fields": fields,
+        "blocking_keys": [getattr(bk, "name", f"key {j}") for j, bk in enumerate(schema.blocking)],
         "seconds": seconds,
         "notes": notes,
     }
