@@ -4,7 +4,7 @@ JSON format (``AuditReport.to_dict``; counts and rates only, never values, filte
 
     {"format": "pprl-audit-report", "version": 1,
      "meta": {records, parties, self_index, receiving_segments, filter_bits, output_bits, hardening,
-              schema_digest, fields, seconds: {measure: s}, notes: [...]},
+              schema_digest, fields, blocking_keys, seconds: {measure: s}, notes: [...]},
      "uniqueness": {...} | null,          # uniqueness.UniquenessResult.to_dict over the schema fields
      "blocking": {...},                    # revealed.BlockingReveal.to_dict
      "segments": {...},                    # revealed.SegmentReveal.to_dict
