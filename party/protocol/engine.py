@@ -90,9 +90,10 @@ class ComparisonStats:
     candidate_sets_uncapped: int = 0  # sum over common blocks of prod(block sizes)
     candidate_sets: int = 0  # after sub-blocking (what the kernel enumerated, duplicates included)
     largest_block_sets: int = 0
-    evaluated_per_stage: list[int] = field(
-        default_factory=list
-    )  # index j: partial sets when party j joins
+    # parties in the order they join partial sets (increasing number of shared records)
+    join_order: list[int] = field(default_factory=list)
+    # index k: partial sets of k + 1 records, i.e. when party join_order[k] joins (index 0 unused)
+    evaluated_per_stage: list[int] = field(default_factory=list)
     survived_per_stage: list[int] = field(default_factory=list)
     survivors_with_duplicates: int = 0
     survivors: int = 0  # distinct candidate sets kept by this party
@@ -285,11 +286,18 @@ class PartyEngine:
                 digs.append(sh.block_digests[order])
                 segs.append(sh.segments[order])
         self._known = pseud
+        # Parties join partial sets in increasing order of their number of shared records (ties:
+        # index), so the first, unfiltered products are as small as they can be; from here on,
+        # position k in these lists is the k-th party to join.
+        join = sorted(range(p), key=lambda j: (int(pseud[j].size), j))
+        pseud = [pseud[j] for j in join]
+        digs = [digs[j] for j in join]
+        segs = [segs[j] for j in join]
         common = self._common
         indices = [block_index(digs[j], common, keys=pseud[j]) for j in range(p)]
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
-        stats = ComparisonStats(party=self.index, blocks=int(common.size))
+        stats = ComparisonStats(party=self.index, blocks=int(common.size), join_order=join)
         nb = int(common.size)
         live = np.all(sizes > 0, axis=0) if nb else np.zeros(0, dtype=bool)
         over_cap = np.zeros(nb, dtype=bool) if cap is None else sizes.max(axis=0, initial=0) > cap
@@ -359,8 +367,8 @@ class PartyEngine:
                     "threshold s_m, set max_block_size, or raise the budget"
                 )
             found = np.empty(rows.shape, dtype=np.uint64)
-            for j in range(p):
-                found[:, j] = pseud[j][rows[:, j]]
+            for k in range(p):
+                found[:, join[k]] = pseud[k][rows[:, k]]
             kept_rows.append(found)
             kept_c.append(c)
 

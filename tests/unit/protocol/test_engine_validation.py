@@ -264,3 +264,18 @@ def test_records_without_block_value_are_not_shared() -> None:
     e = PartyEngine(0, params, EncodedRecords(t.record_ids, t.filters, 64, digests))
     e.set_common_blocks(e.block_digests())
     assert (e.record_pseudonyms[:4] == 0).all() and (e.record_pseudonyms[4:] != 0).all()
+
+
+def test_smallest_party_joins_first() -> None:
+    rng = np.random.default_rng(7)
+    tables = [
+        random_table(rng, 60, 48, blocks=1, prefix="a"),
+        random_table(rng, 60, 48, blocks=1, prefix="b"),
+        random_table(rng, 1, 48, blocks=1, prefix="c"),
+    ]
+    params = ProtocolParameters(NAMES, 48, 0.5, 0.3, memory_budget_bytes=2**24)
+    with_order = run_in_process(tables, params)
+    stats = with_order.metrics.comparison[0]
+    assert stats.join_order == [2, 0, 1]
+    assert stats.evaluated_per_stage[1] == 60  # 1 x 60, not 60 x 60
+    assert stats.candidate_sets == 3600
