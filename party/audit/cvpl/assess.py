@@ -218,8 +218,9 @@ def _level_keys(
     score: tuple[np.ndarray, np.ndarray],
 ) -> list[tuple[np.ndarray, np.ndarray, int]]:
     out = []
+    cache: dict[Any, np.ndarray] = {}
     for level in levels:
-        s, t = block_keys(level, qcols, n_source)
+        s, t = block_keys(level, qcols, n_source, cache)
         split = 0
         if config.subblock and level.rules:
             s, t, split = subblock(s, t, score[0], score[1], config.subblock_quantile)

@@ -151,9 +151,14 @@ def _codes(col: TypedColumn, rule: Rule) -> np.ndarray:
 
 
 def block_keys(
-    level: BlockingLevel, columns: Sequence[TypedColumn], n_source: int
+    level: BlockingLevel,
+    columns: Sequence[TypedColumn],
+    n_source: int,
+    cache: dict[Rule, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(source keys, target keys): int64 ids of the generalised QI tuples, equal means same block."""
+    """(source keys, target keys): int64 ids of the generalised QI tuples, equal means same block.
+
+    ``cache`` (optional, per column set) keeps each rule's codes for reuse by later levels."""
     by_name = {c.name: c for c in columns}
     n_target = len(columns[0].target) if columns else 0
     total = n_source + n_target
@@ -164,7 +169,12 @@ def block_keys(
     for rule in level.rules:
         if rule.column not in by_name:
             raise CvplError(f"parameter levels: column {rule.column!r} is not a quasi-identifier")
-        codes = _codes(by_name[rule.column], rule)
+        if cache is not None and rule in cache:
+            codes = cache[rule]
+        else:
+            codes = _codes(by_name[rule.column], rule)
+            if cache is not None:
+                cache[rule] = codes
         card = int(codes.max()) + 1
         if radix * card >= 2**62:  # re-densify before the mixed radix overflows
             key = np.unique(key, return_inverse=True)[1].astype(np.int64)
