@@ -146,3 +146,16 @@ def test_bad_inputs_raise_cvpl_error(kwargs, needle):
     args.update(kwargs)
     with pytest.raises(CvplError, match=needle):
         assess_bits(**args)
+
+
+def test_cosine_hand_checked_and_existential_rate():
+    src = np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    tgt = np.array([[1.0, 1.0], [3.0, 0.0], [-1.0, 0.0]])
+    kern = CosineKernel(src, tgt, dtype=np.float64)
+    top = blockwise_top(kern, np.array([0, 0, 0]), np.array([0, 0, 0]), top2=True)
+    np.testing.assert_allclose(top.best, [1.0, np.sqrt(0.5), 0.0])
+    assert top.index.tolist() == [1, 0, 0]  # zero vector: all ties at 0 -> lowest index
+    assert top.second is not None
+    np.testing.assert_allclose(top.second, [np.sqrt(0.5), 0.0, 0.0])
+    # CVPL-LR(0.7) counts records with ANY target >= 0.7: records 0 and 1
+    assert exceed_counts(top.best, np.array([0.7, 0.8])).tolist() == [2, 1]
