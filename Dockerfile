@@ -49,6 +49,7 @@ ENV PATH=/opt/pprl/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     MPLCONFIGDIR=/tmp/matplotlib \
+    NUMBA_CACHE_DIR=/var/lib/pprl/.cache/numba \
     LANG=C.UTF-8
 RUN groupadd --gid "$PPRL_UID" pprl \
  && useradd --no-create-home --uid "$PPRL_UID" --gid "$PPRL_UID" --home-dir /var/lib/pprl --shell /usr/sbin/nologin pprl \
