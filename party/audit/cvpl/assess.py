@@ -29,6 +29,7 @@ from party.audit.cvpl.blocking import (
     adapt_levels,
     block_keys,
     check_nested,
+    check_rule,
     default_levels,
     mostly_missing,
     subblock,
@@ -245,12 +246,14 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     if config.id_column is not None:
         truth = truth_from_ids(original, released, config.id_column)
     levels = list(config.levels) if config.levels else default_levels(qcols)
+    qby = {c.name: c for c in qcols}
     for level in levels:
         for rule in level.rules:
-            if rule.column not in config.qi:
+            if rule.column not in qby:
                 raise CvplError(
                     f"parameter levels: column {rule.column!r} is not a quasi-identifier"
                 )
+            check_rule(qby[rule.column], rule)
     levels, dropped = adapt_levels(levels, qcols)
     if dropped:
         log.info("blocking ignores mostly suppressed quasi-identifiers: %s", ", ".join(dropped))

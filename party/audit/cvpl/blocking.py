@@ -127,22 +127,27 @@ def adapt_levels(
     return out, dropped
 
 
+def check_rule(col: TypedColumn, rule: Rule) -> None:
+    """CvplError if the rule's generalisation does not fit the column's type."""
+    if col.kind == "numeric" and rule.kind == "prefix":
+        raise CvplError(
+            f"parameter levels: prefix needs a categorical column, {col.name!r} is numeric"
+        )
+    if col.kind == "categorical" and rule.kind == "band":
+        raise CvplError(
+            f"parameter levels: band needs a numeric column; column {col.name!r} is "
+            f"categorical ({col.why_categorical})"
+        )
+
+
 def _codes(col: TypedColumn, rule: Rule) -> np.ndarray:
     """Integer codes of the generalised values over D then D' (missing is its own code)."""
     both = np.concatenate([col.source, col.target])
+    check_rule(col, rule)
     if col.kind == "numeric":
-        if rule.kind == "prefix":
-            raise CvplError(
-                f"parameter levels: prefix needs a categorical column, {col.name!r} is numeric"
-            )
         vals = both if rule.kind == "exact" else np.floor(both / rule.arg)
         vals = np.where(np.isnan(vals), np.inf, vals)
     else:
-        if rule.kind == "band":
-            raise CvplError(
-                f"parameter levels: band needs a numeric column; column {col.name!r} is "
-                f"categorical ({col.why_categorical})"
-            )
         vals = both
         if rule.kind == "prefix":
             uniq, inv = np.unique(both, return_inverse=True)
