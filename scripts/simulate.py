@@ -67,6 +67,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="plaintext oracle: full enumeration, an s_m=0 protocol run, or none (auto: by size)",
     )
     ap.add_argument("--in-process", action="store_true", help="run all parties in this process")
+    ap.add_argument(
+        "--memory-budget-mib",
+        type=int,
+        default=256,
+        help="in-process: the engine's memory budget per party (nodes use the engine default)",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="networked run timeout (s)")
     ap.add_argument(
         "--no-reference",
@@ -200,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         id_column=args.id_column,
         out_dir=out,
         oracle=args.oracle,
+        memory_budget_mib=args.memory_budget_mib,
     )
     columns = (
         SpinnerColumn(),
