@@ -165,7 +165,18 @@ def main(argv: list[str] | None = None) -> int:
     tab = RichTable(
         title=f"blocked CVPL, {args.large:,} records (generation {gen_s:.1f} s excluded)"
     )
-    for col in ("level", "blocks", "largest", "split", "pairs", "recall", "LR(tau*)", "prec.", "s"):
+    for col in (
+        "level",
+        "blocks",
+        "largest",
+        "split",
+        "pairs",
+        "recall",
+        "recall unsplit",
+        "LR(tau*)",
+        "prec.",
+        "s",
+    ):
         tab.add_column(col)
     for lv in res_big.levels:
         tab.add_row(
@@ -175,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             str(lv.subblocked),
             f"{lv.pairs:,}",
             f"{lv.structural_recall.value:.3f}" if lv.structural_recall else "-",
+            f"{lv.structural_recall_unsplit.value:.3f}" if lv.structural_recall_unsplit else "-",
             f"{lv.at_tau.value:.3f}" if lv.at_tau else "-",
             f"{lv.precision_at_tau.value:.3f}" if lv.precision_at_tau else "-",
             f"{lv.seconds:.1f}",

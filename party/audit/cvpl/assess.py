@@ -119,6 +119,7 @@ class LevelResult:
     seconds: float
     at_tau: Rate | None = None
     precision_at_tau: Rate | None = None
+    structural_recall_unsplit: Rate | None = None  # before sub-blocking, if blocks were split
 
     def to_dict(self) -> dict[str, Any]:
         def rates(r: list[Rate] | None) -> list[dict[str, Any]] | None:
@@ -138,6 +139,9 @@ class LevelResult:
             if self.structural_recall is None
             else self.structural_recall.to_dict(),
             "top1_accuracy": None if self.top1_accuracy is None else self.top1_accuracy.to_dict(),
+            "structural_recall_before_subblocking": None
+            if self.structural_recall_unsplit is None
+            else self.structural_recall_unsplit.to_dict(),
             "linkage_rate_at_headline_tau": None if self.at_tau is None else self.at_tau.to_dict(),
             "top1_precision_at_headline_tau": None
             if self.precision_at_tau is None
@@ -217,16 +221,24 @@ def _level_keys(
     n_source: int,
     config: CvplConfig,
     score: tuple[np.ndarray, np.ndarray],
-) -> list[tuple[np.ndarray, np.ndarray, int]]:
+    truth: np.ndarray | None,
+) -> tuple[list[tuple[np.ndarray, np.ndarray, int]], list[Rate | None]]:
+    """Keys per level (sub-blocked if configured) and, with a truth, the structural recall the
+    level had before sub-blocking (None when nothing was split)."""
     out = []
+    unsplit_recall: list[Rate | None] = []
     cache: dict[Any, np.ndarray] = {}
     for level in levels:
         s, t = block_keys(level, qcols, n_source, cache)
         split = 0
+        recall = None
         if config.subblock and level.rules:
+            if truth is not None:
+                recall = structural_recall(s, t, truth)
             s, t, split = subblock(s, t, score[0], score[1], config.subblock_quantile)
         out.append((s, t, split))
-    return out
+        unsplit_recall.append(recall if split else None)
+    return out, unsplit_recall
 
 
 def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplResult:
@@ -275,7 +287,9 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
     seconds["vectorise_pca"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    keys = _level_keys(levels, qcols, original.n, config, (ps[:, 0], pt[:, 0]))
+    keys, unsplit_recall = _level_keys(
+        levels, qcols, original.n, config, (ps[:, 0], pt[:, 0]), truth
+    )
     nested = (not config.subblock) and check_nested([(s, k) for s, k, _ in keys])
     seconds["blocking"] = time.perf_counter() - t
 
@@ -317,6 +331,7 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
                 bound=step.linkage_rate,
                 bound_precision=step.top1_precision,
                 structural_recall=None if truth is None else structural_recall(s, k, truth),
+                structural_recall_unsplit=unsplit_recall[i],
                 top1_accuracy=acc,
                 seconds=now - t,
             )

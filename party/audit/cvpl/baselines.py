@@ -280,7 +280,16 @@ def dcr_nndr(
         }
 
     distinct = both & (nndr <= ratio)
+    edges = np.linspace(0.0, 2.0, 41)  # d = sqrt(2 - 2 cos) lies in [0, 2]
     out: dict[str, Any] = {
+        "dcr_histogram": {
+            "edges": edges.tolist(),
+            "counts": np.histogram(d1[ok], bins=edges)[0].tolist(),
+        },
+        "nndr_histogram": {
+            "edges": np.linspace(0.0, 1.0, 21).tolist(),
+            "counts": np.histogram(nndr[both], bins=np.linspace(0.0, 1.0, 21))[0].tolist(),
+        },
         "dcr": quant(d1[ok]),
         "nndr": quant(nndr[both]),
         "nndr_ratio": ratio,

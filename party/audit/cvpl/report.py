@@ -84,6 +84,19 @@ def attribution_html(result: CvplResult) -> str:
     return figure_html(fig, "Per-attribute contribution to detected linkage risk")
 
 
+def distances_html(result: CvplResult) -> str:
+    dn = result.dcr_nndr
+    fig, _ = new_figure(9.0, 3.0)
+    fig.clf()
+    for pos, key, label in ((1, "dcr_histogram", "DCR"), (2, "nndr_histogram", "NNDR")):
+        ax = fig.add_subplot(1, 2, pos)
+        edges = np.asarray(dn[key]["edges"])
+        ax.bar(edges[:-1], dn[key]["counts"], width=np.diff(edges), align="edge", color="#555")
+        ax.set_xlabel(label)
+        ax.set_ylabel("records")
+    return figure_html(fig, "Distance to closest record and nearest-neighbour distance ratio")
+
+
 def render_html(result: CvplResult, title: str = "CVPL linkage-risk assessment") -> str:
     fs = result.fs
     summary = [
@@ -109,6 +122,7 @@ def render_html(result: CvplResult, title: str = "CVPL linkage-risk assessment")
             lv.largest_block,
             lv.pairs,
             _fmt(lv.structural_recall),
+            _fmt(lv.structural_recall_unsplit) if lv.subblocked else "-",
             _fmt(lv.at_tau),
             _fmt(lv.precision_at_tau),
             round(lv.seconds, 3),
@@ -130,6 +144,7 @@ def render_html(result: CvplResult, title: str = "CVPL linkage-risk assessment")
                 "largest block",
                 "pairs",
                 "structural recall",
+                "recall before sub-blocking",
                 "CVPL-LR(tau)",
                 "top-1 precision",
                 "seconds",
@@ -142,6 +157,7 @@ def render_html(result: CvplResult, title: str = "CVPL linkage-risk assessment")
         attribution_html(result),
         "<h2>Distance to closest record and nearest-neighbour distance ratio</h2>",
         table_html(["measure", "q05", "q25", "q50", "q75", "q95"], dcr_rows),
+        distances_html(result),
         f"<p>Distinct nearest neighbours (NNDR &le; {dn['nndr_ratio']}): "
         f"{dn['distinct_nearest']['count']} of {dn['distinct_nearest']['total']}.</p>",
     ]

@@ -76,6 +76,11 @@ def test_protections_lower_precision_and_surface_is_monotone():
     d, r = _tables("noise 0.1")
     res2 = assess_tables(d, r, _config(fs=False, subblock=True, attribution=False))
     assert not res2.nested  # sub-blocking gives up the nesting guarantee
+    split = [lv for lv in res2.levels if lv.subblocked]
+    assert split  # the coarse levels have blocks above the 95th percentile
+    for lv in split:
+        assert lv.structural_recall is not None and lv.structural_recall_unsplit is not None
+        assert lv.structural_recall.count <= lv.structural_recall_unsplit.count
     assert res2.top1_precision is not None and res2.top1_precision.value > 0.5
 
 
