@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 from typing import Any
 
@@ -15,6 +16,7 @@ from party.audit.cvpl.blocking import parse_levels
 from party.audit.cvpl.errors import CvplError
 from party.audit.cvpl.report import write_outputs
 from party.audit.cvpl.table import read_csv
+from party.audit.cvpl.vectorize import PcaModel
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +69,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--fit", default="joint", choices=["joint", "source", "target"], help="PCA fit data"
     )
+    p.add_argument("--pca-model", help="JSON PCA model to reuse (pre-fitted; overrides --fit)")
+    p.add_argument("--save-pca", help="write the fitted PCA model as JSON to this file")
     p.add_argument("--components", type=int, help="PCA components k (default: by variance)")
     p.add_argument("--variance", type=float, default=0.95, help="explained variance for k")
     p.add_argument("--headline-level", type=int, help="index of the headline blocking level")
@@ -77,7 +81,19 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
+def _load_model(path: str) -> PcaModel:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except OSError as exc:
+        raise CvplError(f"{path}: cannot read PCA model ({exc.strerror})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise CvplError(f"{path}: PCA model is not valid JSON") from None
+    return PcaModel.from_json(doc, path)
+
+
 def run(args: argparse.Namespace) -> int:
+    model = _load_model(args.pca_model) if args.pca_model else None
     config = CvplConfig(
         qi=_cols(args.qi, "--qi"),
         attrs=_cols(args.attrs, "--attrs", required=False),
@@ -88,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
         taus=_taus(args.taus) if args.taus else DEFAULT_TAUS,
         tau=args.tau,
         fpr=args.fpr,
-        fit=args.fit,
+        fit="prefitted" if model is not None else args.fit,
+        pca_model=model,
         n_components=args.components,
         variance=args.variance,
         headline_level=args.headline_level,
@@ -104,6 +121,12 @@ def run(args: argparse.Namespace) -> int:
     with console.status("assessing linkage risk"):
         result = assess_tables(original, released, config)
     json_path, html_path = write_outputs(result, args.out)
+    if args.save_pca:
+        try:
+            with open(args.save_pca, "w", encoding="utf-8") as fh:
+                json.dump(result.pca_model.to_json(), fh)
+        except OSError as exc:
+            raise CvplError(f"{args.save_pca}: cannot write PCA model ({exc.strerror})") from None
     table = RichTable(title="CVPL linkage risk")
     table.add_column("measure")
     table.add_column("value")

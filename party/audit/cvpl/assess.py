@@ -162,6 +162,7 @@ class CvplResult:
     feature_counts: dict[str, int]
     pca_k: int
     pca_explained: float
+    pca_model: PcaModel
     taus: np.ndarray
     levels: list[LevelResult]
     nested: bool
@@ -392,6 +393,7 @@ def assess_tables(original: Table, released: Table, config: CvplConfig) -> CvplR
             for i, a in enumerate(space.attributes)
         },
         pca_k=model.k,
+        pca_model=model,
         pca_explained=float(model.explained_variance_ratio.sum()),
         taus=taus,
         levels=level_results,

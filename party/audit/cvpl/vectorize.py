@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -122,6 +123,41 @@ class PcaModel:
 
     def project(self, x: np.ndarray) -> np.ndarray:
         return (x - self.mean) @ self.components.T
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON form: {"feature_names", "mean", "components", "explained_variance_ratio"}.
+
+        Feature names of one-hot columns contain category labels, so a saved model is as
+        sensitive as the category lists of the data; keep it with the data.
+        """
+        return {
+            "feature_names": list(self.feature_names),
+            "mean": self.mean.tolist(),
+            "components": self.components.tolist(),
+            "explained_variance_ratio": self.explained_variance_ratio.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "PCA model") -> PcaModel:
+        """Inverse of to_json; CvplError naming ``source`` when the document is malformed."""
+        try:
+            names = tuple(str(n) for n in doc["feature_names"])
+            mean = np.asarray(doc["mean"], dtype=np.float64)
+            comps = np.asarray(doc["components"], dtype=np.float64)
+            ratio = np.asarray(doc["explained_variance_ratio"], dtype=np.float64)
+        except (KeyError, TypeError, ValueError):
+            raise CvplError(f"{source}: not a CVPL PCA model (fields or types wrong)") from None
+        d = len(names)
+        if (
+            mean.shape != (d,)
+            or comps.ndim != 2
+            or comps.shape[1] != d
+            or not 1 <= comps.shape[0] <= d
+            or ratio.shape != (comps.shape[0],)
+            or not (np.all(np.isfinite(mean)) and np.all(np.isfinite(comps)))
+        ):
+            raise CvplError(f"{source}: PCA model arrays have inconsistent shapes")
+        return cls(mean, comps, ratio, names)
 
 
 def fit_pca(

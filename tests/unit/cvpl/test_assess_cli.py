@@ -141,6 +141,25 @@ def test_cli_happy_path(tmp_path, capsys):
     assert "CVPL-LR" in capsys.readouterr().out
 
 
+def test_cli_saves_and_reuses_pca_model(tmp_path):
+    model_path = tmp_path / "pca.json"
+    assert cvpl_cli.run(_args(tmp_path, save_pca=str(model_path))) == 0
+    first = json.loads((tmp_path / "out" / "cvpl.json").read_text())
+    assert cvpl_cli.run(_args(tmp_path, pca_model=str(model_path))) == 0
+    again = json.loads((tmp_path / "out" / "cvpl.json").read_text())
+    assert again["pca"] == first["pca"]
+    assert again["headline"]["linkage_rate"] == first["headline"]["linkage_rate"]
+    model_path.write_text('{"feature_names": ["a"], "mean": [0, 1]}')
+    with pytest.raises(CvplError, match="pca.json: not a CVPL PCA model"):
+        cvpl_cli.run(_args(tmp_path, pca_model=str(model_path)))
+    model_path.write_text(
+        '{"feature_names": ["a"], "mean": [0], "components": [[1]], '
+        '"explained_variance_ratio": [1]}'
+    )
+    with pytest.raises(CvplError, match="different feature columns"):
+        cvpl_cli.run(_args(tmp_path, pca_model=str(model_path)))
+
+
 @pytest.mark.parametrize(
     "over, needle",
     [
