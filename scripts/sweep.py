@@ -7,7 +7,7 @@ once per (P, records, corruption) and reused across thresholds):
   filter:  for every P, RR_f and F1 against s_m at a fixed s_t
   scale:   for every P, runtime (encode + protocol) against records per party
 
-Example: python scripts/sweep.py --out results/sweep            (defaults: P 3 5 7, ~10 minutes)
+Example: python scripts/sweep.py --out results/sweep            (defaults: P 3 5 7, a few minutes)
          python scripts/sweep.py --quick --out results/sweep-q  (small grid, ~1 minute)
 Writes OUT/sweep.csv, OUT/report.md and OUT/*.png.
 """
@@ -72,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--parties", type=int, nargs="+", default=[3, 5, 7])
-    ap.add_argument("--records", type=int, default=2000, help="records per party (quality/filter)")
-    ap.add_argument("--scale-records", type=int, nargs="+", default=[500, 1000, 2000, 4000])
+    ap.add_argument("--records", type=int, default=5000, help="records per party (quality sweep)")
+    ap.add_argument("--scale-records", type=int, nargs="+", default=[1000, 4000, 16000, 64000])
     ap.add_argument("--corruption", type=float, nargs="+", default=[0.0, 0.2, 0.4])
     ap.add_argument("--s-t", type=float, nargs="+", default=[0.6, 0.65, 0.7, 0.75, 0.8, 0.85, 0.9])
     ap.add_argument("--s-m", type=float, nargs="+", default=[0.5, 0.55, 0.6, 0.65, 0.7, 0.75, 0.8])
