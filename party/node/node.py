@@ -51,6 +51,7 @@ from party.node.peers import PeerClients
 from party.node.results import remove_run, write_matches
 from party.protocol.blocks import common_blocks
 from party.protocol.params import ProtocolParameters
+from party.protocol.ring import validate_message
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
 from proto.transport import Security, caller_identity
 
@@ -507,6 +508,11 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     f"ring message hop {first.hop} does not match its sender's position"
                 )
             msg = await wire.ring_from_chunks(first, request_iterator)
+            # Reject a malformed ring (unsorted or duplicate rows, wrong width) to the sender now,
+            # with INVALID_ARGUMENT, rather than failing the run later at ring_step.
+            validate_message(
+                msg, parties=len(run.parties), expected_hop=first.source, receiver=run.index
+            )
             if run.ring_in is not None:
                 raise AlreadyExists(f"run {run.run_id}: ring message already received")
             run.ring_in = msg

@@ -428,6 +428,11 @@ async def test_probe_run_wrong_width_replays_and_ring_arithmetic(deployment: Dep
                     )
 
                 assert await probe.push_status("PassRing", [ring(1)]) == C.INVALID_ARGUMENT  # hop
+                assert m >= 2, "the probe data set must give at least two candidate sets"
+                unsorted = cand[::-1].copy()
+                assert await probe.push_status("PassRing", [ring(0, unsorted)]) == (
+                    C.INVALID_ARGUMENT
+                ), "a ring whose candidate rows are not sorted and unique is malformed"
                 resp = await probe.push("PassRing", [ring(0)])
                 assert resp.received == m
                 assert await probe.push_status("PassRing", [ring(0)]) == C.ALREADY_EXISTS
