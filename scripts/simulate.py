@@ -39,7 +39,12 @@ from party.synthetic.simulation import (  # noqa: E402
 
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--parties", type=int, default=3, help="number of parties P (default 3)")
+    ap.add_argument(
+        "--parties",
+        type=int,
+        default=None,
+        help="number of parties P (default 3, or the number of party-<i>.csv files with --data)",
+    )
     ap.add_argument("--records", type=int, default=2000, help="records per party (default 2000)")
     ap.add_argument("--overlap", type=float, default=0.5, help="share present at every party")
     ap.add_argument(
@@ -189,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     # Wide tables: do not squeeze them into 80 columns when output is not a terminal.
     console = Console() if sys.stdout.isatty() else Console(width=160)
+    if args.parties is None:
+        args.parties = 3
+        if args.data is not None:
+            found = 0
+            while (args.data / f"party-{found}.csv").exists():
+                found += 1
+            args.parties = max(found, 2)
     out = args.out or Path("results") / time.strftime(
         f"sim-{'inproc' if args.in_process else 'net'}-p{args.parties}-%Y%m%d-%H%M%S"
     )

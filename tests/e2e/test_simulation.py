@@ -70,15 +70,16 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_scripts_command_lines(tmp_path):
     out = tmp_path / "data"
-    r = _run("scripts/gen_data.py", "--parties", "3", "--records", "50", "--out", str(out))
+    r = _run("scripts/gen_data.py", "--parties", "4", "--records", "50", "--out", str(out))
     assert r.returncode == 0, r.stderr
-    assert (out / "party-2.csv").exists() and (out / "truth.csv").exists()
-    # An external dataset folder runs through the simulation (in-process).
+    assert (out / "party-3.csv").exists() and (out / "truth.csv").exists()
+    # An external dataset folder runs through the simulation (in-process; P inferred: 4).
     r = _run(
         "scripts/simulate.py", "--in-process", "--data", str(out), "--out", str(tmp_path / "s")
     )
     assert r.returncode == 0, r.stderr
     assert "plaintext oracle" in r.stdout and "RR_f" in r.stdout
+    assert "P=4" in r.stdout
     assert (tmp_path / "s" / "report.md").exists()
     # The default (networked) mode with a relative --out, as scripts/demo.sh runs it.
     r = subprocess.run(
