@@ -19,6 +19,7 @@ protect real data with.
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import json
 import logging
@@ -278,8 +279,6 @@ def peak_rss_bytes() -> int:
 
 def write_matches_csv(path: Path, rows: Sequence[Any]) -> None:
     """Write matches in the node's results format (similarity with repr, atomically)."""
-    import csv
-
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name("." + path.name + ".tmp")
     with tmp.open("w", newline="", encoding="utf-8") as fh:
