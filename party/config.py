@@ -28,6 +28,10 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     stage = 300.0                     # longest wait for another party within one stage
     heartbeat = 2.0                   # interval of liveness messages to the coordinator
 
+    [limits]                          # optional
+    memory_budget_mib = 256           # working memory of the local comparison (kept candidate
+                                      #   sets may use a quarter of it; a run above fails cleanly)
+
     [audit.policy]                    # optional: passed as a plain mapping to
     max_insider_reidentification = 0.05   # party.audit.policy.AuditPolicy.from_mapping
 
@@ -35,7 +39,7 @@ Environment overrides (applied after the file; paths relative to the working dir
 PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
 PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
-PPRL_HEARTBEAT_INTERVAL. An override set to the empty string clears an optional key.
+PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB. An override set to the empty string clears an optional key.
 
 Secret file: its bytes are the linkage secret, with one trailing newline (LF or CRLF) removed; it
 must hold at least 16 bytes (32 random bytes recommended, e.g. ``head -c 32 /dev/urandom``). The
@@ -58,7 +62,7 @@ from party.errors import PprlError
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MIN_SECRET_BYTES = 16
 
-# env var -> (section, key, kind); kind is "str", "path" or "float"
+# env var -> (section, key, kind); kind is "str", "path", "float" or "int"
 ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_NODE_NAME": ("node", "name", "str"),
     "PPRL_LISTEN": ("node", "listen", "str"),
@@ -77,6 +81,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_RPC_TIMEOUT": ("timeouts", "rpc", "float"),
     "PPRL_STAGE_TIMEOUT": ("timeouts", "stage", "float"),
     "PPRL_HEARTBEAT_INTERVAL": ("timeouts", "heartbeat", "float"),
+    "PPRL_MEMORY_BUDGET_MIB": ("limits", "memory_budget_mib", "int"),
 }
 
 _KNOWN: dict[str, set[str]] = {
@@ -84,6 +89,7 @@ _KNOWN: dict[str, set[str]] = {
     "data": {"csv", "id_column", "secret_file", "schema", "results"},
     "tls": {"ca", "cert", "key"},
     "timeouts": {"rpc", "stage", "heartbeat"},
+    "limits": {"memory_budget_mib"},
     "audit": {"policy"},
 }
 
@@ -151,6 +157,7 @@ class PartyConfig:
     tls: TlsConfig = field(default_factory=TlsConfig)
     timeouts: Timeouts = field(default_factory=Timeouts)
     audit_policy: Mapping[str, Any] | None = None
+    memory_budget_mib: int = 256
     source: str = "<config>"
 
     def read_secret(self) -> bytes:
@@ -224,6 +231,12 @@ def apply_env(
                 value = float(value)
             except ValueError:
                 problems.append(f"{var}: expected a number")
+                continue
+        elif kind == "int":
+            try:
+                value = int(value)
+            except ValueError:
+                problems.append(f"{var}: expected a whole number")
                 continue
         sect[key] = value
         overridden[f"{section}.{key}"] = (var, kind)
@@ -344,6 +357,12 @@ def load_party_config(
             if p is not None and not p.is_file():
                 problems.append(f"{key}: file {p} does not exist")
     timeouts = Timeouts(**parse_timeouts(raw.get("timeouts", {}), problems, Timeouts()))
+    budget = get("limits", "memory_budget_mib")
+    if budget is None:
+        budget = PartyConfig.memory_budget_mib
+    elif isinstance(budget, bool) or not isinstance(budget, int) or budget < 16:
+        problems.append("limits.memory_budget_mib: expected a whole number of MiB, at least 16")
+        budget = PartyConfig.memory_budget_mib
     policy: Mapping[str, Any] | None = None
     audit = raw.get("audit")
     if isinstance(audit, dict) and "policy" in audit:
@@ -369,5 +388,6 @@ def load_party_config(
         tls=tls,
         timeouts=timeouts,
         audit_policy=policy,
+        memory_budget_mib=budget,
         source=str(path),
     )

@@ -129,9 +129,12 @@ class Run:
 
 
 def protocol_parameters(
-    message: common_pb2.LinkageParameters,
+    message: common_pb2.LinkageParameters, memory_budget_bytes: int = 256 * 2**20
 ) -> tuple[LinkageSchema, ProtocolParameters]:
-    """Validate a parameters message with the encoder and engine; InvalidParameters listing problems."""
+    """Validate a parameters message with the encoder and engine; InvalidParameters listing problems.
+
+    The comparison memory budget is the party's own setting (``[limits]``), not agreed.
+    """
     try:
         schema_obj = json.loads(message.schema_json)
     except json.JSONDecodeError:
@@ -148,6 +151,7 @@ def protocol_parameters(
             segment_threshold=message.segment_threshold,
             one_to_one=message.one_to_one,
             max_block_size=message.max_block_size or None,
+            memory_budget_bytes=memory_budget_bytes,
         )
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
@@ -241,7 +245,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     f"run {request.run_id}: the parameters digest computed by "
                     f"{self.config.name} differs from the coordinator's"
                 )
-            schema, params = protocol_parameters(request.parameters)
+            schema, params = protocol_parameters(
+                request.parameters, self.config.memory_budget_mib * 2**20
+            )
             if self.config.name not in params.parties:
                 raise InvalidParameters(f"parameters: party {self.config.name} is not in parties")
             pinned = self.pinned_schema_digest()

@@ -117,3 +117,16 @@ def test_example_config_parses() -> None:
     root = pathlib.Path(__file__).resolve().parents[3]
     cfg = load_party_config(root / "examples" / "party.toml", env={}, check_files=False)
     assert cfg.name == "party-a" and cfg.id_column == "rec_id"
+
+
+def test_memory_budget_from_file_and_environment(folder: pathlib.Path) -> None:
+    assert load_party_config(folder / "party.toml", env={}).memory_budget_mib == 256
+    (folder / "party.toml").write_text(GOOD + "[limits]\nmemory_budget_mib = 4096\n")
+    assert load_party_config(folder / "party.toml", env={}).memory_budget_mib == 4096
+    cfg = load_party_config(folder / "party.toml", env={"PPRL_MEMORY_BUDGET_MIB": "1024"})
+    assert cfg.memory_budget_mib == 1024
+    with pytest.raises(ConfigError, match="PPRL_MEMORY_BUDGET_MIB: expected a whole number"):
+        load_party_config(folder / "party.toml", env={"PPRL_MEMORY_BUDGET_MIB": "lots"})
+    (folder / "party.toml").write_text(GOOD + "[limits]\nmemory_budget_mib = 2\n")
+    with pytest.raises(ConfigError, match="limits.memory_budget_mib: expected a whole number"):
+        load_party_config(folder / "party.toml", env={})
