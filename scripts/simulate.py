@@ -76,8 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory-budget-mib",
         type=int,
         default=256,
-        help="engine memory budget per party of in-process runs and of the networked mode's local "
-        "reference and oracle (the nodes use the engine default)",
+        help="the engine's memory budget per party (in-process engines, the party nodes via "
+        "PPRL_MEMORY_BUDGET_MIB, and the networked mode's local reference and oracle)",
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="networked run timeout (s)")
     ap.add_argument(

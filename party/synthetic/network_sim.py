@@ -179,8 +179,12 @@ def run_networked_simulation(
                 "PPRL_RPC_TIMEOUT": "60",
             }
         )
+        party_env = {
+            "PPRL_RPC_TIMEOUT": "60",
+            "PPRL_MEMORY_BUDGET_MIB": str(cfg.memory_budget_mib),
+        }
         for name in names:
-            cluster.start_party(name, {"PPRL_RPC_TIMEOUT": "60"})
+            cluster.start_party(name, party_env)
         for i, name in enumerate(names):
             cluster.wait_healthy(cluster.nodes[name])
             if progress:
