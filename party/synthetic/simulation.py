@@ -254,6 +254,9 @@ def oracle_quality(
         sets = ([(p, ids[p][i]) for p, i in enumerate(m.records)] for m in om)
         return evaluate_sets(sets, truth), "full plaintext oracle (party.protocol.oracle)"
     if method == "sm0":
+        # With s_m = 0 every candidate set survives: give the engine room to keep them all (it
+        # keeps at most a quarter of its budget as survivors, 8 * (P + 1) bytes each).
+        need = int(4 * 8 * (params.party_count + 1) * candidate_sets * 1.05) + 2**20
         sm0 = ProtocolParameters(
             parties=params.parties,
             filter_bits=params.filter_bits,
@@ -261,7 +264,7 @@ def oracle_quality(
             segment_threshold=0.0,
             one_to_one=params.one_to_one,
             max_block_size=params.max_block_size,
-            memory_budget_bytes=params.memory_budget_bytes,
+            memory_budget_bytes=max(params.memory_budget_bytes, need),
         )
         run = run_in_process(tables, sm0)
         return (
