@@ -6,7 +6,7 @@ Generates P tables (party.synthetic), then runs the linkage twice with the same 
 secret and parameters:
 1. in process: encode every table, then party.protocol.driver.run_in_process;
 2. networked: a coordinator and P party nodes as separate OS processes on loopback with mutual TLS
-   (tests/integration/cluster.py); timed from StartRun until the run is DONE (each party encodes its
+   (party/synthetic/cluster.py); timed from StartRun until the run is DONE (each party encodes its
    own table, exchanges segments, compares, takes part in the ring and writes its results).
 Process start-up and the kernel warm-up (which every node does once at start) are excluded from
 both. It prints both wall times, their ratio (goal: networked
@@ -52,8 +52,7 @@ def main() -> int:
     from party.encoding.schema import parse_schema
     from party.protocol.driver import run_in_process
     from party.protocol.params import ProtocolParameters
-    from proto import common_pb2
-    from tests.integration.cluster import (
+    from party.synthetic.cluster import (
         SECRET,
         Cluster,
         generate_data,
@@ -61,6 +60,7 @@ def main() -> int:
         write_parameters,
         write_schema,
     )
+    from proto import common_pb2
 
     console = Console()
     root = args.keep or pathlib.Path(tempfile.mkdtemp(prefix="bench-e2e-"))

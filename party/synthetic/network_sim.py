@@ -1,6 +1,6 @@
 """The networked simulation: a coordinator and P party nodes as real OS processes, loopback, mutual TLS.
 
-It reuses the network team's local-cluster launcher (`tests/integration/cluster.py`: certificates
+It uses the local-cluster launcher (`party/synthetic/cluster.py`: certificates
 from `scripts/gen_certs.py`, TOML configs, `pprl-coordinator serve` / `pprl-party serve` processes on
 OS-chosen ports, readiness through the gRPC health service), starts one linkage with the run's
 parameters file, follows the coordinator's WatchRun stream for progress, and reads every party's
@@ -19,16 +19,14 @@ and the usual `results/party-<i>/matches.csv`, `summary.json`, `report.md`.
 from __future__ import annotations
 
 import asyncio
-import importlib
 import json
 import logging
 import shutil
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from party.errors import PprlError
+from party.synthetic.cluster import Cluster
 from party.synthetic.metrics import LinkageQuality, evaluate, read_matches_csv
 from party.synthetic.simulation import (
     EncodedData,
@@ -49,21 +47,6 @@ from party.synthetic.simulation import (
 )
 
 log = logging.getLogger(__name__)
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _cluster_module() -> Any:
-    """The network team's launcher. It lives in tests/ for now (asked to move it into a package)."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    try:
-        return importlib.import_module("tests.integration.cluster")
-    except ImportError as exc:
-        raise SimulationError(
-            "networked mode needs the local-cluster launcher tests/integration/cluster.py "
-            f"(not importable: {exc}); use --in-process"
-        ) from None
 
 
 def parameters_object(cfg: SimulationConfig, schema_obj: dict[str, Any]) -> dict[str, Any]:
@@ -137,7 +120,6 @@ def run_networked_simulation(
     """
     from party.synthetic.simulation import oracle_quality
 
-    cl = _cluster_module()
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     steps: dict[str, float] = {}
     schema, schema_obj, note = load_schema_for(cfg.schema_path, cfg.parties)
@@ -145,8 +127,6 @@ def run_networked_simulation(
     params = protocol_parameters(cfg, schema)  # validates l % P and thresholds before launching
     data = prepare_data(cfg, progress)
     steps["generate"] = data.seconds
-    if data.id_column != "rec_id":
-        raise SimulationError("networked mode supports the id column rec_id only (launcher limit)")
 
     root = (cfg.out_dir / "network").resolve()  # the launcher runs nodes with cwd=root
     if root.exists():
@@ -154,16 +134,17 @@ def run_networked_simulation(
     root.mkdir(parents=True)
     names = [party_name(i) for i in range(cfg.parties)]
     stage_timeout = max(60.0, timeout)
-    cluster = cl.Cluster(
+    secret = simulation_secret(cfg.seed)
+    cluster = Cluster(
         root,
         names,
         [p.resolve() for p in data.paths],
         schema_obj,
         liveness=30.0,
         stage_timeout=stage_timeout,
+        secret=secret,
+        id_column=data.id_column,
     )
-    secret = simulation_secret(cfg.seed)
-    (root / "secret.key").write_bytes(secret)  # replaces the launcher's fixed test secret
     params_path = root / "parameters.json"
     params_path.write_text(json.dumps(parameters_object(cfg, schema_obj), indent=2) + "\n")
 

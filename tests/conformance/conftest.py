@@ -11,7 +11,7 @@ identity (the default operator); checks that act as a party need a probe identit
 deployment's CA (``--probe-cert``, e.g. ``scripts/gen_certs.py --out certs conformance-probe``) and
 an address the parties can reach the suite at (``--probe-host``). Checks whose material is missing
 are skipped with the reason. Without ``--coordinator`` the suite starts a coordinator and three
-parties as OS processes on loopback (tests/integration/cluster.py) with mutual TLS, loaded with the
+parties as OS processes on loopback (party/synthetic/cluster.py) with mutual TLS, loaded with the
 conformance data set (tests/conformance/dataset.py), so every check runs.
 """
 
@@ -62,7 +62,7 @@ class Deployment:
     expect_matches: int | None
     expected_groups: list[dict[str, str]] | None = None  # local: record ids per shared person
     secret: bytes | None = None  # local only
-    cluster: Any = None  # tests.integration.cluster.Cluster when local
+    cluster: Any = None  # party.synthetic.cluster.Cluster when local
     certs: pathlib.Path | None = None
 
     @property
@@ -123,7 +123,7 @@ def deployment(
     if config.getoption("coordinator", default=None):
         yield _remote(config)
         return
-    from tests.integration.cluster import SECRET, Cluster, make_certs
+    from party.synthetic.cluster import SECRET, Cluster, make_certs
 
     root = tmp_path_factory.mktemp("conformance")
     csvs = dataset.write_tables(root / "data")

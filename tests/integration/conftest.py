@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.cluster import (
+from party.synthetic.cluster import (
     SECRET,
     Cluster,
     generate_data,

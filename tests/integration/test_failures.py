@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
+from party.synthetic.cluster import Cluster
 from proto import common_pb2
-from tests.integration.cluster import Cluster
 from tests.integration.conftest import parameters, run_and_wait
 
 S = common_pb2.Stage
@@ -169,7 +169,7 @@ def test_invalid_audit_policy_stops_the_node_at_start(cluster3: Cluster) -> None
     import subprocess
     import sys
 
-    from tests.integration.cluster import PARTY_ENTRY
+    from party.synthetic.cluster import PARTY_ENTRY
 
     node = cluster3.nodes["party-c"]
     bad = cluster3.root / "bad-policy.toml"

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
+from party.synthetic.cluster import Cluster
 from proto import common_pb2
-from tests.integration.cluster import Cluster
 from tests.integration.conftest import expected_sets, network_sets, parameters, run_and_wait
 
 S = common_pb2.Stage

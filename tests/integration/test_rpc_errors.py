@@ -10,10 +10,10 @@ import grpc
 import numpy as np
 import pytest
 
+from party.synthetic.cluster import Cluster, make_certs
 from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage, party_pb2
 from proto.party_pb2_grpc import PartyStub
 from proto.transport import Security
-from tests.integration.cluster import Cluster, make_certs
 from tests.integration.conftest import parameters
 
 Code = grpc.StatusCode
@@ -274,7 +274,7 @@ def test_health_cli_exit_status(cluster3: Cluster, who: str) -> None:
     import subprocess
     import sys
 
-    from tests.integration.cluster import PARTY_ENTRY
+    from party.synthetic.cluster import PARTY_ENTRY
 
     if who == "coordinator":
         argv = [
@@ -327,7 +327,7 @@ async def test_insecure_mode_is_loud_and_requires_a_claimed_identity(
     import subprocess
     import sys
 
-    from tests.integration.cluster import PARTY_ENTRY
+    from party.synthetic.cluster import PARTY_ENTRY
 
     port_file = tmp_path / "insecure.port"
     log = tmp_path / "insecure.log"

@@ -1,6 +1,8 @@
 """A local cluster of real OS processes: one coordinator and N party nodes on loopback (mutual TLS).
 
-Used by the integration tests (tests/integration/conftest.py) and by scripts/bench_e2e.py. Ports are
+Used by the networked simulation harness (party/synthetic/network_sim.py), the integration and
+conformance tests and scripts/bench_e2e.py. It needs a source checkout (it runs scripts/gen_certs.py
+and reads examples/schema.json) and starts the nodes through their real entry points. Ports are
 chosen by the OS (each node binds port 0 and writes its bound port to a file given through
 PPRL_PORT_FILE); readiness is awaited through the gRPC health service, never with fixed sleeps.
 """
@@ -23,6 +25,7 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PY = sys.executable
+# The fixed secret of test clusters; simulations pass their own (Cluster.secret).
 SECRET = b"integration-test-linkage-secret-0123456789abcdef"
 
 
@@ -114,6 +117,8 @@ class Cluster:
     schema: dict[str, Any]
     liveness: float = 6.0
     stage_timeout: float = 20.0
+    secret: bytes = SECRET
+    id_column: str = "rec_id"
     certs: pathlib.Path = field(init=False)
     coordinator: Node = field(init=False)
     nodes: dict[str, Node] = field(init=False, default_factory=dict)
@@ -122,7 +127,7 @@ class Cluster:
         self.certs = self.root / "certs"
         if not (self.certs / "ca.pem").exists():
             make_certs(self.certs, ["coordinator", "intruder", *self.parties])
-        (self.root / "secret.key").write_bytes(SECRET)
+        (self.root / "secret.key").write_bytes(self.secret)
         cfg = self.root / "coordinator.toml"
         cfg.write_text(
             "[coordinator]\n"
@@ -150,7 +155,7 @@ class Cluster:
                 f'port_file = "{name}.port"\n'
                 "[data]\n"
                 f'csv = "{data}"\n'
-                'id_column = "rec_id"\n'
+                f"id_column = {json.dumps(self.id_column)}\n"
                 'secret_file = "secret.key"\n'
                 f'results = "results/{name}"\n'
                 "[tls]\n"
