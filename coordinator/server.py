@@ -14,9 +14,9 @@ from coordinator.service import CoordinatorService
 from coordinator.store import Store
 from proto import coordinator_pb2, coordinator_pb2_grpc
 from proto.transport import (
+    INSECURE_WARNING,
     SERVER_OPTIONS,
     Security,
-    TlsMaterial,
     add_health_and_reflection,
     bind,
     set_serving,
@@ -24,17 +24,10 @@ from proto.transport import (
 
 log = logging.getLogger(__name__)
 COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
-INSECURE_WARNING = (
-    "INSECURE MODE: plaintext gRPC without mutual TLS; caller identities are NOT verified. "
-    "Use only for local experiments, never with real data."
-)
 
 
 def security_for(config: CoordinatorConfig, insecure: bool) -> Security:
-    if insecure:
-        return Security(name=config.name, tls=None)
-    ca, cert, key = config.read_tls()
-    return Security(name=config.name, tls=TlsMaterial(ca=ca, cert=cert, key=key))
+    return Security.for_node(config.name, insecure, config.read_tls)
 
 
 async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float = 5.0) -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -63,6 +63,12 @@ SERVER_OPTIONS: list[tuple[str, int | str]] = [
 ]
 
 
+INSECURE_WARNING = (
+    "INSECURE MODE: plaintext gRPC without mutual TLS; caller identities are NOT verified. "
+    "Use only for local experiments, never with real data."
+)
+
+
 @dataclass(frozen=True)
 class TlsMaterial:
     """PEM bytes of the CA bundle, this node's certificate chain and its private key."""
@@ -78,6 +84,16 @@ class Security:
 
     name: str
     tls: TlsMaterial | None
+
+    @classmethod
+    def for_node(
+        cls, name: str, insecure: bool, read_tls: Callable[[], tuple[bytes, bytes, bytes]]
+    ) -> Security:
+        """Plaintext when ``insecure``, else mutual TLS from ``read_tls() -> (ca, cert, key)``."""
+        if insecure:
+            return cls(name=name, tls=None)
+        ca, cert, key = read_tls()
+        return cls(name=name, tls=TlsMaterial(ca=ca, cert=cert, key=key))
 
     @property
     def insecure(self) -> bool:

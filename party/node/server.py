@@ -15,9 +15,9 @@ from party.node.hooks import Hooks
 from party.node.node import PartyNode
 from proto import party_pb2, party_pb2_grpc
 from proto.transport import (
+    INSECURE_WARNING,
     SERVER_OPTIONS,
     Security,
-    TlsMaterial,
     add_health_and_reflection,
     bind,
     check_health,
@@ -26,17 +26,10 @@ from proto.transport import (
 
 log = logging.getLogger(__name__)
 PARTY_SERVICE = party_pb2.DESCRIPTOR.services_by_name["Party"].full_name
-INSECURE_WARNING = (
-    "INSECURE MODE: plaintext gRPC without mutual TLS; caller identities are NOT verified. "
-    "Use only for local experiments, never with real data."
-)
 
 
 def security_for(config: PartyConfig, insecure: bool) -> Security:
-    if insecure:
-        return Security(name=config.name, tls=None)
-    ca, cert, key = config.tls.read()
-    return Security(name=config.name, tls=TlsMaterial(ca=ca, cert=cert, key=key))
+    return Security.for_node(config.name, insecure, config.tls.read)
 
 
 def advertised_address(config: PartyConfig, port: int) -> str:
