@@ -104,6 +104,8 @@ class Run:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     bytes_at_start: int = 0
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Messages for the coordinator's Execute stream; task_done() once each has been written.
+    outbox: asyncio.Queue[party_pb2.ExecuteResponse] | None = None
 
     def event(self, name: str) -> asyncio.Event:
         ev = self.events.get(name)
@@ -376,6 +378,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             await abort_with(context, exc)
             return
         queue: asyncio.Queue[party_pb2.ExecuteResponse] = asyncio.Queue()
+        run.outbox = queue
         task = asyncio.create_task(self._execute(run, queue.put_nowait))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -383,12 +386,16 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             while True:
                 try:
                     item = await asyncio.wait_for(queue.get(), self.config.timeouts.heartbeat)
+                    queued = True
                 except TimeoutError:
                     item = party_pb2.ExecuteResponse(
                         progress=common_pb2.Progress(party=self.config.name, stage=run.stage),
                         heartbeat=True,
                     )
-                yield self._respond(item)
+                    queued = False
+                yield self._respond(item)  # grpc resumes the generator once the write is done
+                if queued:
+                    queue.task_done()
                 if item.HasField("summary"):
                     break
         finally:
@@ -603,6 +610,11 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         return task.result()
 
     async def _pause_hook(self, run: Run, point: str) -> None:
+        if self.hooks.pause_at != point:
+            return
+        if run.outbox is not None:
+            # The coordinator must know this stage before the test learns the node paused here.
+            await run.outbox.join()
         if self.hooks.should_pause(point):
             log.warning("test hook: pausing run %s at %s", run.run_id, point)
             await run.event("abort").wait()
