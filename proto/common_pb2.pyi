@@ -75,7 +75,7 @@ class Progress(_message.Message):
     def __init__(self, party: _Optional[str] = ..., stage: _Optional[_Union[Stage, str]] = ..., done: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class PartySummary(_message.Message):
-    __slots__ = ("party", "matches", "bytes_sent", "peak_rss_bytes", "stage_seconds", "result_path")
+    __slots__ = ("party", "matches", "bytes_sent", "peak_rss_bytes", "stage_seconds", "result_path", "candidate_sets", "join_order", "evaluated_per_stage", "kept_per_stage", "survivors", "reduction_ratio")
     class StageSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -89,10 +89,22 @@ class PartySummary(_message.Message):
     PEAK_RSS_BYTES_FIELD_NUMBER: _ClassVar[int]
     STAGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     RESULT_PATH_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATE_SETS_FIELD_NUMBER: _ClassVar[int]
+    JOIN_ORDER_FIELD_NUMBER: _ClassVar[int]
+    EVALUATED_PER_STAGE_FIELD_NUMBER: _ClassVar[int]
+    KEPT_PER_STAGE_FIELD_NUMBER: _ClassVar[int]
+    SURVIVORS_FIELD_NUMBER: _ClassVar[int]
+    REDUCTION_RATIO_FIELD_NUMBER: _ClassVar[int]
     party: str
     matches: int
     bytes_sent: int
     peak_rss_bytes: int
     stage_seconds: _containers.ScalarMap[str, float]
     result_path: str
-    def __init__(self, party: _Optional[str] = ..., matches: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., result_path: _Optional[str] = ...) -> None: ...
+    candidate_sets: int
+    join_order: _containers.RepeatedScalarFieldContainer[int]
+    evaluated_per_stage: _containers.RepeatedScalarFieldContainer[int]
+    kept_per_stage: _containers.RepeatedScalarFieldContainer[int]
+    survivors: int
+    reduction_ratio: float
+    def __init__(self, party: _Optional[str] = ..., matches: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., result_path: _Optional[str] = ..., candidate_sets: _Optional[int] = ..., join_order: _Optional[_Iterable[int]] = ..., evaluated_per_stage: _Optional[_Iterable[int]] = ..., kept_per_stage: _Optional[_Iterable[int]] = ..., survivors: _Optional[int] = ..., reduction_ratio: _Optional[float] = ...) -> None: ...

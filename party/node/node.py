@@ -50,6 +50,7 @@ from party.node.keyconfirm import key_confirmation
 from party.node.peers import PeerClients
 from party.node.results import remove_run, write_matches
 from party.protocol.blocks import common_blocks
+from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
 from party.protocol.ring import validate_message
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
@@ -106,6 +107,7 @@ class Run:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     # Messages for the coordinator's Execute stream; task_done() once each has been written.
     outbox: asyncio.Queue[party_pb2.ExecuteResponse] | None = None
+    comparison: ComparisonStats | None = None  # counts of the local comparison, once it ran
 
     def event(self, name: str) -> asyncio.Event:
         ev = self.events.get(name)
@@ -716,7 +718,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     last[0] = now
                     loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
 
-            await self._engine(run, engine.compare, on_progress, run.cancel)
+            run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
 
             enter(S.STAGE_SUMMING)
             successor = (run.index + 1) % len(run.parties)
@@ -801,6 +803,14 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             stage_seconds=run.stage_seconds,
             result_path=result_path,
         )
+        if run.comparison is not None:
+            cs = run.comparison
+            summary.candidate_sets = cs.candidate_sets
+            summary.join_order.extend(cs.join_order)
+            summary.evaluated_per_stage.extend(cs.evaluated_per_stage)
+            summary.kept_per_stage.extend(cs.survived_per_stage)
+            summary.survivors = cs.survivors
+            summary.reduction_ratio = cs.reduction_ratio
         emit(
             party_pb2.ExecuteResponse(
                 progress=common_pb2.Progress(party=me, stage=run.stage),

@@ -8,8 +8,7 @@ parameters file, follows the coordinator's WatchRun stream for progress, and rea
 
 Then, on the same CSVs, schema and secret, it encodes locally and runs the in-process driver
 (reference) and the plaintext oracle, so the report shows whether the networked matches equal the
-in-process ones, and the candidate-set statistics (the nodes do not report those; the filter is
-deterministic, so the in-process counts are the nodes' counts).
+in-process ones. Candidate sets per stage, survivors and RR_f come from the nodes' summaries.
 
 Folder layout under the simulation's out folder: `data/` (the CSVs), `network/` (certs/, configs,
 node logs `<name>.log`, parameters.json, coordinator state, `results/<party>/<run-id>/matches.csv`),
@@ -238,10 +237,6 @@ def run_networked_simulation(
         party_info = party_rows(cfg, enc, params, ref.metrics)
         totals["sets_summed"] = ref.metrics.sets_summed
         totals["matches"] = ref.metrics.matches
-        notes.append(
-            "candidate sets, RR_f and survivors come from the in-process run on the same "
-            "encodings (the nodes do not report them; the filter is deterministic)"
-        )
     else:
         party_info = [
             {
@@ -258,12 +253,20 @@ def run_networked_simulation(
         ]
     for info in party_info:
         s = summaries.get(info["name"])
-        info["bytes_sent"] = int(s.bytes_sent) if s is not None else None
-        info["peak_memory_bytes"] = int(s.peak_rss_bytes) if s is not None else None
-        info["stage_seconds"] = dict(s.stage_seconds) if s is not None else {}
+        if s is None:
+            info.update(bytes_sent=None, peak_memory_bytes=None, stage_seconds={})
+            continue
+        info["bytes_sent"] = int(s.bytes_sent)
+        info["peak_memory_bytes"] = int(s.peak_rss_bytes)
+        info["stage_seconds"] = dict(s.stage_seconds)
+        info["candidate_sets"] = int(s.candidate_sets)
+        info["evaluated_per_stage"] = [int(v) for v in s.evaluated_per_stage]
+        info["survived_per_stage"] = [int(v) for v in s.kept_per_stage]
+        info["survivors"] = int(s.survivors)
+        info["rr_f"] = s.reduction_ratio
     notes.append(
-        "bytes sent and peak memory are what each party node reports (serialized bytes it sent to "
-        "other parties; the peak RSS of its process)"
+        "bytes sent, peak memory, candidate sets per stage, survivors and RR_f are what each party "
+        "node reports (serialized bytes it sent to other parties; the peak RSS of its process)"
     )
     result = SimulationResult(
         mode="networked (mutual TLS, loopback)",

@@ -60,6 +60,11 @@ def test_networked_and_in_process_give_identical_matches(tmp_path):
     # The nodes report their traffic and memory.
     for p in net.parties:
         assert p["bytes_sent"] > 0 and p["peak_memory_bytes"] > 0
+    # The nodes' own comparison counts equal the in-process run's on the same inputs.
+    keys = ("candidate_sets", "evaluated_per_stage", "survived_per_stage", "survivors", "rr_f")
+    for p_net, p_in in zip(net.parties, inproc.parties, strict=True):
+        assert p_net["candidate_sets"] > 0
+        assert {k: p_net[k] for k in keys} == {k: p_in[k] for k in keys}, p_net["name"]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
