@@ -19,7 +19,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -358,8 +358,13 @@ class Cluster:
             )
         return resp.run_id
 
-    async def wait_run(self, run_id: str, timeout: float = 120.0) -> Any:
-        """Follow WatchRun until the run is DONE or FAILED; return the final RunStatus."""
+    async def wait_run(
+        self, run_id: str, timeout: float = 120.0, on_update: Callable[[Any], None] | None = None
+    ) -> Any:
+        """Follow WatchRun until the run is DONE or FAILED; return the final RunStatus.
+
+        ``on_update`` is called with every RunStatus the coordinator streams (progress display).
+        """
         from proto import coordinator_pb2, coordinator_pb2_grpc
 
         sec = self.security("coordinator")
@@ -372,6 +377,8 @@ class Cluster:
                 coordinator_pb2.WatchRunRequest(run_id=run_id), timeout=timeout
             ):
                 last = update.status
+                if on_update is not None:
+                    on_update(last)
         return last
 
     def results(self, name: str, run_id: str) -> list[dict[str, str]]:

@@ -22,6 +22,7 @@ import json
 import logging
 import shutil
 import time
+from collections.abc import Callable
 from typing import Any
 
 from party.errors import PprlError
@@ -72,8 +73,9 @@ def canonical_sets(matches: list[list[Any]]) -> set[tuple[tuple[tuple[int, str],
     return {(tuple(sorted(g)), sims[lid]) for lid, g in groups.items()}
 
 
-async def _watch(cluster: Any, run_id: str, timeout: float, progress: Progress | None) -> Any:
-    from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+def _progress_display(progress: Progress) -> Callable[[Any], None]:
+    """A WatchRun callback that shows each party's stage (and comparison progress) as a bar."""
+    from proto import common_pb2
 
     stages = [
         common_pb2.STAGE_AGREED,
@@ -83,26 +85,17 @@ async def _watch(cluster: Any, run_id: str, timeout: float, progress: Progress |
         common_pb2.STAGE_SUMMING,
         common_pb2.STAGE_DONE,
     ]
-    sec = cluster.security("coordinator")
-    last = None
-    async with sec.channel(
-        cluster.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
-    ) as ch:
-        stub = coordinator_pb2_grpc.CoordinatorStub(ch)
-        async for update in stub.WatchRun(
-            coordinator_pb2.WatchRunRequest(run_id=run_id), timeout=timeout
-        ):
-            last = update.status
-            if progress is None:
-                continue
-            for p in last.parties:
-                stage = p.stage or last.stage
-                label = common_pb2.Stage.Name(stage).removeprefix("STAGE_").lower()
-                base = stages.index(stage) if stage in stages else 0
-                frac = p.done / p.total if stage == common_pb2.STAGE_COMPARING and p.total else 0.0
-                done = 1000 if stage == common_pb2.STAGE_DONE else int(1000 * (base + frac) / 5)
-                progress(f"{p.party}: {label}", min(done, 1000), 1000)
-    return last
+
+    def show(status: Any) -> None:
+        for p in status.parties:
+            stage = p.stage or status.stage
+            label = common_pb2.Stage.Name(stage).removeprefix("STAGE_").lower()
+            base = stages.index(stage) if stage in stages else 0
+            frac = p.done / p.total if stage == common_pb2.STAGE_COMPARING and p.total else 0.0
+            done = 1000 if stage == common_pb2.STAGE_DONE else int(1000 * (base + frac) / 5)
+            progress(f"{p.party}: {label}", min(done, 1000), 1000)
+
+    return show
 
 
 def run_networked_simulation(
@@ -173,7 +166,8 @@ def run_networked_simulation(
         steps["start nodes"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         run_id = asyncio.run(cluster.start_run(params_path, timeout))
-        final = asyncio.run(_watch(cluster, run_id, timeout + 60, progress))
+        on_update = _progress_display(progress) if progress else None
+        final = asyncio.run(cluster.wait_run(run_id, timeout + 60, on_update))
         steps["networked run"] = time.perf_counter() - t0
     except PprlError:
         raise
