@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.errors import ConfigError
+from proto.transport import check_address
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -125,22 +126,6 @@ class CoordinatorConfig:
         return f"{host}:{port}"
 
 
-def _check_address(value: Any, key: str, problems: list[str], allow_zero: bool) -> str:
-    if not isinstance(value, str) or not value:
-        problems.append(f"{key}: expected host:port")
-        return ""
-    host, sep, port = value.rpartition(":")
-    if (
-        not sep
-        or not host
-        or not port.isdigit()
-        or int(port) > 65535
-        or (int(port) == 0 and not allow_zero)
-    ):
-        problems.append(f"{key}: expected host:port with a valid port, got {value!r}")
-    return value
-
-
 def load_coordinator_config(
     path: str | pathlib.Path,
     *,
@@ -212,10 +197,10 @@ def load_coordinator_config(
     name = get("coordinator", "name") or "coordinator"
     if not isinstance(name, str) or not NAME_RE.match(name):
         problems.append("coordinator.name: lower-case letters, digits and '-' (max 63)")
-    listen = _check_address(get("coordinator", "listen"), "coordinator.listen", problems, True)
+    listen = check_address(get("coordinator", "listen"), "coordinator.listen", problems, True)
     address = get("coordinator", "address")
     if address is not None:
-        address = _check_address(address, "coordinator.address", problems, False)
+        address = check_address(address, "coordinator.address", problems, False)
     operators = get("coordinator", "operators")
     if operators is None:
         operators = [name]

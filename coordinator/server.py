@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 
 import grpc
 
@@ -20,6 +19,8 @@ from proto.transport import (
     add_health_and_reflection,
     bind,
     set_serving,
+    stop_on_signals,
+    write_port_file,
 )
 
 log = logging.getLogger(__name__)
@@ -48,20 +49,14 @@ async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float 
             service.abort_parties(parties, run_id, "the coordinator restarted during the run")
         )
     await set_serving(health, [COORDINATOR_SERVICE], True)
-    if config.port_file is not None:
-        tmp = config.port_file.with_name(config.port_file.name + ".tmp")
-        tmp.write_text(f"{port}\n")
-        tmp.replace(config.port_file)
+    write_port_file(config.port_file, port)
     log.info(
         "coordinator %s serving on port %d (%s)",
         config.name,
         port,
         "insecure" if insecure else "mutual TLS",
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     try:
         await stop.wait()
     finally:

@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from party.errors import PprlError
+from proto.transport import check_address
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 MIN_SECRET_BYTES = 16
@@ -181,21 +182,6 @@ def read_secret_file(path: pathlib.Path, key: str) -> bytes:
             str(path), [f"{key}: the secret must hold at least {MIN_SECRET_BYTES} bytes"]
         )
     return data
-
-
-def check_address(value: Any, key: str, problems: list[str], allow_port_zero: bool) -> str:
-    """Validate host:port (IPv6 hosts in brackets); append a problem naming ``key``."""
-    if not isinstance(value, str) or not value:
-        problems.append(f"{key}: expected host:port")
-        return ""
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        problems.append(f"{key}: expected host:port, got {value!r}")
-        return value
-    p = int(port)
-    if p > 65535 or (p == 0 and not allow_port_zero):
-        problems.append(f"{key}: port {p} out of range")
-    return value
 
 
 def _load_toml(path: pathlib.Path) -> dict[str, Any]:

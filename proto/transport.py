@@ -18,8 +18,11 @@ import ``proto``). It owns:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import pathlib
+import signal
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -212,3 +215,36 @@ async def check_health(
         except grpc.aio.AioRpcError as exc:
             return f"UNREACHABLE: {exc.code().name} {exc.details()}"
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+
+
+def check_address(value: object, key: str, problems: list[str], allow_port_zero: bool) -> str:
+    """Validate a ``host:port`` setting (IPv6 hosts in brackets); append a problem naming ``key``."""
+    if not isinstance(value, str) or not value:
+        problems.append(f"{key}: expected host:port")
+        return ""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        problems.append(f"{key}: expected host:port, got {value!r}")
+        return value
+    p = int(port)
+    if p > 65535 or (p == 0 and not allow_port_zero):
+        problems.append(f"{key}: port {p} out of range")
+    return value
+
+
+def write_port_file(path: pathlib.Path | None, port: int) -> None:
+    """Publish the bound port atomically (temp file + rename) for launchers that bound port 0."""
+    if path is None:
+        return
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(f"{port}\n")
+    tmp.replace(path)
+
+
+def stop_on_signals() -> asyncio.Event:
+    """An event set by SIGINT or SIGTERM (graceful shutdown of a server in the running loop)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

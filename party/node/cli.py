@@ -45,30 +45,3 @@ def _health(args: argparse.Namespace) -> int:
     status = asyncio.run(health(config, args.insecure))
     Console(stderr=True).print(f"{config.name}: {status}")
     return 0 if status == "SERVING" else 1
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry (``python -m party.node.cli``) with only the node's subcommands."""
-    import sys
-
-    from party.errors import PprlError
-
-    parser = argparse.ArgumentParser(prog="pprl-party", description="A party node of PPRL.")
-    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-    register(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"))
-    args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    try:
-        return int(args.func(args) or 0)
-    except PprlError as exc:
-        print(f"pprl-party {args.command}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 
 import grpc
 
@@ -22,6 +21,8 @@ from proto.transport import (
     bind,
     check_health,
     set_serving,
+    stop_on_signals,
+    write_port_file,
 )
 
 log = logging.getLogger(__name__)
@@ -96,20 +97,14 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     await server.start()
     await set_serving(health, [PARTY_SERVICE], True)
     advertise = advertised_address(config, port)
-    if config.port_file is not None:
-        tmp = config.port_file.with_name(config.port_file.name + ".tmp")
-        tmp.write_text(f"{port}\n")
-        tmp.replace(config.port_file)
+    write_port_file(config.port_file, port)
     log.info(
         "party %s serving on port %d (%s)",
         config.name,
         port,
         "insecure" if insecure else "mutual TLS",
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = stop_on_signals()
     registrar = asyncio.create_task(_register_forever(node, advertise, stop))
     warming = asyncio.create_task(_warm_up())
     try:
