@@ -32,6 +32,11 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     memory_budget_mib = 256           # working memory of the local comparison (kept candidate
                                       #   sets may use a quarter of it; a run above fails cleanly)
 
+    [trust]                           # required to take part in runs
+    peers = ["party-b", "party-c"]    # certificate identities this party agrees to send run data
+                                      #   to (co-parties, helper compute nodes); a proposal naming
+                                      #   anyone else, or the coordinator, is refused
+
     [audit.policy]                    # optional: passed as a plain mapping to
     max_insider_reidentification = 0.05   # party.audit.policy.AuditPolicy.from_mapping
 
@@ -39,7 +44,8 @@ Environment overrides (applied after the file; paths relative to the working dir
 PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
 PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
-PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB. An override set to the empty string clears an optional key.
+PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names). An
+override set to the empty string clears an optional key.
 
 Secret file: its bytes are the linkage secret, with one trailing newline (LF or CRLF) removed; it
 must hold at least 16 bytes (32 random bytes recommended, e.g. ``head -c 32 /dev/urandom``). The
@@ -83,6 +89,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_STAGE_TIMEOUT": ("timeouts", "stage", "float"),
     "PPRL_HEARTBEAT_INTERVAL": ("timeouts", "heartbeat", "float"),
     "PPRL_MEMORY_BUDGET_MIB": ("limits", "memory_budget_mib", "int"),
+    "PPRL_TRUST_PEERS": ("trust", "peers", "list"),
 }
 
 _KNOWN: dict[str, set[str]] = {
@@ -91,6 +98,7 @@ _KNOWN: dict[str, set[str]] = {
     "tls": {"ca", "cert", "key"},
     "timeouts": {"rpc", "stage", "heartbeat"},
     "limits": {"memory_budget_mib"},
+    "trust": {"peers"},
     "audit": {"policy"},
 }
 
@@ -159,6 +167,7 @@ class PartyConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     audit_policy: Mapping[str, Any] | None = None
     memory_budget_mib: int = 256
+    trusted_peers: frozenset[str] = frozenset()
     source: str = "<config>"
 
     def read_secret(self) -> bytes:
@@ -218,6 +227,8 @@ def apply_env(
             except ValueError:
                 problems.append(f"{var}: expected a number")
                 continue
+        elif kind == "list":
+            value = [item.strip() for item in value.split(",") if item.strip()]
         elif kind == "int":
             try:
                 value = int(value)
@@ -349,6 +360,22 @@ def load_party_config(
     elif isinstance(budget, bool) or not isinstance(budget, int) or budget < 16:
         problems.append("limits.memory_budget_mib: expected a whole number of MiB, at least 16")
         budget = PartyConfig.memory_budget_mib
+    peers = get("trust", "peers")
+    trusted_peers: frozenset[str] = frozenset()
+    if peers is not None:
+        if not isinstance(peers, list) or not all(
+            isinstance(p, str) and NAME_RE.match(p) for p in peers
+        ):
+            problems.append(
+                "trust.peers: expected a list of node names (lower-case letters, digits and '-')"
+            )
+        else:
+            trusted_peers = frozenset(peers)
+            if coordinator_name in trusted_peers:
+                problems.append(
+                    "trust.peers: must not name the coordinator "
+                    f"({coordinator_name}): it never receives run data"
+                )
     policy: Mapping[str, Any] | None = None
     audit = raw.get("audit")
     if isinstance(audit, dict) and "policy" in audit:
@@ -375,5 +402,6 @@ def load_party_config(
         timeouts=timeouts,
         audit_policy=policy,
         memory_budget_mib=budget,
+        trusted_peers=trusted_peers,
         source=str(path),
     )

@@ -76,16 +76,18 @@ class AbortResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class PushBlocksRequest(_message.Message):
-    __slots__ = ("run", "source", "total", "digests")
+    __slots__ = ("run", "source", "total", "digests", "key_confirmation")
     RUN_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TOTAL_FIELD_NUMBER: _ClassVar[int]
     DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    KEY_CONFIRMATION_FIELD_NUMBER: _ClassVar[int]
     run: _common_pb2.RunRef
     source: int
     total: int
     digests: bytes
-    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., total: _Optional[int] = ..., digests: _Optional[bytes] = ...) -> None: ...
+    key_confirmation: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., total: _Optional[int] = ..., digests: _Optional[bytes] = ..., key_confirmation: _Optional[bytes] = ...) -> None: ...
 
 class PushBlocksResponse(_message.Message):
     __slots__ = ("received",)

@@ -83,9 +83,12 @@ class PartyServicer:
         """Coordinator -> party: proposes the parameters of a new run. The party validates them
         (schema, l % P == 0, its own name among the parties, any pinned schema), checks that the
         digest it computes equals parameters_digest, and answers with its key confirmation.
+        The party also refuses, before anything leaves it, parameters naming a party that is not in
+        its own `[trust] peers` allowlist or that is the coordinator's identity.
         Errors: INVALID_ARGUMENT (invalid parameters), FAILED_PRECONDITION (digest differs from the
         party's computation or from its pinned schema), ALREADY_EXISTS (run id already proposed),
-        PERMISSION_DENIED (caller is not the coordinator).
+        PERMISSION_DENIED (caller is not the coordinator, or the parameters name an identity the
+        party does not trust).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -121,8 +124,10 @@ class PartyServicer:
         raise NotImplementedError('Method not implemented!')
 
     def PushBlocks(self, request_iterator, context):
-        """Party -> party: the sender's distinct keyed block digests (sorted uint64), streamed.
-        Errors: NOT_FOUND, FAILED_PRECONDITION (run not prepared, digest mismatch), ALREADY_EXISTS,
+        """Party -> party: the sender's distinct keyed block digests (sorted uint64), streamed; the first
+        chunk carries the sender's key confirmation for this receiver.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (run not prepared, digest mismatch, key confirmation
+        differs: the sender does not hold the same linkage secret), ALREADY_EXISTS,
         INVALID_ARGUMENT (malformed chunk), PERMISSION_DENIED (source is not the caller), ABORTED.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

@@ -45,6 +45,12 @@ class DigestMismatch(NodeError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class KeyMismatch(NodeError):
+    """A co-party's key confirmation differs: it does not hold this party's linkage secret."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class Forbidden(NodeError):
     code = grpc.StatusCode.PERMISSION_DENIED
 

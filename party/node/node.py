@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import hmac
 import json
 import logging
 import pathlib
@@ -37,6 +38,7 @@ from party.node.errors import (
     DigestMismatch,
     Forbidden,
     InvalidParameters,
+    KeyMismatch,
     Malformed,
     RunAborted,
     RunFailed,
@@ -46,9 +48,10 @@ from party.node.errors import (
     abort_with,
 )
 from party.node.hooks import Hooks
-from party.node.keyconfirm import key_confirmation
+from party.node.keyconfirm import key_confirmation, peer_confirmation
 from party.node.peers import PeerClients
 from party.node.results import remove_run, write_matches
+from party.node.trust import check_recipients
 from party.protocol.blocks import common_blocks
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
@@ -254,6 +257,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             )
             if self.config.name not in params.parties:
                 raise InvalidParameters(f"parameters: party {self.config.name} is not in parties")
+            check_recipients(
+                params.parties,
+                own_name=self.config.name,
+                coordinator_name=self.config.coordinator_name,
+                trusted=self.config.trusted_peers,
+            )
             pinned = self.pinned_schema_digest()
             if pinned is not None and schema.digest() != pinned:
                 raise DigestMismatch(
@@ -462,6 +471,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         try:
             first = await self._first(request_iterator, "block digests")
             run, who = await self._peer_run(first, context, "block digests")
+            self._check_peer_confirmation(run, who, first.key_confirmation)
             digests = await wire.blocks_from_chunks(first, request_iterator)
             if first.source in run.blocks_in:
                 raise AlreadyExists(f"run {run.run_id}: block digests of {who} already received")
@@ -474,6 +484,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
             raise
+
+    def _check_peer_confirmation(self, run: Run, who: str, confirmation: bytes) -> None:
+        """Fail the run (and refuse the stream) unless ``who`` proved it holds our secret."""
+        expected = peer_confirmation(self.secret(), run.run_id, run.digest, who, self.config.name)
+        if hmac.compare_digest(expected, confirmation):
+            return
+        reason = (
+            f"key confirmation failed: {who} does not hold the same linkage secret as "
+            f"{self.config.name} (checked party to party in stage exchanging)"
+        )
+        self.abort_run(run, reason)
+        raise KeyMismatch(reason)
 
     async def PushShare(
         self,
@@ -675,7 +697,14 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                         "block digests",
                         "exchanging",
                         "PushBlocks",
-                        wire.blocks_to_chunks(run.ref, run.index, mine),
+                        wire.blocks_to_chunks(
+                            run.ref,
+                            run.index,
+                            mine,
+                            peer_confirmation(
+                                self.secret(), run.run_id, run.digest, me, run.parties[j]
+                            ),
+                        ),
                     )
                     for j in run.others
                 )

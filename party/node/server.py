@@ -90,6 +90,12 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
         node.audit_policy()  # fail at start, not at the first run, when the policy is invalid
     config.read_secret()  # likewise for an unreadable or too short secret
     node.pinned_schema_digest()  # and for an invalid pinned schema (data.schema)
+    if not config.trusted_peers:
+        log.warning(
+            "[trust] peers is empty: %s will refuse every run (list the identities it may send "
+            "run data to, or set PPRL_TRUST_PEERS)",
+            config.name,
+        )
     server = grpc.aio.server(options=SERVER_OPTIONS)
     party_pb2_grpc.add_PartyServicer_to_server(node, server)
     health = add_health_and_reflection(server, [PARTY_SERVICE])

@@ -96,13 +96,18 @@ class _Assembler:
 
 
 def blocks_to_chunks(
-    run: common_pb2.RunRef, source: int, digests: np.ndarray
+    run: common_pb2.RunRef, source: int, digests: np.ndarray, key_confirmation: bytes = b""
 ) -> Iterator[party_pb2.PushBlocksRequest]:
+    """Chunks of sorted digests; the first carries the sender's key confirmation for the receiver."""
     d = np.asarray(digests, dtype=np.uint64).ravel()
     step = _rows_per_chunk(8)
     for start in range(0, max(1, d.size), step):
         yield party_pb2.PushBlocksRequest(
-            run=run, source=source, total=d.size, digests=_pack(d[start : start + step], _U64)
+            run=run,
+            source=source,
+            total=d.size,
+            digests=_pack(d[start : start + step], _U64),
+            key_confirmation=key_confirmation if start == 0 else b"",
         )
 
 

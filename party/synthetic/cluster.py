@@ -161,7 +161,9 @@ class Cluster:
                 "[tls]\n"
                 f'ca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}.key"\n'
                 "[timeouts]\n"
-                f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\n",
+                f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\n"
+                "[trust]\n"
+                f"peers = {json.dumps([p for p in self.parties if p != name])}\n",
                 encoding="utf-8",
             )
             self.nodes[name] = Node(

@@ -109,6 +109,14 @@ def key_confirmation(secret: bytes, run_id: str, digest: str) -> bytes:
     return hmac.new(key, info + b"|" + run_id.encode() + b"|" + digest.encode(), "sha256").digest()
 
 
+def peer_confirmation(secret: bytes, run_id: str, digest: str, sender: str, receiver: str) -> bytes:
+    """The directional confirmation ``sender`` puts on its first PushBlocks chunk to ``receiver``."""
+    info = b"pprl.v1 key confirmation"
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"pprl.v1", info=info).derive(secret)
+    body = "|".join((run_id, digest, sender, receiver)).encode()
+    return hmac.new(key, info + b"|peer|" + body, "sha256").digest()
+
+
 def new_run_id() -> str:
     return os.urandom(16).hex()
 

@@ -3,13 +3,16 @@
     pytest tests/conformance                                   # starts a local deployment itself
     pytest tests/conformance --coordinator HOST:PORT --ca CA.pem --cert OP.pem --key OP.key \
         [--coordinator-name coordinator] [--probe-cert P.pem --probe-key P.key --probe-host IP] \
-        [--parameters parameters.json] [--expect-matches N] [--other-cert X.pem --other-key X.key]
+        [--parameters parameters.json] [--expect-matches N] [--other-cert X.pem --other-key X.key] \
+        [--secret-hex HEX]
 
 ``--cert/--key`` is an operator identity of the coordinator. Checks that act as the coordinator
 towards party nodes (direct Propose/Prepare/Execute probes) need it to be the coordinator's own
 identity (the default operator); checks that act as a party need a probe identity signed by the
 deployment's CA (``--probe-cert``, e.g. ``scripts/gen_certs.py --out certs conformance-probe``) and
-an address the parties can reach the suite at (``--probe-host``). Checks whose material is missing
+an address the parties can reach the suite at (``--probe-host``); the parties must list the probe
+identity in their ``[trust] peers``, and checks that push block digests need the linkage secret's
+key material (``--secret-hex``) because a party verifies a co-party's key confirmation directly. Checks whose material is missing
 are skipped with the reason. Without ``--coordinator`` the suite starts a coordinator and three
 parties as OS processes on loopback (party/synthetic/cluster.py) with mutual TLS, loaded with the
 conformance data set (tests/conformance/dataset.py), so every check runs.
@@ -44,6 +47,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g.addoption("--other-cert", default=None, help="certificate of another party (identity tests)")
     g.addoption("--other-key", default=None, help="key of that other party")
     g.addoption("--parameters", default=None, help="parameters JSON for the known-answer run")
+    g.addoption(
+        "--secret-hex",
+        default=None,
+        help="the linkage secret's key material as hex (lets the probe confirm the key to parties)",
+    )
     g.addoption("--expect-matches", default=None, type=int, help="matched sets expected (remote)")
 
 
@@ -112,6 +120,7 @@ def _remote(config: pytest.Config) -> Deployment:
         other=other,
         parameters=params,
         expect_matches=opt("expect_matches"),
+        secret=bytes.fromhex(opt("secret_hex")) if opt("secret_hex") else None,
     )
 
 
@@ -129,6 +138,9 @@ def deployment(
     csvs = dataset.write_tables(root / "data")
     cluster = Cluster(root, list(dataset.PARTIES), csvs, dataset.schema())
     make_certs(cluster.certs, [PROBE_NAME])  # same CA (gen_certs reuses ca.pem/ca.key)
+    for name in dataset.PARTIES:  # the probe acts as a co-party: each party must trust it
+        peers = [p for p in (*dataset.PARTIES, PROBE_NAME) if p != name]
+        cluster.nodes[name].env["PPRL_TRUST_PEERS"] = ",".join(peers)
     certs = cluster.certs
 
     def ident(name: str) -> Identity:

@@ -161,13 +161,27 @@ class Probe:
     ) -> grpc.StatusCode:
         return await client.status_of(self.push(method, chunks, ident))
 
-    def blocks(self, digests: Any, total: int | None = None, source: int = 0) -> Any:
+    def blocks(
+        self, digests: Any, total: int | None = None, source: int = 0, confirm: bool = True
+    ) -> Any:
+        """A PushBlocks chunk from the probe; with ``confirm`` it carries the probe's key
+        confirmation for the target (needs the linkage secret, known only to a local deployment
+        or given with --secret)."""
         data = client.u64(digests)
+        confirmation = b""
+        if confirm:
+            if self.dep.secret is None:
+                pytest.skip("needs the linkage secret (--secret) to confirm the key to a party")
+            assert self.dep.probe is not None
+            confirmation = client.peer_confirmation(
+                self.dep.secret, self.run_id, self.digest, self.dep.probe.name, self.target
+            )
         return party_pb2.PushBlocksRequest(
             run=self.ref,
             source=source,
             total=len(data) // 8 if total is None else total,
             digests=data,
+            key_confirmation=confirmation,
         )
 
 

@@ -245,9 +245,11 @@ async def test_untrusted_ca_is_rejected(deployment: Deployment, tmp_path: pathli
 async def test_malformed_and_oversized_chunks(deployment: Deployment) -> None:
     async with prepared_probe(deployment) as probe:
         ref = probe.ref
+        seven_bytes = probe.blocks([1])
+        seven_bytes.digests = b"\x01" * 7
         bad: dict[str, tuple[list[Any], grpc.StatusCode]] = {
             "not a multiple of 8 bytes": (
-                [party_pb2.PushBlocksRequest(run=ref, source=0, total=1, digests=b"\x01" * 7)],
+                [seven_bytes],
                 C.INVALID_ARGUMENT,
             ),
             "total differs from the rows sent": (
@@ -519,4 +521,62 @@ async def test_start_run_rejections(deployment: Deployment) -> None:
             )
         )
         assert code == C.FAILED_PRECONDITION
+    await assert_serving(deployment)
+
+
+# -- trust boundaries: a party picks its own recipients and checks co-parties' keys itself -------
+
+
+async def test_proposal_naming_the_coordinator_or_an_untrusted_party_is_refused(
+    deployment: Deployment,
+) -> None:
+    """The coordinator redirect: parameters naming the coordinator's identity, or an identity the
+    party has not agreed to, are refused at Propose (PERMISSION_DENIED) before anything leaves it."""
+    probe = await live.new_probe(deployment)
+    for outsider in (deployment.coordinator_name, "conformance-untrusted"):
+        obj = live.probe_parameters(deployment, probe.target)
+        obj["parties"] = [outsider, probe.target]
+        msg = client.parameters_message(obj)
+        req = party_pb2.ProposeRequest(
+            run_id=client.new_run_id(),
+            parameters=msg,
+            parameters_digest=client.parameters_digest(msg),
+            directory=[
+                common_pb2.PartyAddress(name=outsider, address=deployment.coordinator),
+                common_pb2.PartyAddress(name=probe.target, address=probe.address),
+            ],
+        )
+        async with probe.stub() as stub:
+            try:
+                await stub.Propose(req, timeout=CALL_TIMEOUT)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == C.PERMISSION_DENIED, outsider
+                assert re.search("trust|coordinator", exc.details() or ""), exc.details()
+                assert len(exc.details() or "") < 300
+            else:
+                pytest.fail(f"{probe.target} accepted a run naming {outsider}")
+            # Nothing was kept: the run is unknown to the party.
+            ref = common_pb2.RunRef(run_id=req.run_id, parameters_digest=req.parameters_digest)
+            code = await client.status_of(
+                stub.Prepare(party_pb2.PrepareRequest(run=ref), timeout=CALL_TIMEOUT)
+            )
+            assert code == C.NOT_FOUND
+    await assert_serving(deployment)
+
+
+async def test_co_party_key_confirmation_is_checked_party_to_party(deployment: Deployment) -> None:
+    """A co-party whose first block-digest chunk lacks or carries a wrong key confirmation is
+    refused (FAILED_PRECONDITION) and the run fails at the receiver, whatever the coordinator said."""
+    for what, confirmation in (("missing", b""), ("wrong", b"\x00" * 32)):
+        async with prepared_probe(deployment) as probe:
+            chunk = probe.blocks([5, 9], confirm=False)
+            chunk.key_confirmation = confirmation
+            code = await probe.push_status("PushBlocks", [chunk])
+            assert code == C.FAILED_PRECONDITION, what
+            # The run failed at the target: even correctly confirmed data is no longer accepted.
+            code = await probe.push_status("PushBlocks", [probe.blocks([5, 9])])
+            assert code == C.FAILED_PRECONDITION, what
+    async with prepared_probe(deployment) as probe:
+        resp = await probe.push("PushBlocks", [probe.blocks([5, 9])])
+        assert resp.received == 2
     await assert_serving(deployment)

@@ -10,6 +10,7 @@ import grpc
 import numpy as np
 import pytest
 
+from party.node.keyconfirm import peer_confirmation
 from party.synthetic.cluster import Cluster, make_certs
 from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage, party_pb2
 from proto.party_pb2_grpc import PartyStub
@@ -67,6 +68,8 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         run_id=run_id, parameters=msg, parameters_digest=digest, directory=directory
     )
     ref = common_pb2.RunRef(run_id=run_id, parameters_digest=digest)
+    # party-a's key confirmation for party-b, carried by its first block-digest chunk.
+    a_to_b = peer_confirmation(cluster3.secret, run_id, digest, "party-a", "party-b")
     ch_c, as_coord = _stub(cluster3, "party-b", coord)
     ch_a, as_a = _stub(cluster3, "party-b", a)
     ch_cc, as_c = _stub(cluster3, "party-b", c)
@@ -90,7 +93,7 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         code, text = await _code(stream.read())
         assert code == Code.FAILED_PRECONDITION and "not prepared" in text
         blocks = party_pb2.PushBlocksRequest(
-            run=ref, source=0, total=1, digests=b"\x01" + b"\0" * 7
+            run=ref, source=0, total=1, digests=b"\x01" + b"\0" * 7, key_confirmation=a_to_b
         )
         code, text = await _stream_code(as_a.PushBlocks, [blocks])
         assert code == Code.FAILED_PRECONDITION and "proposed" in text
@@ -122,7 +125,9 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         assert code == Code.PERMISSION_DENIED and "initiator" in text
 
         # Malformed chunks.
-        torn = party_pb2.PushBlocksRequest(run=ref, source=0, total=1, digests=b"\x01" * 7)
+        torn = party_pb2.PushBlocksRequest(
+            run=ref, source=0, total=1, digests=b"\x01" * 7, key_confirmation=a_to_b
+        )
         code, text = await _stream_code(as_a.PushBlocks, [torn])
         assert code == Code.INVALID_ARGUMENT and "multiple of 8" in text
         share = party_pb2.PushShareRequest(
@@ -147,7 +152,11 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         # Oversized chunk: 9 MiB > the 8 MiB limit (client limit raised to let it leave).
         ch_big, big = _stub(cluster3, "party-b", a, **{"grpc.max_send_message_length": 32 * 2**20})
         huge = party_pb2.PushBlocksRequest(
-            run=ref, source=0, total=9 * 2**17, digests=b"\1" * 9 * 2**20
+            run=ref,
+            source=0,
+            total=9 * 2**17,
+            digests=b"\1" * 9 * 2**20,
+            key_confirmation=a_to_b,
         )
         code, _ = await _stream_code(big.PushBlocks, [huge])
         await ch_big.close()
