@@ -445,6 +445,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                             f"{name} disconnected in stage {stage_name(run.party_stage[name])}: "
                             f"{exc.code().name}: {exc.details()}"
                         ) from None
+                    attribute_to_stream(msg, name, run.party_stage[name])
                     if msg.heartbeat:
                         continue
                     if msg.progress.stage in EXEC_ORDER:
@@ -472,6 +473,25 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 call.cancel()
 
         await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
+
+
+def attribute_to_stream(msg: party_pb2.ExecuteResponse, name: str, stage: int) -> None:
+    """File every message of ``name``'s Execute stream under ``name``, in place.
+
+    The stream's party is the certificate identity the channel pinned (TLS target name = ``name``);
+    the ``party`` fields of the message are the sender's claim. A message claiming another party is
+    a protocol violation that fails the run, naming the sender (never filed under the other name).
+    """
+    claims = {msg.progress.party}
+    if msg.HasField("summary"):
+        claims.add(msg.summary.party)
+    if claims - {"", name}:
+        raise RunFailure(
+            f"{name} sent a message attributed to another party in stage {stage_name(stage)}"
+        )
+    msg.progress.party = name
+    if msg.HasField("summary"):
+        msg.summary.party = name
 
 
 async def _first_failure(

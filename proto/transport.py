@@ -5,8 +5,9 @@ import ``proto``). It owns:
 
 - message limits (8 MiB per message, ~1 MiB chunks for bulk streams);
 - mutual TLS credentials (server requires a client certificate signed by the configured CA);
-- the caller identity every RPC is authorised against: the subject common name of the verified
-  client certificate (``x509_common_name`` in the gRPC auth context). In ``--insecure`` mode there is
+- the caller identity every RPC is authorised against: the one subject common name of the verified
+  client certificate (parsed from ``x509_pem_cert`` in the gRPC auth context; a subject with no CN
+  or several CNs has no identity and gets UNAUTHENTICATED). In ``--insecure`` mode there is
   no verified identity; the caller's claimed name travels in the ``x-pprl-identity`` metadata header
   and is trusted blindly, which is why insecure mode is for local experiments only and logs a loud
   warning;
@@ -19,6 +20,7 @@ import ``proto``). It owns:
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import pathlib
@@ -27,6 +29,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import grpc
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -156,20 +160,35 @@ def bind(server: grpc.aio.Server, address: str, security: Security) -> int:
 
 
 def caller_identity(context: grpc.aio.ServicerContext, insecure: bool) -> str | None:
-    """The caller's verified certificate common name, or (insecure mode only) its claimed name."""
+    """The caller's verified certificate common name, or (insecure mode only) its claimed name.
+
+    Under TLS the identity is read from the verified peer certificate itself (``x509_pem_cert``,
+    parsed with ``cryptography``), not from gRPC's ``x509_common_name`` property, which exposes only
+    the first CN of a subject: a certificate whose subject holds two CNs (``CN=coordinator,
+    CN=party-d``) has no identity here, nor does one without a CN.
+    """
     if insecure:
         for key, value in context.invocation_metadata() or ():
             if key == IDENTITY_HEADER and isinstance(value, str):
                 return value
         return None
-    auth = context.auth_context()
-    names = auth.get("x509_common_name") or []
-    if len(names) != 1:
+    pems = context.auth_context().get("x509_pem_cert") or []
+    if len(pems) != 1:
         return None
+    return certificate_identity(pems[0])
+
+
+@functools.lru_cache(maxsize=256)
+def certificate_identity(pem: bytes) -> str | None:
+    """The single subject common name of a PEM certificate, or None (none, several, unreadable)."""
     try:
-        return names[0].decode("utf-8")
-    except UnicodeDecodeError:
+        cert = x509.load_pem_x509_certificate(pem)
+        names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    except ValueError:
         return None
+    if len(names) != 1 or not isinstance(names[0].value, str) or not names[0].value:
+        return None
+    return names[0].value
 
 
 def add_health_and_reflection(

@@ -10,6 +10,9 @@ exist only so integration tests can hit a stage deterministically):
 - ``PPRL_TEST_CAPTURE_FILE=<path>``: every serialized message the node sends (requests to peers
   and the coordinator, responses it returns) is appended to ``<path>``, so a test can check that no
   plaintext quasi-identifier ever leaves the node.
+- ``PPRL_TEST_FORGE_PARTY=<name>``: the node writes ``<name>`` into the ``party`` field of every
+  message of its Execute streams (progress and summary), as a co-party forging another party's
+  report would; the coordinator must attribute messages to the stream's identity instead.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import pathlib
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 from google.protobuf.message import Message
 
@@ -30,6 +34,7 @@ class Hooks:
         self.pause_file = pathlib.Path(pause_file) if pause_file else None
         capture = env.get("PPRL_TEST_CAPTURE_FILE")
         self.capture_file = pathlib.Path(capture) if capture else None
+        self.forge_party = env.get("PPRL_TEST_FORGE_PARTY") or None
         self._lock = threading.Lock()
         self.bytes_sent = 0
 
@@ -41,6 +46,15 @@ class Hooks:
                 self.pause_file.write_text(point)
             return True
         return False
+
+    def forge_execute(self, message: Any) -> None:
+        """With PPRL_TEST_FORGE_PARTY set, claim another party in an ExecuteResponse (in place)."""
+        if self.forge_party is None:
+            return
+        message.progress.party = self.forge_party
+        if message.HasField("summary"):
+            message.summary.party = self.forge_party
+            message.summary.matches = 424242
 
     def sent(self, message: Message) -> None:
         """Count (and, when capturing, record) one outgoing message."""

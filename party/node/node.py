@@ -404,6 +404,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                         heartbeat=True,
                     )
                     queued = False
+                self.hooks.forge_execute(item)
                 yield self._respond(item)  # grpc resumes the generator once the write is done
                 if queued:
                     queue.task_done()

@@ -4,7 +4,9 @@ Format: UTF-8 CSV with header ``linkage_id,similarity,record_id``; one row per m
 that includes one of this party's records; ``similarity`` is the multi-party Dice written with
 Python's repr (round-trips exactly); ``record_id`` is the party's own id (never another party's).
 The file is first written as ``.matches.csv.tmp`` in the same folder, flushed and fsync'ed, then
-renamed, so a reader sees either no file or the whole file.
+renamed, so a reader sees either no file or the whole file. Results are private to the party: the
+file is created with mode 0600 and the results folder and run folder are made (or set to) 0700,
+whatever the process umask.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from collections.abc import Iterable
 from typing import Protocol
 
 RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
+PRIVATE_DIR = 0o700
+PRIVATE_FILE = 0o600
 
 
 class MatchLike(Protocol):
@@ -40,11 +44,16 @@ def write_matches(
 ) -> tuple[pathlib.Path, int]:
     """Write the matches atomically; return (path, number of rows)."""
     folder = run_dir(results_dir, run_id)
-    folder.mkdir(parents=True, exist_ok=True)
+    results_dir.parent.mkdir(parents=True, exist_ok=True)
+    for d in (results_dir, folder):
+        d.mkdir(mode=PRIVATE_DIR, exist_ok=True)
+        os.chmod(d, PRIVATE_DIR)
     final = folder / "matches.csv"
     tmp = folder / ".matches.csv.tmp"
     count = 0
-    with tmp.open("w", encoding="utf-8", newline="") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+    os.fchmod(fd, PRIVATE_FILE)  # also when a stale temp file existed with other permissions
+    with open(fd, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
         writer.writerow(["linkage_id", "similarity", "record_id"])
         for row in rows:

@@ -4,6 +4,7 @@ unknown identity, certificate from another CA, malformed and oversized chunks.""
 
 from __future__ import annotations
 
+import pathlib
 import uuid
 
 import grpc
@@ -14,8 +15,9 @@ from party.node.keyconfirm import peer_confirmation
 from party.synthetic.cluster import Cluster, make_certs
 from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage, party_pb2
 from proto.party_pb2_grpc import PartyStub
-from proto.transport import Security
+from proto.transport import Security, TlsMaterial
 from tests.integration.conftest import parameters
+from tests.x509_factory import issue
 
 Code = grpc.StatusCode
 
@@ -177,6 +179,40 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         for ch in (ch_c, ch_a, ch_cc, ch_i):
             await ch.close()
     assert await cluster3.health("party-b") == "SERVING"
+
+
+@pytest.mark.parametrize(
+    "common_names", [["coordinator", "party-d"], ["party-d", "coordinator"], []]
+)
+async def test_certificate_without_exactly_one_cn_has_no_identity(
+    cluster3: Cluster, tmp_path: pathlib.Path, common_names: list[str]
+) -> None:
+    """A CA-signed certificate whose subject holds two CNs (or none) is nobody: not the coordinator
+    (operator calls, coordinator calls on a party), not a party."""
+    cert, key = issue(cluster3.certs, tmp_path, "two-cn", common_names)
+    sec = Security(
+        "coordinator",
+        TlsMaterial(
+            ca=(cluster3.certs / "ca.pem").read_bytes(),
+            cert=cert.read_bytes(),
+            key=key.read_bytes(),
+        ),
+    )
+    async with sec.channel(
+        cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+    ) as ch:
+        code, text = await _code(
+            coordinator_pb2_grpc.CoordinatorStub(ch).ListParties(
+                coordinator_pb2.ListPartiesRequest(), timeout=5
+            )
+        )
+    assert code == Code.UNAUTHENTICATED, text
+    ch2, stub = _stub(cluster3, "party-b", sec)
+    try:
+        code, text = await _code(stub.Abort(party_pb2.AbortRequest(run_id="0" * 32), timeout=5))
+    finally:
+        await ch2.close()
+    assert code == Code.UNAUTHENTICATED, text
 
 
 async def test_certificate_from_another_ca_is_refused(cluster3: Cluster, tmp_path) -> None:  # type: ignore[no-untyped-def]

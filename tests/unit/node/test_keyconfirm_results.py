@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import stat
 
 import pytest
 
@@ -36,6 +38,22 @@ def test_matches_written_atomically_and_removed(tmp_path: pathlib.Path) -> None:
     assert sorted(p.name for p in (tmp_path / RUN).iterdir()) == ["matches.csv"]
     remove_run(tmp_path, RUN)
     assert not (tmp_path / RUN).exists()
+
+
+def test_results_are_private_whatever_the_umask(tmp_path: pathlib.Path) -> None:
+    results = tmp_path / "deep" / "results"
+    old = os.umask(0o000)
+    try:
+        path, _ = write_matches(results, RUN, [MatchRow("L1", 0.9, "r")])
+        (results / RUN / ".matches.csv.tmp").write_text("stale")  # a crash left a temp file
+        os.chmod(results / RUN / ".matches.csv.tmp", 0o666)
+        os.chmod(results / RUN, 0o777)
+        path, _ = write_matches(results, RUN, [MatchRow("L1", 0.9, "r")])
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((results / RUN).stat().st_mode) == 0o700
+    assert stat.S_IMODE(results.stat().st_mode) == 0o700
 
 
 def test_run_id_must_be_hex(tmp_path: pathlib.Path) -> None:

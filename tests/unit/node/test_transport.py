@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import pathlib
 
+from party.synthetic.cluster import make_certs
 from proto import transport
+from tests.x509_factory import issue
 
 
 def test_retry_service_config_retries_only_unavailable() -> None:
@@ -34,10 +37,17 @@ class _Ctx:
         return self._md
 
 
-def test_identity_comes_from_the_certificate_unless_insecure() -> None:
+def test_identity_comes_from_the_certificate_unless_insecure(tmp_path: pathlib.Path) -> None:
+    make_certs(tmp_path, ["party-a"])
+    pem = (tmp_path / "party-a.pem").read_bytes()
     claimed = (("x-pprl-identity", "coordinator"),)
-    ctx = _Ctx({"x509_common_name": [b"party-a"]}, claimed)
+    ctx = _Ctx({"x509_pem_cert": [pem], "x509_common_name": [b"other"]}, claimed)
     assert transport.caller_identity(ctx, insecure=False) == "party-a"  # type: ignore[arg-type]
     assert transport.caller_identity(_Ctx({}, claimed), insecure=False) is None  # type: ignore[arg-type]
     assert transport.caller_identity(_Ctx({}, claimed), insecure=True) == "coordinator"  # type: ignore[arg-type]
     assert transport.caller_identity(_Ctx({}), insecure=True) is None  # type: ignore[arg-type]
+    two, _ = issue(tmp_path, tmp_path, "two", ["coordinator", "party-d"])
+    none, _ = issue(tmp_path, tmp_path, "none", [])
+    for bad in (two.read_bytes(), none.read_bytes(), b"not a certificate"):
+        ctx = _Ctx({"x509_pem_cert": [bad], "x509_common_name": [b"coordinator"]})
+        assert transport.caller_identity(ctx, insecure=False) is None  # type: ignore[arg-type]
