@@ -13,6 +13,7 @@ anything else gets FAILED_PRECONDITION.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import hmac
 import json
@@ -22,7 +23,7 @@ import resource
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -33,6 +34,7 @@ from party.config import PartyConfig
 from party.encoding.schema import LinkageSchema, load_schema, parse_schema
 from party.errors import PprlError
 from party.node import wire
+from party.node.budget import BufferBudget
 from party.node.errors import (
     AlreadyExists,
     DigestMismatch,
@@ -178,6 +180,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         self._secret: bytes | None = None
         self._pinned_schema: str | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Every byte peers make this node buffer, for all runs (party/node/budget.py).
+        self.budget = BufferBudget(config.memory_budget_mib * 2**20)
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -227,6 +231,22 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             if old.phase in (Phase.EXECUTING, Phase.PREPARING):
                 break
             self.runs.pop(old_id)
+            self._end_run(old)
+            self.budget.forget(old_id)
+
+    def _end_run(self, run: Run) -> None:
+        """The run ended (done, failed, aborted, declined): free its bulk data, keep its summary.
+
+        Drops the engine (encodings, shares, survivors, spill folder) and every peer buffer, and
+        closes the run's account in the node's buffer budget (later streams for it are refused).
+        """
+        run.engine = None
+        run.blocks_in.clear()
+        run.ring_in = None
+        run.results_in = None
+        freed = self.budget.close_run(run.run_id)
+        if freed:
+            log.debug("run %s ended: released %d buffered bytes", run.run_id, freed)
 
     def _respond(self, message: Any) -> Any:
         self.hooks.sent(message)
@@ -311,10 +331,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 allowed, reasons = await self._prepare(run)
             except BaseException:
                 run.phase = Phase.FAILED
+                self._end_run(run)
                 raise
             run.phase = Phase.PREPARED if allowed else Phase.DECLINED
             if not allowed:
                 run.reason = "; ".join(reasons)
+                self._end_run(run)
             return self._respond(
                 party_pb2.PrepareResponse(
                     allowed=allowed, reasons=reasons, records=run.records_count
@@ -441,7 +463,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         run.event("abort").set()
         if run.phase in (Phase.PROPOSED, Phase.PREPARED):
             run.phase = Phase.FAILED
-            run.engine = None  # free the encodings now; no Execute will run
+            self._end_run(run)  # free the encodings now; no Execute will run
 
     # -- peer calls ----------------------------------------------------------------------------
 
@@ -458,6 +480,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise RunAborted(f"run {run.run_id} was aborted")
         return run, who
 
+    @contextlib.contextmanager
+    def _kept(self, run: Run, nbytes: int) -> Iterator[None]:
+        """Guard a just-received buffer of ``nbytes`` (reserved in the budget by the decoder):
+        if the body raises, or the run ended while the stream came in, the bytes are released."""
+        try:
+            if run.aborted or run.phase not in (Phase.PREPARED, Phase.EXECUTING):
+                raise RunAborted(run.reason or f"run {run.run_id} has ended")
+            yield
+        except BaseException:
+            self.budget.release(run.run_id, nbytes)
+            raise
+
     async def _first(self, stream: AsyncIterator[Any], what: str) -> Any:
         first = await anext(stream, None)
         if first is None:
@@ -473,12 +507,17 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             first = await self._first(request_iterator, "block digests")
             run, who = await self._peer_run(first, context, "block digests")
             self._check_peer_confirmation(run, who, first.key_confirmation)
-            digests = await wire.blocks_from_chunks(first, request_iterator)
-            if first.source in run.blocks_in:
-                raise AlreadyExists(f"run {run.run_id}: block digests of {who} already received")
-            if digests.size and (digests[0] == 0 or np.any(digests[1:] <= digests[:-1])):
-                raise Malformed("block digests must be sorted, distinct and non-zero")
-            run.blocks_in[first.source] = digests
+            digests = await wire.blocks_from_chunks(
+                first, request_iterator, account=self.budget.account(run.run_id)
+            )
+            with self._kept(run, digests.nbytes):
+                if first.source in run.blocks_in:
+                    raise AlreadyExists(
+                        f"run {run.run_id}: block digests of {who} already received"
+                    )
+                if digests.size and (digests[0] == 0 or np.any(digests[1:] <= digests[:-1])):
+                    raise Malformed("block digests must be sorted, distinct and non-zero")
+                run.blocks_in[first.source] = digests
             if all(j in run.blocks_in for j in run.others):
                 run.event("blocks").set()
             return self._respond(party_pb2.PushBlocksResponse(received=digests.size))
@@ -510,18 +549,29 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"segment share for party index {first.target} sent to {self.config.name}"
                 )
-            share = await wire.share_from_chunks(first, request_iterator)
-            if share.source in run.shares_seen:
-                raise AlreadyExists(f"run {run.run_id}: segments of {who} already received")
-            run.shares_seen.add(share.source)  # at once: a concurrent duplicate is refused
-            try:
-                await self._wait(run, run.event("common"), "its own common blocks", "exchanging")
-                if run.engine is None or run.aborted:
-                    raise RunAborted(run.reason or f"run {run.run_id} was aborted")
-                await self._engine(run, run.engine.receive_share, share)
-            except BaseException:
-                run.shares_seen.discard(share.source)
-                raise
+            if first.segment_bits != run.params.segment_bits:
+                raise Malformed(
+                    f"segment share: segment_bits {first.segment_bits} differs from the run's "
+                    f"{run.params.segment_bits}"
+                )
+            share = await wire.share_from_chunks(
+                first, request_iterator, account=self.budget.account(run.run_id)
+            )
+            nbytes = share.pseudonyms.nbytes + share.block_digests.nbytes + share.segments.nbytes
+            with self._kept(run, nbytes):
+                if share.source in run.shares_seen:
+                    raise AlreadyExists(f"run {run.run_id}: segments of {who} already received")
+                run.shares_seen.add(share.source)  # at once: a concurrent duplicate is refused
+                try:
+                    await self._wait(
+                        run, run.event("common"), "its own common blocks", "exchanging"
+                    )
+                    if run.engine is None or run.aborted:
+                        raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+                    await self._engine(run, run.engine.receive_share, share)
+                except BaseException:
+                    run.shares_seen.discard(share.source)
+                    raise
             run.shares_in.add(share.source)
             if all(j in run.shares_in for j in run.others):
                 run.event("shares").set()
@@ -545,15 +595,19 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"ring message hop {first.hop} does not match its sender's position"
                 )
-            msg = await wire.ring_from_chunks(first, request_iterator)
-            # Reject a malformed ring (unsorted or duplicate rows, wrong width) to the sender now,
-            # with INVALID_ARGUMENT, rather than failing the run later at ring_step.
-            validate_message(
-                msg, parties=len(run.parties), expected_hop=first.source, receiver=run.index
+            msg = await wire.ring_from_chunks(
+                first, request_iterator, account=self.budget.account(run.run_id)
             )
-            if run.ring_in is not None:
-                raise AlreadyExists(f"run {run.run_id}: ring message already received")
-            run.ring_in = msg
+            nbytes = msg.candidates.nbytes + msg.c_masked.nbytes + msg.x_masked.nbytes
+            with self._kept(run, nbytes):
+                # Reject a malformed ring (unsorted or duplicate rows, wrong width) to the sender
+                # now, with INVALID_ARGUMENT, rather than failing the run later at ring_step.
+                validate_message(
+                    msg, parties=len(run.parties), expected_hop=first.source, receiver=run.index
+                )
+                if run.ring_in is not None:
+                    raise AlreadyExists(f"run {run.run_id}: ring message already received")
+                run.ring_in = msg
             run.event("ring").set()
             return self._respond(party_pb2.PassRingResponse(received=msg.candidates.shape[0]))
         except Exception as exc:  # noqa: BLE001
@@ -574,10 +628,13 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"results for party index {first.target} sent to {self.config.name}"
                 )
-            arrays = await wire.results_from_chunks(first, request_iterator)
-            if run.results_in is not None:
-                raise AlreadyExists(f"run {run.run_id}: results already received")
-            run.results_in = arrays
+            arrays = await wire.results_from_chunks(
+                first, request_iterator, account=self.budget.account(run.run_id)
+            )
+            with self._kept(run, sum(a.nbytes for a in arrays)):
+                if run.results_in is not None:
+                    raise AlreadyExists(f"run {run.run_id}: results already received")
+                run.results_in = arrays
             run.event("results").set()
             return self._respond(party_pb2.DeliverResultsResponse(received=arrays[0].shape[0]))
         except Exception as exc:  # noqa: BLE001
@@ -824,7 +881,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             remove_run(self.config.results_dir, run.run_id)
             log.warning("run %s failed: %s", run.run_id, run.reason)
         finally:
-            run.engine = None  # free the encodings and survivors
+            self._end_run(run)  # free the encodings, survivors and peer buffers
         summary = common_pb2.PartySummary(
             party=me,
             matches=matches,

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import words_for
+from party.node.budget import RunAccount
 from party.node.errors import Malformed
 from party.protocol.ring import RingMessage
 from party.protocol.segments import SegmentShare
@@ -34,6 +35,7 @@ from proto.transport import CHUNK_BYTES
 _U64 = np.dtype("<u8")
 _F64 = np.dtype("<f8")
 MAX_ROWS = 2**31
+MAX_SEGMENT_BITS = 2**20
 
 
 def _rows_per_chunk(row_bytes: int) -> int:
@@ -54,25 +56,40 @@ def _unpack(data: bytes, dtype: np.dtype, count: int, field: str) -> np.ndarray:
 
 
 class _Assembler:
-    """Collects rows of several arrays from chunks, checking headers and totals."""
+    """Collects rows of several arrays from chunks into arrays allocated once for the declared total.
 
-    def __init__(self, what: str):
+    The first chunk's declared total is checked against ``max_rows`` (what the run can contain) and
+    its bytes are reserved from ``account`` (the node's buffer budget) before anything is buffered,
+    so a stream that announces more than the run or the budget allows is refused at once.
+    """
+
+    def __init__(self, what: str, account: RunAccount | None = None, max_rows: int | None = None):
         self.what = what
+        self.account = account
+        self.max_rows = MAX_ROWS if max_rows is None else min(MAX_ROWS, max_rows)
         self.header: tuple[Any, ...] | None = None
         self.total = 0
-        self.parts: dict[str, list[np.ndarray]] = {}
+        self.arrays: dict[str, np.ndarray] = {}
         self.rows = 0
+        self.reserved = 0
 
-    def start(self, header: tuple[Any, ...], total: int) -> None:
+    def start(self, header: tuple[Any, ...], total: int, row_bytes: int = 0) -> None:
         if self.header is None:
-            if total > MAX_ROWS:
-                raise Malformed(f"{self.what}: declared row count {total} exceeds {MAX_ROWS}")
+            check_declared_rows(self.what, total, self.max_rows)
+            if self.account is not None:
+                self.account.reserve(total * row_bytes, f"{self.what} ({total} declared rows)")
+                self.reserved = total * row_bytes
             self.header, self.total = header, total
         elif header != self.header or total != self.total:
             raise Malformed(f"{self.what}: chunk header differs from the first chunk")
 
-    def add(self, name: str, rows: int, array: np.ndarray) -> None:
-        self.parts.setdefault(name, []).append(array)
+    def add(
+        self, name: str, rows: int, array: np.ndarray, shape_tail: tuple[int, ...] = ()
+    ) -> None:
+        out = self.arrays.get(name)
+        if out is None:
+            out = self.arrays[name] = np.empty((self.total, *shape_tail), dtype=array.dtype)
+        out[self.rows - rows : self.rows] = array.reshape((rows, *shape_tail))
 
     def advance(self, rows: int) -> None:
         self.rows += rows
@@ -86,10 +103,25 @@ class _Assembler:
             raise Malformed(f"{self.what}: got {self.rows} rows, declared {self.total}")
 
     def array(self, name: str, shape_tail: tuple[int, ...], dtype: Any = np.uint64) -> np.ndarray:
-        parts = self.parts.get(name, [])
-        if not parts:
+        out = self.arrays.get(name)
+        if out is None:
             return np.zeros((0, *shape_tail), dtype=dtype)
-        return np.concatenate(parts).reshape((-1, *shape_tail))
+        return out.reshape((-1, *shape_tail))
+
+    def abandon(self) -> None:
+        """Give the reservation back (the stream failed; nothing is kept)."""
+        if self.account is not None and self.reserved:
+            self.account.release(self.reserved)
+        self.reserved = 0
+        self.arrays.clear()
+
+
+def check_declared_rows(what: str, total: int, max_rows: int) -> None:
+    """Malformed unless a stream's declared row count fits what the run can contain."""
+    if total > max_rows:
+        raise Malformed(
+            f"{what}: declared row count {total} exceeds what this run can contain ({max_rows})"
+        )
 
 
 # -- block digests -----------------------------------------------------------------------------
@@ -112,22 +144,31 @@ def blocks_to_chunks(
 
 
 async def blocks_from_chunks(
-    first: party_pb2.PushBlocksRequest, rest: AsyncIterator[party_pb2.PushBlocksRequest]
+    first: party_pb2.PushBlocksRequest,
+    rest: AsyncIterator[party_pb2.PushBlocksRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
 ) -> np.ndarray:
-    asm = _Assembler("block digests")
-    chunk = first
-    while True:
-        asm.start((chunk.run.run_id, chunk.run.parameters_digest, chunk.source), chunk.total)
-        if len(chunk.digests) % 8:
-            raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
-        n = len(chunk.digests) // 8
-        asm.advance(n)
-        asm.add("d", n, _unpack(chunk.digests, _U64, n, "digests"))
-        nxt = await anext(rest, None)
-        if nxt is None:
-            break
-        chunk = nxt
-    asm.finish()
+    """The sender's digests; the declared total is reserved from ``account`` at the first chunk."""
+    asm = _Assembler("block digests", account, max_rows)
+    try:
+        chunk = first
+        while True:
+            asm.start((chunk.run.run_id, chunk.run.parameters_digest, chunk.source), chunk.total, 8)
+            if len(chunk.digests) % 8:
+                raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
+            n = len(chunk.digests) // 8
+            asm.advance(n)
+            asm.add("d", n, _unpack(chunk.digests, _U64, n, "digests"))
+            nxt = await anext(rest, None)
+            if nxt is None:
+                break
+            chunk = nxt
+        asm.finish()
+    except BaseException:
+        asm.abandon()
+        raise
     return asm.array("d", ()).ravel()
 
 
@@ -159,34 +200,45 @@ def share_to_chunks(
 
 
 async def share_from_chunks(
-    first: party_pb2.PushShareRequest, rest: AsyncIterator[party_pb2.PushShareRequest]
+    first: party_pb2.PushShareRequest,
+    rest: AsyncIterator[party_pb2.PushShareRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
 ) -> SegmentShare:
-    asm = _Assembler("segment share")
-    chunk = first
-    while True:
-        header = (
-            chunk.run.run_id,
-            chunk.run.parameters_digest,
-            chunk.source,
-            chunk.target,
-            chunk.segment_bits,
-            chunk.block_columns,
-        )
-        asm.start(header, chunk.total_rows)
-        if chunk.segment_bits == 0:
-            raise Malformed("segment share: segment_bits must be positive")
-        if chunk.block_columns > 64:
-            raise Malformed("segment share: block_columns must be at most 64")
-        rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
-        asm.advance(rows)
-        asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-        asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"))
-        asm.add("s", rows, _unpack(chunk.segments, _U64, rows * w, "segments"))
-        nxt = await anext(rest, None)
-        if nxt is None:
-            break
-        chunk = nxt
-    asm.finish()
+    """The sender's share; the declared rows' bytes are reserved from ``account`` at the start."""
+    asm = _Assembler("segment share", account, max_rows)
+    try:
+        chunk = first
+        while True:
+            header = (
+                chunk.run.run_id,
+                chunk.run.parameters_digest,
+                chunk.source,
+                chunk.target,
+                chunk.segment_bits,
+                chunk.block_columns,
+            )
+            if chunk.segment_bits == 0:
+                raise Malformed("segment share: segment_bits must be positive")
+            if chunk.segment_bits > MAX_SEGMENT_BITS:
+                raise Malformed(f"segment share: segment_bits must be at most {MAX_SEGMENT_BITS}")
+            if chunk.block_columns > 64:
+                raise Malformed("segment share: block_columns must be at most 64")
+            rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
+            asm.start(header, chunk.total_rows, 8 * (1 + b + w))
+            asm.advance(rows)
+            asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
+            asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
+            asm.add("s", rows, _unpack(chunk.segments, _U64, rows * w, "segments"), (w,))
+            nxt = await anext(rest, None)
+            if nxt is None:
+                break
+            chunk = nxt
+        asm.finish()
+    except BaseException:
+        asm.abandon()
+        raise
     assert asm.header is not None
     _, _, source, target, segment_bits, b = asm.header
     return SegmentShare(
@@ -224,40 +276,101 @@ def ring_to_chunks(
         )
 
 
-async def ring_from_chunks(
-    first: party_pb2.PassRingRequest, rest: AsyncIterator[party_pb2.PassRingRequest]
-) -> RingMessage:
-    asm = _Assembler("ring message")
+async def ring_chunks(
+    first: party_pb2.PassRingRequest,
+    rest: AsyncIterator[party_pb2.PassRingRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
+) -> AsyncIterator[RingMessage]:
+    """Yield the ring message chunk by chunk (each a RingMessage of that chunk's rows).
+
+    The declared total is checked against ``max_rows`` at the first chunk; each chunk's bytes are
+    reserved from ``account`` while the consumer holds it (until it asks for the next one).
+    """
+    stream = _ChunkStream("ring message", account, max_rows)
     chunk = first
-    while True:
-        header = (
-            chunk.run.run_id,
-            chunk.run.parameters_digest,
-            chunk.source,
-            chunk.hop,
-            chunk.parties,
-        )
-        asm.start(header, chunk.total_rows)
-        if not 2 <= chunk.parties <= 64:
-            raise Malformed("ring message: parties must be between 2 and 64")
-        rows = chunk.rows
-        asm.advance(rows)
-        asm.add("k", rows, _unpack(chunk.candidates, _U64, rows * chunk.parties, "candidates"))
-        asm.add("c", rows, _unpack(chunk.c_masked, _U64, rows, "c_masked"))
-        asm.add("x", rows, _unpack(chunk.x_masked, _U64, rows, "x_masked"))
-        nxt = await anext(rest, None)
-        if nxt is None:
-            break
-        chunk = nxt
-    asm.finish()
-    assert asm.header is not None
-    p = int(asm.header[4])
+    try:
+        while True:
+            header = (
+                chunk.run.run_id,
+                chunk.run.parameters_digest,
+                chunk.source,
+                chunk.hop,
+                chunk.parties,
+            )
+            if not 2 <= chunk.parties <= 64:
+                raise Malformed("ring message: parties must be between 2 and 64")
+            rows, p = chunk.rows, chunk.parties
+            stream.start(header, chunk.total_rows, rows, 8 * (p + 2))
+            yield RingMessage(
+                hop=int(chunk.hop),
+                candidates=_unpack(chunk.candidates, _U64, rows * p, "candidates").reshape(rows, p),
+                c_masked=_unpack(chunk.c_masked, _U64, rows, "c_masked"),
+                x_masked=_unpack(chunk.x_masked, _U64, rows, "x_masked"),
+            )
+            stream.done_with_chunk()
+            nxt = await anext(rest, None)
+            if nxt is None:
+                break
+            chunk = nxt
+        stream.finish()
+    finally:
+        stream.done_with_chunk()
+
+
+async def ring_from_chunks(
+    first: party_pb2.PassRingRequest,
+    rest: AsyncIterator[party_pb2.PassRingRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
+) -> RingMessage:
+    """The whole ring message in memory; its declared bytes are reserved at the first chunk."""
+    p = first.parties
+    asm = _Assembler("ring message", account, max_rows)
+    asm.start((), first.total_rows, 8 * (p + 2) if 2 <= p <= 64 else 0)
+    try:
+        hop = int(first.hop)
+        async for part in ring_chunks(first, rest, max_rows=max_rows):
+            rows = len(part)
+            asm.advance(rows)
+            asm.add("k", rows, part.candidates, (p,))
+            asm.add("c", rows, part.c_masked)
+            asm.add("x", rows, part.x_masked)
+    except BaseException:
+        asm.abandon()
+        raise
     return RingMessage(
-        hop=int(asm.header[3]),
+        hop=hop,
         candidates=asm.array("k", (p,)),
         c_masked=asm.array("c", ()).ravel(),
         x_masked=asm.array("x", ()).ravel(),
     )
+
+
+class _ChunkStream:
+    """Header, total and per-chunk budget checks of a stream consumed chunk by chunk."""
+
+    def __init__(self, what: str, account: RunAccount | None, max_rows: int | None) -> None:
+        self.asm = _Assembler(what, None, max_rows)
+        self.account = account
+        self.held = 0
+
+    def start(self, header: tuple[Any, ...], total: int, rows: int, row_bytes: int) -> None:
+        self.asm.start(header, total)
+        self.asm.advance(rows)
+        if self.account is not None:
+            self.account.reserve(rows * row_bytes, self.asm.what)
+            self.held = rows * row_bytes
+
+    def done_with_chunk(self) -> None:
+        if self.account is not None and self.held:
+            self.account.release(self.held)
+        self.held = 0
+
+    def finish(self) -> None:
+        self.asm.finish()
 
 
 # -- results -----------------------------------------------------------------------------------
@@ -289,24 +402,60 @@ def results_to_chunks(
         )
 
 
-async def results_from_chunks(
-    first: party_pb2.DeliverResultsRequest, rest: AsyncIterator[party_pb2.DeliverResultsRequest]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(linkage_ids uint64, similarities float64, pseudonyms uint64)."""
-    asm = _Assembler("results")
+async def results_chunks(
+    first: party_pb2.DeliverResultsRequest,
+    rest: AsyncIterator[party_pb2.DeliverResultsRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
+) -> AsyncIterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Yield (linkage_ids uint64, similarities float64, pseudonyms uint64) chunk by chunk
+    (checks and budget as ring_chunks)."""
+    stream = _ChunkStream("results", account, max_rows)
     chunk = first
-    while True:
-        header = (chunk.run.run_id, chunk.run.parameters_digest, chunk.source, chunk.target)
-        asm.start(header, chunk.total_rows)
-        rows = chunk.rows
-        asm.advance(rows)
-        asm.add("l", rows, _unpack(chunk.linkage_ids, _U64, rows, "linkage_ids"))
-        asm.add("s", rows, _unpack(chunk.similarities, _F64, rows, "similarities"))
-        asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-        nxt = await anext(rest, None)
-        if nxt is None:
-            break
-        chunk = nxt
-    asm.finish()
-    sims = asm.array("s", (), np.float64).ravel().astype(np.float64)
-    return asm.array("l", ()).ravel(), sims, asm.array("p", ()).ravel()
+    try:
+        while True:
+            header = (chunk.run.run_id, chunk.run.parameters_digest, chunk.source, chunk.target)
+            rows = chunk.rows
+            stream.start(header, chunk.total_rows, rows, 24)
+            yield (
+                _unpack(chunk.linkage_ids, _U64, rows, "linkage_ids"),
+                _unpack(chunk.similarities, _F64, rows, "similarities"),
+                _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"),
+            )
+            stream.done_with_chunk()
+            nxt = await anext(rest, None)
+            if nxt is None:
+                break
+            chunk = nxt
+        stream.finish()
+    finally:
+        stream.done_with_chunk()
+
+
+async def results_from_chunks(
+    first: party_pb2.DeliverResultsRequest,
+    rest: AsyncIterator[party_pb2.DeliverResultsRequest],
+    *,
+    account: RunAccount | None = None,
+    max_rows: int | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(linkage_ids uint64, similarities float64, pseudonyms uint64) of the whole stream; its
+    declared bytes are reserved at the first chunk."""
+    asm = _Assembler("results", account, max_rows)
+    asm.start((), first.total_rows, 24)
+    try:
+        async for lids, sims, ps in results_chunks(first, rest, max_rows=max_rows):
+            rows = lids.shape[0]
+            asm.advance(rows)
+            asm.add("l", rows, lids)
+            asm.add("s", rows, sims)
+            asm.add("p", rows, ps)
+    except BaseException:
+        asm.abandon()
+        raise
+    return (
+        asm.array("l", ()).ravel(),
+        asm.array("s", (), np.float64).ravel(),
+        asm.array("p", ()).ravel(),
+    )
