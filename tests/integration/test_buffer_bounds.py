@@ -10,6 +10,7 @@ import uuid
 import grpc
 import pytest
 
+from party.node.keyconfirm import peer_confirmation
 from party.synthetic.cluster import Cluster
 from proto import common_pb2, linkage, party_pb2
 from proto.party_pb2_grpc import PartyStub
@@ -60,7 +61,13 @@ async def test_huge_declared_streams_are_refused_at_the_first_chunk(
         rows = 2**31 - 1  # within the wire's row limit: only the byte budget can refuse it
         first = {
             "PushBlocks": party_pb2.PushBlocksRequest(
-                run=ref, source=0, total=rows, digests=b"\1" + b"\0" * 7
+                run=ref,
+                source=0,
+                total=rows,
+                digests=b"\1" + b"\0" * 7,
+                key_confirmation=peer_confirmation(
+                    cluster3.secret, run_id, digest, "party-a", "party-b"
+                ),
             ),
             "PushShare": party_pb2.PushShareRequest(
                 run=ref, source=0, target=1, segment_bits=340, total_rows=rows, block_columns=1
