@@ -5,23 +5,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-from rich.console import Console
-from rich.table import Table as RichTable
-
-from party.audit.cvpl.assess import DEFAULT_TAUS, CvplConfig, assess_tables
-from party.audit.cvpl.blocking import parse_levels
-from party.audit.cvpl.errors import CvplError
-from party.audit.cvpl.report import write_outputs
-from party.audit.cvpl.table import read_csv
-from party.audit.cvpl.vectorize import PcaModel
+# Registering the subcommand must stay cheap (every `pprl-party` command builds the whole parser):
+# numpy, the CVPL package and matplotlib are imported when the command runs.
+if TYPE_CHECKING:
+    from party.audit.cvpl.vectorize import PcaModel
 
 log = logging.getLogger(__name__)
 
 
 def _cols(text: str, name: str, required: bool = True) -> tuple[str, ...]:
+    from party.audit.cvpl.errors import CvplError
+
     cols = tuple(c.strip() for c in text.split(",") if c.strip())
     if required and not cols:
         raise CvplError(f"parameter {name}: give at least one column name")
@@ -32,6 +28,10 @@ def _cols(text: str, name: str, required: bool = True) -> tuple[str, ...]:
 
 def _taus(text: str) -> tuple[float, ...]:
     """``a:b:step`` (inclusive grid) or a comma-separated list."""
+    import numpy as np
+
+    from party.audit.cvpl.errors import CvplError
+
     try:
         if ":" in text:
             a, b, step = (float(x) for x in text.split(":"))
@@ -82,6 +82,9 @@ def register(subparsers: Any) -> None:
 
 
 def _load_model(path: str) -> PcaModel:
+    from party.audit.cvpl.errors import CvplError
+    from party.audit.cvpl.vectorize import PcaModel
+
     try:
         with open(path, encoding="utf-8") as fh:
             doc = json.load(fh)
@@ -93,6 +96,15 @@ def _load_model(path: str) -> PcaModel:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    from party.audit.cvpl.assess import DEFAULT_TAUS, CvplConfig, assess_tables
+    from party.audit.cvpl.blocking import parse_levels
+    from party.audit.cvpl.errors import CvplError
+    from party.audit.cvpl.report import write_outputs
+    from party.audit.cvpl.table import read_csv
+
     model = _load_model(args.pca_model) if args.pca_model else None
     config = CvplConfig(
         qi=_cols(args.qi, "--qi"),

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
+# Registering the subcommands must stay cheap (every `pprl-party` command builds the whole parser):
+# the encoder (pyarrow, numba) and rich are imported when a command runs.
+if TYPE_CHECKING:
+    from rich.table import Table
 
-from party.encoding.encoder import Encoder, EncodeReport
-from party.encoding.hashing import load_secret
-from party.encoding.schema import load_schema
-from party.encoding.store import save_encodings
-from party.encoding.tuning import suggest_k
+    from party.encoding.encoder import EncodeReport
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,6 +55,20 @@ def _count_rows(path: Path) -> int | None:
 
 
 def _encode(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    from party.encoding.encoder import Encoder
+    from party.encoding.hashing import load_secret
+    from party.encoding.schema import load_schema
+    from party.encoding.store import save_encodings
+
     schema = load_schema(args.schema)
     secret = load_secret(args.secret)
     encoder = Encoder(schema, secret)
@@ -84,6 +96,8 @@ def _encode(args: argparse.Namespace) -> int:
 
 def summary_table(report: EncodeReport, output_bits: int, output: str, digest: str) -> Table:
     """The end-of-run summary: counts, fill statistics, k per field, time (no record data)."""
+    from rich.table import Table
+
     t = Table(title="pprl-party encode", show_header=False)
     t.add_column("item")
     t.add_column("value")
@@ -109,6 +123,12 @@ def summary_table(report: EncodeReport, output_bits: int, output: str, digest: s
 
 
 def _suggest(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from party.encoding.schema import load_schema
+    from party.encoding.tuning import suggest_k
+
     schema = load_schema(args.schema)
     result = suggest_k(schema, args.input, target_fill=args.target_fill, sample=args.sample)
     t = Table(title=f"suggested k for {args.target_fill:.0%} fill (l={schema.filter_bits})")

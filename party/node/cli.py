@@ -39,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from party.node.server import health
+    from party.node.probe import health
 
     config = load_party_config(args.config, require_tls=not args.insecure, check_files=False)
     status = asyncio.run(health(config, args.insecure))

@@ -12,14 +12,13 @@ import grpc
 from party.config import PartyConfig
 from party.node.hooks import Hooks
 from party.node.node import PartyNode
+from party.node.probe import security_for
 from proto import party_pb2, party_pb2_grpc
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
-    Security,
     add_health_and_reflection,
     bind,
-    check_health,
     set_serving,
     stop_on_signals,
     write_port_file,
@@ -27,10 +26,6 @@ from proto.transport import (
 
 log = logging.getLogger(__name__)
 PARTY_SERVICE = party_pb2.DESCRIPTOR.services_by_name["Party"].full_name
-
-
-def security_for(config: PartyConfig, insecure: bool) -> Security:
-    return Security.for_node(config.name, insecure, config.tls.read)
 
 
 def advertised_address(config: PartyConfig, port: int) -> str:
@@ -122,16 +117,3 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
         await asyncio.gather(registrar, warming, return_exceptions=True)
         await node.shutdown()
         await server.stop(grace)
-
-
-async def health(config: PartyConfig, insecure: bool) -> str:
-    """This node's health status name as seen through its own gRPC health service."""
-    security = security_for(config, insecure)
-    address = config.advertise or config.listen
-    if config.port_file is not None and config.port_file.exists():
-        host = (config.advertise or config.listen).rpartition(":")[0]
-        address = f"{host}:{config.port_file.read_text().strip()}"
-    host, _, _ = address.rpartition(":")
-    if host in ("0.0.0.0", "[::]"):
-        address = "127.0.0.1:" + address.rpartition(":")[2]
-    return await check_health(security, address, config.name, config.timeouts.rpc)
