@@ -89,6 +89,14 @@ RECORDS: dict[str, list[dict[str, str]]] = {
     ],
 }
 
+# Exact duplicates (a5 = a1, b4 = b2) make candidate sets with equal Dice: the one-to-one rule must
+# break those ties by the sets' pseudonym tuples, smaller first.
+RECORDS_TIES: dict[str, list[dict[str, str]]] = {
+    "party-a": [*RECORDS["party-a"], {**RECORDS["party-a"][0], "rec_id": "a5"}],
+    "party-b": [*RECORDS["party-b"], {**RECORDS["party-b"][1], "rec_id": "b4"}],
+    "party-c": RECORDS["party-c"],
+}
+
 VECTORS: list[dict[str, Any]] = [
     {"name": "no-filter", "match_threshold": 0.75, "segment_threshold": 0.0, "one_to_one": False},
     {"name": "filter-1to1", "match_threshold": 0.75, "segment_threshold": 0.65, "one_to_one": True},
@@ -98,6 +106,13 @@ VECTORS: list[dict[str, Any]] = [
         "segment_threshold": 0.0,
         "one_to_one": False,
         "max_block_size": 1,
+    },
+    {
+        "name": "ties-1to1",
+        "match_threshold": 0.75,
+        "segment_threshold": 0.0,
+        "one_to_one": True,
+        "records": RECORDS_TIES,
     },
 ]
 
@@ -177,6 +192,7 @@ def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
 
 def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
     name = spec["name"]
+    records = spec.get("records", RECORDS)
     schema = parse_schema(SCHEMA, source="kat schema")
     l_bits = schema.output_bits
     p = len(PARTIES)
@@ -198,7 +214,7 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
     digests: list[list[list[int]]] = []
     for party in PARTIES:
         fs, ds = [], []
-        for row in RECORDS[party]:
+        for row in records[party]:
             bits = ref_encode(schema, SECRET, row)
             fs.append(sum(b << i for i, b in enumerate(bits)))
             ds.append(ref_block_digests(schema, SECRET, row))
@@ -358,7 +374,7 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
                     {
                         "linkage_id": f"L{n + 1:08d}",
                         "similarity": sims[k],
-                        "record_id": RECORDS[PARTIES[j]][current[k][j]]["rec_id"],
+                        "record_id": records[PARTIES[j]][current[k][j]]["rec_id"],
                     }
                     for n, k in enumerate(chosen)
                 ],
@@ -389,13 +405,13 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
         "parties": [
             {
                 "name": PARTIES[i],
-                "records": RECORDS[PARTIES[i]],
+                "records": records[PARTIES[i]],
                 "filters_hex": [hex_row(f, l_bits) for f in filters[i]],
                 "popcounts": x[i],
                 "block_digests": [[str(d) for d in row] for row in digests[i]],
                 "distinct_block_digests": [str(d) for d in distinct[i]],
                 "record_pseudonyms": [
-                    str(pseud_of[i].get(r, 0)) for r in range(len(RECORDS[PARTIES[i]]))
+                    str(pseud_of[i].get(r, 0)) for r in range(len(records[PARTIES[i]]))
                 ],
             }
             for i in range(p)

@@ -223,3 +223,26 @@ def test_external_values_extend_the_dictionary() -> None:
     rows = [{"f": "ab"}, {"f": "ab"}, {"f": ""}]
     d = build_dictionary(atoms, "f", rows, external_values=["xyz", "ab", "c"])
     assert d.entries == 3 and d.record_entry.tolist() == [0, 0, -1]
+
+
+def test_top1_tie_between_the_true_value_and_another_is_not_a_reidentification() -> None:
+    # Known answer with a tie: row 0's filter holds the atoms of "ab" (its value) and of "cd" (set by
+    # its field g), so both f entries are consistent with the same score (4 known-set positions):
+    # the attacker cannot pick the true one, and top-1 must not count it. Row 1 ("cd") is unique.
+    atoms = _Atoms({"a": [0, 1], "b": [2, 3], "c": [4, 5], "d": [6, 7], "x": [8, 9]})
+    rows = [{"f": "ab", "g": "cd"}, {"f": "cd", "g": "x"}]
+    from party.encoding.bits import rows_from_positions
+
+    def positions(r: dict[str, str]) -> list[int]:
+        return sorted({p for ch in r["f"] + r["g"] for p in atoms.table[ch]})
+
+    filters = rows_from_positions([positions(r) for r in rows], 16)
+    res = insider_attack(rows, filters, atoms, ["f", "g"], identity_map(16), 2, include_full=True)
+    full = res.full
+    assert full is not None
+    f = full.fields["f"]
+    assert (f.one_to_one.count, f.one_to_many.count, f.top1.count) == (1, 1, 1)
+    # g of row 1: "x" (score 2) and "cd" (score 4, set by f) are consistent: "cd" ranks first, so the
+    # true value is not top-1; row 0's g ("cd") is the only consistent entry.
+    g = full.fields["g"]
+    assert (g.one_to_one.count, g.top1.count) == (1, 1)

@@ -10,7 +10,7 @@ import pytest
 
 from party.encoding.records import EncodedRecords
 from party.protocol.blocks import common_blocks, sub_blocks
-from party.protocol.classify import PartyResults
+from party.protocol.classify import Classification, PartyResults, linkage_label
 from party.protocol.driver import run_in_process
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import (
@@ -202,6 +202,49 @@ def test_results_reach_only_their_party() -> None:
         )
         == []
     )
+
+
+def finished_run(seed: int) -> tuple[list[PartyEngine], Classification]:
+    rng = np.random.default_rng(seed)
+    tables = linked_tables(rng, 3, 6, 96, shared=6, flip=0.0, blocks=1)
+    params = ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True)
+    engines = [PartyEngine(i, params, t) for i, t in enumerate(tables)]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for s in e.outgoing_shares():
+            engines[s.target].receive_share(s)
+    for e in engines:
+        e.compare()
+    msg = engines[0].ring_start()
+    for e in engines[1:]:
+        msg = e.ring_step(msg)
+    cls = engines[0].ring_finish(msg)
+    assert cls.matches == 6
+    return engines, cls
+
+
+@pytest.mark.parametrize("bad", [1.0 + 2**-52, -(2**-1074), 1.5, float("nan"), float("inf")])
+def test_results_with_a_similarity_outside_0_1_are_refused(bad: float) -> None:
+    # every other field is valid (issued pseudonyms, distinct ids): only the range check can refuse
+    engines, cls = finished_run(5)
+    res = engines[0].results_for(cls, 1)
+    sims = res.similarities.copy()
+    sims[2] = bad
+    with pytest.raises(ResultsError, match=r"similarity outside \[0, 1\]"):
+        engines[1].resolve_results(dataclasses.replace(res, similarities=sims))
+
+
+def test_results_with_similarities_at_0_and_1_are_accepted() -> None:
+    engines, cls = finished_run(6)
+    res = engines[0].results_for(cls, 1)
+    sims = res.similarities.copy()
+    sims[0], sims[1] = 0.0, 1.0
+    rows = engines[1].resolve_results(dataclasses.replace(res, similarities=sims))
+    by_id = {r.linkage_id: r.similarity for r in rows}
+    assert by_id[linkage_label(int(res.linkage_ids[0]))] == 0.0
+    assert by_id[linkage_label(int(res.linkage_ids[1]))] == 1.0
 
 
 def test_survivors_beyond_the_budget_fail_cleanly() -> None:

@@ -223,14 +223,103 @@ def test_out_of_range_sums_are_detected(field: str) -> None:
             engines[0].ring_finish(dataclasses.replace(msg, x_masked=shifted))
 
 
-def test_wrong_added_value_within_range_is_detected_when_inconsistent() -> None:
-    rng = np.random.default_rng(18)
-    engines = engines_after_compare(linked_tables(rng, 3, 5, 90, shared=3, fill=0.5), params3())
+def true_sums(
+    engines: list[PartyEngine], tables: list[EncodedRecords], msg: RingMessage
+) -> tuple[np.ndarray, np.ndarray]:
+    """(sum c, sum x) of every set of ``msg`` from the full filters (computed here, not by the engine)."""
+    rows = []
+    for j, e in enumerate(engines):
+        pseud = e.record_pseudonyms
+        row_of = {int(v): r for r, v in enumerate(pseud.tolist()) if v}
+        rows.append([row_of[int(v)] for v in msg.candidates[:, j].tolist()])
+    acc = tables[0].filters[rows[0]]
+    x = np.bitwise_count(tables[0].filters[rows[0]]).sum(axis=1)
+    for j in range(1, len(engines)):
+        acc = acc & tables[j].filters[rows[j]]
+        x = x + np.bitwise_count(tables[j].filters[rows[j]]).sum(axis=1)
+    return np.bitwise_count(acc).sum(axis=1).astype(np.uint64), x.astype(np.uint64)
+
+
+def with_sums(
+    engines: list[PartyEngine],
+    tables: list[EncodedRecords],
+    msg: RingMessage,
+    c: int | np.ndarray,
+    x: int | np.ndarray,
+) -> RingMessage:
+    """``msg`` altered (as a dishonest party could) so that the initiator unmasks sums c and x."""
+    true_c, true_x = true_sums(engines, tables, msg)
+    m = len(msg)
+    want_c = np.broadcast_to(np.asarray(c, dtype=np.uint64), (m,))
+    want_x = np.broadcast_to(np.asarray(x, dtype=np.uint64), (m,))
+    return dataclasses.replace(
+        msg,
+        c_masked=add_mod64(msg.c_masked, sub_mod64(want_c, true_c)),
+        x_masked=add_mod64(msg.x_masked, sub_mod64(want_x, true_x)),
+    )
+
+
+def ring_case(seed: int) -> tuple[list[PartyEngine], list[EncodedRecords], RingMessage]:
+    rng = np.random.default_rng(seed)
+    tables = linked_tables(rng, 3, 5, 90, shared=3, fill=0.5, blocks=1)
+    engines = engines_after_compare(tables, params3())
     msg = ring_to_end(engines)
-    # x decreased below P * c: impossible for honest inputs
-    lowered = sub_mod64(msg.x_masked, np.full(len(msg), 200, dtype=np.uint64))
-    with pytest.raises(SummationError, match="inconsistent|out of range"):
-        engines[0].ring_finish(dataclasses.replace(msg, x_masked=lowered))
+    assert len(msg) > 0
+    return engines, tables, msg
+
+
+def test_honest_sums_unmask_to_the_full_filter_counts() -> None:
+    # the helper's premise: an unaltered message unmasks to the true sums (Dice from them)
+    engines, tables, msg = ring_case(18)
+    true_c, true_x = true_sums(engines, tables, msg)
+    same = with_sums(engines, tables, msg, true_c, true_x)
+    assert np.array_equal(same.c_masked, msg.c_masked)
+    result = engines[0].ring_finish(msg)
+    assert result.sets_summed == len(msg)
+    expected = 3 * true_c.astype(np.float64) / true_x.astype(np.float64)
+    assert sorted(result.similarities.tolist()) == sorted(expected[expected >= 0.5].tolist())
+
+
+def test_sums_at_the_range_bounds_are_accepted() -> None:
+    # Known answer at the bounds: c = l and x = P * l (every bit set everywhere) -> Dice exactly 1.
+    engines, tables, msg = ring_case(21)
+    result = engines[0].ring_finish(with_sums(engines, tables, msg, 90, 3 * 90))
+    assert result.sets_summed == len(msg) and result.matches == len(msg)
+    assert result.similarities.tolist() == [1.0] * len(msg)
+
+
+def test_zero_sums_are_accepted_with_dice_zero() -> None:
+    engines, tables, msg = ring_case(22)
+    result = engines[0].ring_finish(with_sums(engines, tables, msg, 0, 0))
+    assert result.sets_summed == len(msg) and result.matches == 0
+
+
+@pytest.mark.parametrize(
+    ("c", "x"),
+    [
+        (91, 3 * 90),  # c one above l (also P * c > x, but the range check must name it)
+        (0, 3 * 90 + 1),  # x one above P * l, consistent otherwise
+        (2**63, 3 * 90),  # a wrapped negative c
+    ],
+)
+def test_sums_just_out_of_range_are_detected(c: int, x: int) -> None:
+    engines, tables, msg = ring_case(23)
+    with pytest.raises(SummationError, match="out of range"):
+        engines[0].ring_finish(with_sums(engines, tables, msg, c, x))
+
+
+def test_wrong_added_value_within_range_is_detected_when_inconsistent() -> None:
+    # x lowered to P * c - 1 for one set: every sum is within [0, l] and [0, P * l], so only the
+    # consistency check (P * c <= x for honest inputs) can see it.
+    engines, tables, msg = ring_case(24)
+    true_c, true_x = true_sums(engines, tables, msg)
+    k = int(np.argmax(true_c))
+    assert true_c[k] > 0
+    x = true_x.copy()
+    x[k] = np.uint64(3 * int(true_c[k]) - 1)
+    assert int(x[k]) <= 3 * 90 and int(true_c[k]) <= 90
+    with pytest.raises(SummationError, match="inconsistent"):
+        engines[0].ring_finish(with_sums(engines, tables, msg, true_c, x))
 
 
 def test_ring_steps_drop_sets_pruned_elsewhere() -> None:
