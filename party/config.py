@@ -47,8 +47,9 @@ PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
 PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names). An
 override set to the empty string clears an optional key.
 
-Secret file: its bytes are the linkage secret, with one trailing newline (LF or CRLF) removed; it
-must hold at least 16 bytes (32 random bytes recommended, e.g. ``head -c 32 /dev/urandom``). The
+Secret file: at least 32 random bytes (256 bits) of key material, as raw bytes
+(``head -c 32 /dev/urandom``) or as hex / base64 text (``openssl rand -hex 32``), which is decoded;
+passphrases are refused (party.encoding.secret.secret_from_file_bytes says exactly how). The
 secret is never logged; ``repr`` of the config shows only the path.
 """
 
@@ -63,11 +64,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from party.encoding.secret import SecretError, secret_from_file_bytes
 from party.errors import PprlError
 from proto.transport import check_address
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
-MIN_SECRET_BYTES = 16
 
 # env var -> (section, key, kind); kind is "str", "path", "float" or "int"
 ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
@@ -176,21 +177,17 @@ class PartyConfig:
 
 
 def read_secret_file(path: pathlib.Path, key: str) -> bytes:
+    """The key material of the secret file (party.encoding.secret.secret_from_file_bytes)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise ConfigError(
             str(path), [f"{key}: cannot read the secret file ({exc.strerror})"]
         ) from None
-    if data.endswith(b"\r\n"):
-        data = data[:-2]
-    elif data.endswith(b"\n"):
-        data = data[:-1]
-    if len(data) < MIN_SECRET_BYTES:
-        raise ConfigError(
-            str(path), [f"{key}: the secret must hold at least {MIN_SECRET_BYTES} bytes"]
-        )
-    return data
+    try:
+        return secret_from_file_bytes(data, key)
+    except SecretError as exc:
+        raise ConfigError(str(path), [str(exc)]) from None
 
 
 def _load_toml(path: pathlib.Path) -> dict[str, Any]:

@@ -42,15 +42,11 @@ import mmh3
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from party.errors import PprlError
+from party.encoding.secret import SecretError, secret_from_file_bytes
 
-MIN_SECRET_BYTES = 16
+MIN_SECRET_BYTES = 16  # floor of the in-memory API; secret files need 32 (party.encoding.secret)
 HKDF_SALT = b"pprl-linkage/v1"
 _U32 = 1 << 32
-
-
-class SecretError(PprlError, ValueError):
-    """The shared secret is missing, unreadable or too short (the message never shows it)."""
 
 
 def check_secret(secret: bytes, source: str = "secret") -> bytes:
@@ -68,7 +64,7 @@ def check_secret(secret: bytes, source: str = "secret") -> bytes:
 
 
 def load_secret(path: str | Path) -> bytes:
-    """The raw bytes of a secret file, checked with check_secret."""
+    """The key material of a secret file (secret_from_file_bytes)."""
     p = Path(path)
     try:
         data = p.read_bytes()
@@ -76,7 +72,7 @@ def load_secret(path: str | Path) -> bytes:
         raise SecretError(f"secret file {p}: not found") from None
     except OSError as exc:
         raise SecretError(f"secret file {p}: cannot read ({exc.strerror})") from None
-    return check_secret(data, f"secret file {p}")
+    return secret_from_file_bytes(data, f"secret file {p}")
 
 
 def derive_key(secret: bytes, purpose: str, name: str, length: int = 32) -> bytes:

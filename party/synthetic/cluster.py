@@ -25,8 +25,9 @@ from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PY = sys.executable
-# The fixed secret of test clusters; simulations pass their own (Cluster.secret).
-SECRET = b"integration-test-linkage-secret-0123456789abcdef"
+# The fixed secret of test clusters (32 raw bytes of key material, written as is to the nodes'
+# secret file); simulations pass their own (Cluster.secret).
+SECRET = bytes.fromhex("a25418502af44106e329be60c5aa0687b4ff912473917964330cc1e39d844a83")
 
 
 PARTY_ENTRY = "party.cli"  # the real `pprl-party` entry point

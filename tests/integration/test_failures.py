@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import pathlib
 import signal
 import time
@@ -97,7 +98,7 @@ async def _start_expecting_error(cluster: Cluster, params: pathlib.Path) -> grpc
 
 def test_wrong_secret_fails_key_confirmation_naming_the_party(cluster3: Cluster) -> None:
     other = cluster3.root / "other-secret.key"
-    other.write_bytes(b"a different linkage secret, 32+ bytes long")
+    other.write_bytes(os.urandom(32))
     cluster3.restart_party("party-c", {"PPRL_SECRET_FILE": str(other)})
     try:
         proc = cluster3.run(parameters(cluster3, name="p-secret.json"), timeout=30)
@@ -105,7 +106,7 @@ def test_wrong_secret_fails_key_confirmation_naming_the_party(cluster3: Cluster)
         assert "FAILED_PRECONDITION" in proc.stderr
         assert "key confirmation failed: party-c" in proc.stderr
         assert "party-a, party-b" in proc.stderr
-        assert other.read_bytes().decode() not in proc.stderr + proc.stdout
+        assert other.read_bytes().hex() not in proc.stderr + proc.stdout
     finally:
         cluster3.restart_party("party-c")
 

@@ -71,7 +71,7 @@ def test_uniqueness_bad_columns(tmp_path: Path, capsys: pytest.CaptureFixture[st
 def test_audit_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rows = list(generate(2, 200, corruption=0.0, seed=4).tables[0].rows())
     write_csv(tmp_path / "party.csv", rows)
-    (tmp_path / "secret.key").write_bytes(b"0123456789abcdef0123456789abcdef")
+    (tmp_path / "secret.key").write_bytes(bytes(range(100, 132)))
     schema = {
         "version": 1,
         "l": 1020,

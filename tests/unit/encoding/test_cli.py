@@ -83,7 +83,7 @@ def test_encode_errors_are_pprl_errors(files):
     data, secret, out = files
     short = secret.parent / "short"
     short.write_bytes(b"x")
-    with pytest.raises(PprlError, match="at least 16 are required"):
+    with pytest.raises(PprlError, match="at least 32 random bytes"):
         _run(
             [
                 "encode",
