@@ -37,15 +37,23 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
                                       #   to (co-parties, helper compute nodes); a proposal naming
                                       #   anyone else, or the coordinator, is refused
 
-    [audit.policy]                    # optional: passed as a plain mapping to
-    max_insider_reidentification = 0.05   # party.audit.policy.AuditPolicy.from_mapping
+    [audit]                           # optional
+    default_policy = true             # false: without [audit.policy] no policy applies (tests and
+                                      #   simulations only; every run is allowed)
+
+    [audit.policy]                    # optional: limits of the self-audit gate, validated by
+    max_insider_record_one_to_one = 0.05  # party.audit.policy.AuditPolicy.from_mapping; without
+                                      #   this table the shipped DEFAULT_POLICY applies (docs/audit.md)
 
 Environment overrides (applied after the file; paths relative to the working directory):
 PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
 PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
-PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names). An
-override set to the empty string clears an optional key.
+PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names),
+PPRL_AUDIT_DEFAULT_POLICY, and PPRL_AUDIT_<KEY> for every [audit.policy] key (e.g.
+PPRL_AUDIT_MAX_INSIDER_RECORD_ONE_TO_ONE=0.05; tables as ``field=value,field=value``,
+allowed_modes as ``mpc3,segments``). An override set to the empty string clears an optional
+key.
 
 Secret file: at least 32 random bytes (256 bits) of key material, as raw bytes
 (``head -c 32 /dev/urandom``) or as hex / base64 text (``openssl rand -hex 32``), which is decoded;
@@ -91,6 +99,8 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_HEARTBEAT_INTERVAL": ("timeouts", "heartbeat", "float"),
     "PPRL_MEMORY_BUDGET_MIB": ("limits", "memory_budget_mib", "int"),
     "PPRL_TRUST_PEERS": ("trust", "peers", "list"),
+    "PPRL_AUDIT_DEFAULT_POLICY": ("audit", "default_policy", "bool"),
+    # and PPRL_AUDIT_<KEY> for every [audit.policy] key: party.audit.policy.POLICY_ENV
 }
 
 _KNOWN: dict[str, set[str]] = {
@@ -100,7 +110,7 @@ _KNOWN: dict[str, set[str]] = {
     "timeouts": {"rpc", "stage", "heartbeat"},
     "limits": {"memory_budget_mib"},
     "trust": {"peers"},
-    "audit": {"policy"},
+    "audit": {"policy", "default_policy"},
 }
 
 
@@ -166,7 +176,8 @@ class PartyConfig:
     schema: pathlib.Path | None = None
     tls: TlsConfig = field(default_factory=TlsConfig)
     timeouts: Timeouts = field(default_factory=Timeouts)
-    audit_policy: Mapping[str, Any] | None = None
+    audit_policy: Mapping[str, Any] | None = None  # None: no gate ([audit] default_policy = false)
+    audit_policy_origin: str = "[audit.policy]"  # or "default policy", with PPRL_AUDIT_* overrides
     memory_budget_mib: int = 256
     trusted_peers: frozenset[str] = frozenset()
     source: str = "<config>"
@@ -232,6 +243,11 @@ def apply_env(
             except ValueError:
                 problems.append(f"{var}: expected a whole number")
                 continue
+        elif kind == "bool":
+            if value.lower() not in ("true", "false", "1", "0"):
+                problems.append(f"{var}: expected true or false")
+                continue
+            value = value.lower() in ("true", "1")
         sect[key] = value
         overridden[f"{section}.{key}"] = (var, kind)
     return overridden
@@ -373,13 +389,7 @@ def load_party_config(
                     "trust.peers: must not name the coordinator "
                     f"({coordinator_name}): it never receives run data"
                 )
-    policy: Mapping[str, Any] | None = None
-    audit = raw.get("audit")
-    if isinstance(audit, dict) and "policy" in audit:
-        if not isinstance(audit["policy"], dict):
-            problems.append("audit.policy: expected a table")
-        else:
-            policy = types.MappingProxyType(dict(audit["policy"]))
+    policy, policy_origin = _audit_policy(raw.get("audit"), env, base, problems)
     if problems:
         raise ConfigError(str(path), problems)
     assert data_csv is not None and secret_file is not None and results is not None
@@ -398,7 +408,33 @@ def load_party_config(
         tls=tls,
         timeouts=timeouts,
         audit_policy=policy,
+        audit_policy_origin=policy_origin,
         memory_budget_mib=budget,
         trusted_peers=trusted_peers,
         source=str(path),
     )
+
+
+def _audit_policy(
+    audit: Any, env: Mapping[str, str], base: pathlib.Path, problems: list[str]
+) -> tuple[Mapping[str, Any] | None, str]:
+    """[audit] -> the validated policy mapping (the shipped default when absent) and its origin."""
+    from party.audit.policy import AuditPolicy, PolicyError, configured_policy
+
+    audit = audit if isinstance(audit, dict) else {}
+    table = audit.get("policy")
+    if table is not None and not isinstance(table, dict):
+        problems.append("audit.policy: expected a table")
+        table = None
+    use_default = audit.get("default_policy", True)
+    if not isinstance(use_default, bool):
+        problems.append("audit.default_policy: expected true or false")
+        use_default = True
+    policy, origin = configured_policy(table, use_default, env, pathlib.Path.cwd(), problems)
+    if policy is None:
+        return None, origin
+    try:
+        AuditPolicy.from_mapping(policy, base=base)
+    except PolicyError as exc:
+        problems.extend(f"audit.policy ({origin}): {p}" for p in exc.problems)
+    return types.MappingProxyType(policy), origin

@@ -1,14 +1,16 @@
 """The `pprl-party audit` and `pprl-party uniqueness` commands.
 
 ``pprl-party audit --config party.toml [--parameters run.json | --schema schema.json --parties N]
-[--out DIR] [--no-cvpl] [--no-suggestions] [--dictionary FIELD=PATH]`` audits the party's data (``[data]`` of the config) with the
-run's parameters, writes ``DIR/audit.json`` and ``DIR/audit.html``, prints a summary table and, when the
-config has an ``[audit.policy]``, the gate's decision. Exit status: 0 allowed (or no policy), 1
-declined by the policy, 2 on bad input.
+[--mode segments|mpc3] [--out DIR] [--no-cvpl] [--no-suggestions] [--dictionary FIELD=PATH]`` audits
+the party's data (``[data]`` of the config) with the run's parameters, writes ``DIR/audit.json`` and
+``DIR/audit.html``, prints a summary table, what the run reveals in its mode and the gate's decision
+under the config's policy (its ``[audit.policy]``, else the shipped default policy). Exit status: 0
+allowed (or no policy: ``[audit] default_policy = false``), 1 declined by the policy, 2 on bad input.
 
 The parameters file is the run's parameters JSON (``examples/parameters.json``): ``parties`` (a list
-of names in ring order, or a number), ``schema`` (inline object, or a path relative to the file); other
-keys (thresholds) are ignored here. When the node name is in ``parties`` its own segment is left out.
+of names in ring order, or a number), ``schema`` (inline object, or a path relative to the file),
+``mode`` (``segments``, the default, or ``mpc3``; ``--mode`` overrides it); other keys (thresholds)
+are ignored here. When the node name is in ``parties`` its own segment is left out.
 
 ``pprl-party uniqueness --csv FILE --columns a,b,c [--k 5] [--greedy] [--out FILE.json]
 [--crowds FILE.csv]`` measures any CSV: share alone, share in groups smaller than k, the climb curve,
@@ -23,12 +25,14 @@ import logging
 import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from party.audit.modes import DEFAULT_MODE, MODES
 from party.errors import PprlError
 
 log = logging.getLogger(__name__)
@@ -51,6 +55,12 @@ def register(subparsers: Any) -> None:
     a.add_argument("--schema", help="linkage schema JSON (fallback when no --parameters)")
     a.add_argument(
         "--parties", type=int, help="number of parties P (fallback when no --parameters)"
+    )
+    a.add_argument(
+        "--mode",
+        choices=MODES,
+        help="protocol mode to audit (default: the parameters file's 'mode', else segments); "
+        "mpc3 reveals no segments, so the segment measures do not run",
     )
     a.add_argument("--out", default="audit-report", help="output folder (default: audit-report)")
     a.add_argument("--no-cvpl", action="store_true", help="skip the CVPL measures")
@@ -141,8 +151,22 @@ def run_uniqueness_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def load_run_parameters(path: str | Path) -> tuple[Any, int, list[str]]:
-    """(schema, P, party names) from a run parameters JSON. Errors name the file and key."""
+@dataclass(frozen=True)
+class RunParameters:
+    """What the audit needs from a run parameters file."""
+
+    schema: Any
+    parties: int
+    names: list[str]
+    mode: str  # protocol mode: "segments" (default) or "mpc3"
+
+
+def load_run_parameters(path: str | Path) -> RunParameters:
+    """Schema, P, party names and protocol mode of a run parameters JSON.
+
+    Errors name the file and key.
+    """
+    from party.audit.modes import DEFAULT_MODE, ModeError, check_mode
     from party.encoding.schema import load_schema, parse_schema
 
     p = Path(path)
@@ -173,7 +197,11 @@ def load_run_parameters(path: str | Path) -> tuple[Any, int, list[str]]:
         schema = load_schema(sp if sp.is_absolute() else p.parent / sp)
     else:
         raise AuditCliError(f"{p}: key 'schema': expected an object or a path")
-    return schema, count, names
+    try:
+        mode = check_mode(obj.get("mode", DEFAULT_MODE), f"{p}: key 'mode'")
+    except ModeError as exc:
+        raise AuditCliError(str(exc)) from None
+    return RunParameters(schema, count, names, mode)
 
 
 def run_audit_command(args: argparse.Namespace) -> int:
@@ -186,8 +214,10 @@ def run_audit_command(args: argparse.Namespace) -> int:
 
     console = Console(stderr=False)
     cfg = load_party_config(args.config, require_tls=False)
+    mode = DEFAULT_MODE
     if args.parameters:
-        schema, parties, names = load_run_parameters(args.parameters)
+        rp = load_run_parameters(args.parameters)
+        schema, parties, names, mode = rp.schema, rp.parties, rp.names, rp.mode
     else:
         schema_path = args.schema or cfg.schema
         if schema_path is None or not args.parties:
@@ -198,6 +228,8 @@ def run_audit_command(args: argparse.Namespace) -> int:
         parties, names = args.parties, []
         if parties < 2:
             raise AuditCliError(f"--parties: need at least 2, got {parties}")
+    if args.mode is not None:
+        mode = args.mode
     self_index = names.index(cfg.name) if cfg.name in names else None
     policy_map = cfg.audit_policy
     policy = AuditPolicy.from_mapping(
@@ -250,6 +282,7 @@ def run_audit_command(args: argparse.Namespace) -> int:
             self_index=self_index,
             options=opts,
             progress=lambda msg: status.update(f"auditing: {msg}"),
+            mode=mode,
         )
     report = decision.report
     assert report is not None
@@ -266,19 +299,28 @@ def run_audit_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     _write_atomic(out / "audit.json", report.to_json())
     _write_atomic(out / "audit.html", report.to_html())
-    table = Table(title=f"Self-audit of {cfg.name}: {report.meta['records']} records, P={parties}")
+    table = Table(
+        title=f"Self-audit of {cfg.name}: {report.meta['records']} records, P={parties}, "
+        f"mode {mode}"
+    )
     table.add_column("measure")
     table.add_column("value", justify="right")
     for k, v in report.summary_rows():
         table.add_row(k, v)
     console.print(table)
+    console.print(f"[bold]what this run reveals (mode {mode}):[/]")
+    for line in report.meta["revealed"]:
+        console.print(f"  - {line}")
+    for line in report.meta["not_run"].values():
+        console.print(f"  [dim]{line}[/]")
     for s in report.suggestions:
         console.print(f"[cyan]suggestion:[/] {s}")
     if has_policy:
+        origin = cfg.audit_policy_origin
         if decision.allowed:
-            console.print("[green bold]policy: ALLOWED[/]")
+            console.print(f"[green bold]policy ({origin}): ALLOWED[/]")
         else:
-            console.print("[red bold]policy: DECLINED[/]")
+            console.print(f"[red bold]policy ({origin}): DECLINED[/]")
             for r in decision.reasons:
                 console.print(f"  - {r}")
     console.print(

@@ -1,6 +1,8 @@
 """The gate a party passes before joining a linkage: run the self-audit, compare with its policy.
 
-``check_before_join`` is what the node calls after encoding and before any segment leaves. It is
+``check_before_join`` is what the node calls after encoding and before anything leaves. It knows the
+protocol mode: in segments mode every limit applies; in mpc3 (no segment leaves the party) only the
+limits on what is revealed in the clear (blocking digests) and ``allowed_modes`` apply. It is
 fail-closed: a limit whose measure could not be computed (e.g. no plaintext rows were given, so the
 insider attack could not run) declines the run with a reason saying so. Reasons name the measure, its
 value and the limit, never data.
@@ -15,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from party.audit.modes import MPC3, ModeError, mode_of
 from party.audit.policy import AuditPolicy, load_value_list
 from party.audit.report import AuditReport
 from party.audit.run import AuditOptions, run_audit
@@ -95,7 +98,6 @@ def evaluate_policy(report: AuditReport, policy: AuditPolicy) -> list[str]:
     reasons: list[str] = []
     cons = policy.conservative
     how = "upper 95% bound" if cons else "rate"
-    recv = report.receiving_segments
 
     def check(name: str, rate: Rate, limit: float | None) -> None:
         if limit is None:
@@ -111,6 +113,30 @@ def evaluate_policy(report: AuditReport, policy: AuditPolicy) -> list[str]:
             f"{name}: not measured ({why}); the policy sets a limit, so the gate declines"
         )
 
+    if report.mode not in policy.allowed_modes:
+        reasons.append(
+            f"protocol mode {report.mode}: not among the policy's allowed_modes "
+            f"({', '.join(policy.allowed_modes)})"
+        )
+    if report.mode != MPC3:  # in mpc3 no segment leaves the party: segment limits are moot
+        _check_segment_limits(report, policy, reasons, check, missing)
+    check(
+        "records alone in their block",
+        report.blocking.alone_in_some_block,
+        policy.max_alone_in_block,
+    )
+    return reasons
+
+
+def _check_segment_limits(
+    report: AuditReport,
+    policy: AuditPolicy,
+    reasons: list[str],
+    check: Callable[[str, Rate, float | None], None],
+    missing: Callable[[str, str], None],
+) -> None:
+    """Append the reasons the segment measures of ``report`` (segments mode) break ``policy``."""
+    recv = report.receiving_segments
     ins = report.insider
     need_insider = (
         policy.max_insider_reidentification is not None
@@ -176,16 +202,12 @@ def evaluate_policy(report: AuditReport, policy: AuditPolicy) -> list[str]:
                         f"frequency attack DR_Mean ({worst_m.replace('_', ' ')}): {v:.4f} exceeds "
                         f"limit {policy.max_dr_mean:.4f}"
                     )
-    check(
-        "records alone in their block",
-        report.blocking.alone_in_some_block,
-        policy.max_alone_in_block,
-    )
-    if policy.max_unique_segment is not None and recv:
-        worst_j = max(recv, key=lambda j: report.segments.segments[j].alone.value)
+    if policy.max_unique_segment is not None and recv and report.segments is not None:
+        segments = report.segments.segments
+        worst_j = max(recv, key=lambda j: segments[j].alone.value)
         check(
             f"records with a unique segment pattern (segment {worst_j})",
-            report.segments.segments[worst_j].alone,
+            segments[worst_j].alone,
             policy.max_unique_segment,
         )
     if policy.max_cvpl_lr is not None:
@@ -207,7 +229,6 @@ def evaluate_policy(report: AuditReport, policy: AuditPolicy) -> list[str]:
                 rate,
                 policy.max_cvpl_lr,
             )
-    return reasons
 
 
 def check_before_join(
@@ -223,6 +244,7 @@ def check_before_join(
     self_index: int | None = None,
     options: AuditOptions | None = None,
     progress: Callable[[str], None] | None = None,
+    mode: str | None = None,
 ) -> GateDecision:
     """Audit what this party would reveal and decide whether it may join.
 
@@ -231,9 +253,15 @@ def check_before_join(
     from ``rows`` (aligned with records), from ``data_csv`` (+ ``id_column``, aligned by record id), or
     from ``records`` itself when it is rows. ``protocol_params``: ProtocolParameters (or anything with
     ``parties``), an int P, or a mapping with "parties". ``self_index``: this party's ring index (its own
-    segment is not revealed); None audits every segment.
+    segment is not revealed); None audits every segment. ``mode``: the protocol mode ("segments" or
+    "mpc3"); None takes ``protocol_params``' mode, else segments. In mpc3 the segment measures do not
+    run and the policy's limits on them are moot (listed in ``decision.not_applicable``).
     """
     pol = policy if isinstance(policy, AuditPolicy) else AuditPolicy.from_mapping(policy)
+    try:
+        run_mode = mode_of(protocol_params, mode)
+    except ModeError as exc:
+        raise GateError(str(exc)) from None
     parties = _parties(protocol_params)
     if self_index is None and hasattr(protocol_params, "parties"):
         self_index = None  # ProtocolParameters does not say which party we are
@@ -261,7 +289,7 @@ def check_before_join(
     # measure after the insider attack).
     opts = options or AuditOptions(cvpl=pol.max_cvpl_lr is not None)
     ext: dict[str, list[str]] = {}
-    for fname, path in pol.external_dictionaries.items():
+    for fname, path in pol.external_dictionaries.items() if run_mode != MPC3 else ():
         ext[fname] = load_value_list(path)
     opts = AuditOptions(
         **{
@@ -285,10 +313,16 @@ def check_before_join(
         options=opts,
         insider_limit=limit,
         progress=progress,
+        mode=run_mode,
     )
     reasons = evaluate_policy(report, pol)
     allowed = not reasons
-    report.decision = {"allowed": allowed, "reasons": reasons, "policy": pol.to_dict()}
+    report.decision = {
+        "allowed": allowed,
+        "reasons": reasons,
+        "policy": pol.to_dict(),
+        "not_applicable": pol.segment_limits() if run_mode == MPC3 else [],
+    }
     if not allowed and report.suggestions:
         log.info("audit gate declined; %d suggestion(s) in the report", len(report.suggestions))
     return GateDecision(allowed=allowed, reasons=reasons, report=report)

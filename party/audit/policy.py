@@ -20,7 +20,13 @@ cvpl_tau                              the similarity threshold for max_cvpl_lr (
 conservative                          true: compare the Wilson upper bound instead of the estimate
 insider_max_targets                   records attacked (a uniform sample; default 2000, 0 = all)
 external_dictionaries                 table field -> path of a UTF-8 value list (one value per line)
+allowed_modes                         protocol modes the party joins (default: every mode)
 ====================================  =====================================================================
+
+Limits on segment measures (every key but ``max_alone_in_block``) apply to segments-mode runs only: in
+mpc3 no segment leaves the party, so they are moot there (the decision lists them as not applicable).
+``DEFAULT_POLICY`` is what the party applies when its config has no ``[audit.policy]`` table
+(party/config.py; docs/audit.md "Default policy" gives the measured reasons for its limit).
 """
 
 from __future__ import annotations
@@ -32,10 +38,17 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from party.audit.modes import MODES
 from party.errors import PprlError
 
 DEFAULT_INSIDER_TARGETS = 2000
 DEFAULT_CVPL_TAU = 0.9
+
+#: The shipped default: mpc3 runs are allowed; a segments run is declined when the insider attack
+#: re-identifies more than 5% of whole records one-to-one from a segment it would send (see
+#: docs/audit.md "Default policy"; on unhardened filters the measured rate is 1.000, so the default
+#: segments run is declined).
+DEFAULT_POLICY: Mapping[str, Any] = MappingProxyType({"max_insider_record_one_to_one": 0.05})
 
 _RATE_KEYS = (
     "max_insider_reidentification",
@@ -53,8 +66,11 @@ _OTHER_KEYS = (
     "conservative",
     "insider_max_targets",
     "external_dictionaries",
+    "allowed_modes",
 )
 KNOWN_KEYS = _RATE_KEYS + _OTHER_KEYS
+#: Limits on a measure of the segments revealed; moot in mpc3 (nothing of the filters is seen).
+_SEGMENT_RATE_KEYS = tuple(k for k in _RATE_KEYS if k != "max_alone_in_block")
 
 
 class PolicyError(PprlError, ValueError):
@@ -94,6 +110,7 @@ class AuditPolicy:
     conservative: bool = False
     insider_max_targets: int | None = DEFAULT_INSIDER_TARGETS
     external_dictionaries: Mapping[str, Path] = field(default_factory=dict)
+    allowed_modes: tuple[str, ...] = MODES
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, Any] | None, base: Path | None = None) -> AuditPolicy:
@@ -161,6 +178,19 @@ class AuditPolicy:
                         p = base / p
                     paths[str(fname)] = p
             kw["external_dictionaries"] = MappingProxyType(paths)
+        if "allowed_modes" in m:
+            raw = m["allowed_modes"]
+            if (
+                isinstance(raw, str)
+                or not isinstance(raw, list | tuple)
+                or not raw
+                or not all(isinstance(x, str) and x in MODES for x in raw)
+            ):
+                problems.append(
+                    f"allowed_modes: expected a non-empty list of modes from {', '.join(MODES)}"
+                )
+            else:
+                kw["allowed_modes"] = tuple(dict.fromkeys(raw))
         if problems:
             raise PolicyError(problems)
         return cls(**kw)
@@ -177,7 +207,16 @@ class AuditPolicy:
 
     @property
     def empty(self) -> bool:
-        return all(getattr(self, k) is None for k in _RATE_KEYS) and not self.max_insider_one_to_one
+        return (
+            all(getattr(self, k) is None for k in _RATE_KEYS)
+            and not self.max_insider_one_to_one
+            and set(self.allowed_modes) == set(MODES)
+        )
+
+    def segment_limits(self) -> list[str]:
+        """The keys of the segment-measure limits this policy sets (moot in mpc3)."""
+        out = [k for k in _SEGMENT_RATE_KEYS if getattr(self, k) is not None]
+        return [*out, "max_insider_one_to_one"] if self.max_insider_one_to_one else out
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {k: getattr(self, k) for k in _RATE_KEYS}
@@ -186,6 +225,7 @@ class AuditPolicy:
         out["conservative"] = self.conservative
         out["insider_max_targets"] = self.insider_max_targets
         out["external_dictionaries"] = {k: str(v) for k, v in self.external_dictionaries.items()}
+        out["allowed_modes"] = list(self.allowed_modes)
         return out
 
 
@@ -198,3 +238,93 @@ def load_value_list(path: Path) -> list[str]:
     except UnicodeDecodeError:
         raise PprlError(f"{path}: the dictionary file is not valid UTF-8") from None
     return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+#: ``PPRL_AUDIT_<KEY>`` overrides ``[audit.policy]`` key ``<key>`` (party/config.py applies them).
+ENV_PREFIX = "PPRL_AUDIT_"
+POLICY_ENV: Mapping[str, str] = MappingProxyType({ENV_PREFIX + k.upper(): k for k in KNOWN_KEYS})
+_TRUE = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _env_pairs(var: str, value: str, problems: list[str]) -> dict[str, str] | None:
+    """``a=x,b=y`` -> {"a": "x", "b": "y"}; a problem naming ``var`` when malformed."""
+    out: dict[str, str] = {}
+    for item in value.split(","):
+        name, sep, val = item.partition("=")
+        if not sep or not name.strip() or not val.strip():
+            problems.append(f"{var}: expected FIELD=VALUE pairs separated by commas")
+            return None
+        out[name.strip()] = val.strip()
+    return out
+
+
+def _env_number(var: str, value: str, problems: list[str]) -> float | None:
+    try:
+        return float(value)
+    except ValueError:
+        problems.append(f"{var}: expected a number")
+        return None
+
+
+def _env_value(var: str, key: str, value: str, cwd: Path, problems: list[str]) -> Any:
+    """The policy value ``key`` parsed from environment text (None after a problem)."""
+    if key == "conservative":
+        flag = _TRUE.get(value.strip().lower())
+        if flag is None:
+            problems.append(f"{var}: expected true or false")
+        return flag
+    if key == "insider_max_targets":
+        try:
+            return int(value)
+        except ValueError:
+            problems.append(f"{var}: expected a whole number")
+            return None
+    if key == "allowed_modes":
+        return [m.strip() for m in value.split(",") if m.strip()]
+    if key == "external_dictionaries":
+        pairs = _env_pairs(var, value, problems)
+        return None if pairs is None else {f: str(cwd / Path(p)) for f, p in pairs.items()}
+    if key == "max_insider_one_to_one" and "=" in value:
+        pairs = _env_pairs(var, value, problems)
+        if pairs is None:
+            return None
+        per = {f: _env_number(f"{var} ({f})", v, problems) for f, v in pairs.items()}
+        return None if None in per.values() else per
+    return _env_number(var, value, problems)
+
+
+def configured_policy(
+    table: Mapping[str, Any] | None,
+    use_default: bool,
+    env: Mapping[str, str],
+    cwd: Path,
+    problems: list[str],
+) -> tuple[dict[str, Any] | None, str]:
+    """The policy mapping a party config asks for, and where it came from.
+
+    ``table`` is the config's ``[audit.policy]`` (None: absent). Without a table the party applies
+    ``DEFAULT_POLICY``, unless ``use_default`` is false (``[audit] default_policy = false``: no policy,
+    every run allowed). ``PPRL_AUDIT_<KEY>`` variables in ``env`` then set or (empty string) clear
+    single keys; relative dictionary paths from the environment are relative to ``cwd``. Problems
+    (naming the variable) are appended to ``problems``; the mapping is not validated here.
+    """
+    if table is not None:
+        policy: dict[str, Any] | None = dict(table)
+        origin = "[audit.policy]"
+    elif use_default:
+        policy, origin = dict(DEFAULT_POLICY), "default policy"
+    else:
+        policy, origin = None, "none ([audit] default_policy = false)"
+    overridden = sorted(var for var in POLICY_ENV if var in env)
+    for var in overridden:
+        key = POLICY_ENV[var]
+        policy = {} if policy is None else policy
+        if env[var] == "":
+            policy.pop(key, None)
+            continue
+        value = _env_value(var, key, env[var], cwd, problems)
+        if value is not None:
+            policy[key] = value
+    if overridden:
+        origin += " with " + ", ".join(overridden)
+    return policy, origin

@@ -2,18 +2,24 @@
 
 JSON format (``AuditReport.to_dict``; counts and rates only, never values, filters or segments)::
 
-    {"format": "pprl-audit-report", "version": 1,
-     "meta": {records, parties, self_index, receiving_segments, filter_bits, output_bits, hardening,
-              schema_digest, fields, blocking_keys, seconds: {measure: s}, notes: [...]},
+    {"format": "pprl-audit-report", "version": 2,
+     "meta": {mode,                       # protocol mode: "segments" or "mpc3" (party.audit.modes)
+              revealed: [str, ...],       # what the party reveals in this mode, and to whom
+              not_run: {measure: reason}, # measures that do not apply to the mode (mpc3: segments,
+                                          #   frequency, sensitivity, insider, cvpl)
+              records, parties, self_index, receiving_segments ([] in mpc3), filter_bits,
+              output_bits, hardening, schema_digest, fields, blocking_keys, seconds: {measure: s},
+              notes: [...]},
      "uniqueness": {...} | null,          # uniqueness.UniquenessResult.to_dict over the schema fields
      "blocking": {...},                    # revealed.BlockingReveal.to_dict
-     "segments": {...},                    # revealed.SegmentReveal.to_dict
+     "segments": {...} | null,             # revealed.SegmentReveal.to_dict (null in mpc3)
      "sensitivity": [{...} per segment],   # sensitivity.SegmentSensitivity.to_dict
      "frequency": {"full_filter": {...}, "segment_0": {...}, ...},   # frequency.FrequencyRisk
      "insider": {...} | null,              # insider.InsiderResult.to_dict
      "cvpl": [{setting, segment, blocking_key, taus, linkage_rate: [...], top1_precision: [...]}] | null,
      "suggestions": [str, ...],
-     "decision": {"allowed": bool, "reasons": [str, ...], "policy": {...}} | null}
+     "decision": {"allowed": bool, "reasons": [str, ...], "policy": {...},
+                  "not_applicable": [policy key, ...]} | null}   # limits the mode makes moot
 
 Every rate is ``{"value", "count", "total", "ci95": [low, high]}`` (``party.audit.stats.Rate``).
 """
@@ -30,13 +36,14 @@ import numpy as np
 from party.audit import htmlreport
 from party.audit.frequency import FrequencyRisk
 from party.audit.insider import InsiderResult
+from party.audit.modes import DEFAULT_MODE
 from party.audit.revealed import BlockingReveal, SegmentReveal
 from party.audit.sensitivity import BitSensitivity, SegmentSensitivity
 from party.audit.stats import Rate
 from party.audit.uniqueness import UniquenessResult
 
 REPORT_FORMAT = "pprl-audit-report"
-REPORT_VERSION = 1
+REPORT_VERSION = 2
 
 
 @dataclass
@@ -76,7 +83,7 @@ class AuditReport:
 
     meta: dict[str, Any]
     blocking: BlockingReveal
-    segments: SegmentReveal
+    segments: SegmentReveal | None  # None in mpc3: no segment is revealed
     uniqueness: UniquenessResult | None = None
     bit_sensitivity: BitSensitivity | None = None
     sensitivity: tuple[SegmentSensitivity, ...] = ()
@@ -88,7 +95,12 @@ class AuditReport:
 
     @property
     def receiving_segments(self) -> list[int]:
-        return list(self.meta.get("receiving_segments", range(self.segments.parties)))
+        default = range(self.segments.parties) if self.segments is not None else ()
+        return list(self.meta.get("receiving_segments", default))
+
+    @property
+    def mode(self) -> str:
+        return str(self.meta.get("mode", DEFAULT_MODE))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -97,7 +109,7 @@ class AuditReport:
             "meta": self.meta,
             "uniqueness": self.uniqueness.to_dict() if self.uniqueness else None,
             "blocking": self.blocking.to_dict(),
-            "segments": self.segments.to_dict(),
+            "segments": self.segments.to_dict() if self.segments is not None else None,
             "sensitivity": [s.to_dict() for s in self.sensitivity],
             "frequency": {k: v.to_dict() for k, v in self.frequency.items()},
             "insider": self.insider.to_dict() if self.insider else None,
@@ -112,12 +124,12 @@ class AuditReport:
     # ------------------------------------------------------------------ summary
     def summary_rows(self) -> list[tuple[str, str]]:
         """(measure, value) pairs for the short printed summary."""
-        rows: list[tuple[str, str]] = []
+        rows: list[tuple[str, str]] = [("protocol mode", self.mode)]
         recv = self.receiving_segments
         if self.uniqueness:
             rows.append(("records alone over the schema fields", str(self.uniqueness.alone)))
         rows.append(("records alone in some block", str(self.blocking.alone_in_some_block)))
-        seg_alone = [self.segments.segments[j].alone for j in recv]
+        seg_alone = [self.segments.segments[j].alone for j in recv if self.segments is not None]
         if seg_alone:
             worst = max(seg_alone, key=lambda r: r.value)
             rows.append(("unique segment pattern (worst segment)", str(worst)))
@@ -136,6 +148,8 @@ class AuditReport:
             if segs:
                 worst_r = max((s.record.one_to_one for s in segs), key=lambda r: r.value)
                 rows.append(("insider one-to-one: whole record", str(worst_r)))
+        if "insider" in self.not_run:
+            rows.append(("insider segment attack", f"not run (mode {self.mode}: no segments sent)"))
         if self.cvpl:
             best = max(self.cvpl, key=lambda c: c.linkage_rate[-1].value)
             rows.append(
@@ -157,6 +171,7 @@ class AuditReport:
             + htmlreport.table_html(
                 ["parameter", "value"],
                 [
+                    ("protocol mode", self.mode),
                     ("records", m.get("records")),
                     ("parties (P)", m.get("parties")),
                     ("this party's index", m.get("self_index")),
@@ -175,6 +190,7 @@ class AuditReport:
                 f'<h2>Decision: <span class="{cls}">{"ALLOWED" if ok else "DECLINED"}</span></h2>'
                 + (f"<ul>{reasons}</ul>" if reasons else "")
             )
+        sections.append(self._revealed_html())
         if self.suggestions:
             items = "".join(f"<li>{html.escape(s)}</li>" for s in self.suggestions)
             sections.append(f"<h2>What would pass</h2><ul>{items}</ul>")
@@ -184,7 +200,8 @@ class AuditReport:
         if self.uniqueness:
             sections.append(self._uniqueness_html())
         sections.append(self._blocking_html())
-        sections.append(self._segments_html())
+        if self.segments is not None:
+            sections.append(self._segments_html())
         if self.sensitivity:
             sections.append(self._sensitivity_html())
         if self.frequency:
@@ -209,6 +226,18 @@ class AuditReport:
                 )
             )
         return htmlreport.page_html("PPRL self-audit", sections)
+
+    @property
+    def not_run(self) -> dict[str, str]:
+        return dict(self.meta.get("not_run") or {})
+
+    def _revealed_html(self) -> str:
+        items = "".join(f"<li>{html.escape(s)}</li>" for s in self.meta.get("revealed") or [])
+        out = f"<h2>What this run reveals (mode {html.escape(self.mode)})</h2><ul>{items}</ul>"
+        if self.not_run:
+            skipped = "".join(f"<li>{html.escape(r)}</li>" for r in self.not_run.values())
+            out += f"<h3>Measures not run</h3><ul>{skipped}</ul>"
+        return out
 
     def _uniqueness_html(self) -> str:
         u = self.uniqueness
@@ -274,6 +303,7 @@ class AuditReport:
 
     def _segments_html(self) -> str:
         s = self.segments
+        assert s is not None
         rows = [
             (f"segment {j}", s.segment_bits, u.groups, str(u.alone), str(u.below_k))
             for j, u in enumerate(s.segments)

@@ -2,8 +2,9 @@
 
 Inputs: the party's plaintext rows (optional: without them only the plaintext-free measures run), the
 EncodedRecords it would reveal (filters after its hardening, blocking digests), the Encoder (the
-attacker's view: q-grams, atom filters, deterministic hardening) and the number of parties. Outputs an
-AuditReport. Suggestions ("what would pass") come from re-running the insider attack on a small sample
+attacker's view: q-grams, atom filters, deterministic hardening), the number of parties and the
+protocol mode (party.audit.modes: in mpc3 no segment leaves the party, so only the blocking and
+plaintext measures run and the report says why the others did not). Outputs an AuditReport. Suggestions ("what would pass") come from re-running the insider attack on a small sample
 with more parties or with simulated hardening of the same unhardened filters (the unhardened filters
 are rebuilt from the encoder's per-value atom filters, so no secret is needed here).
 """
@@ -30,6 +31,7 @@ from party.audit.insider import (
     sample_targets,
     unhardened_from_dictionaries,
 )
+from party.audit.modes import DEFAULT_MODE, MPC3, check_mode, not_run, revealed_statement
 from party.audit.report import AuditReport, CvplRow
 from party.audit.revealed import blocking_reveal, segment_reveal
 from party.audit.sensitivity import bit_sensitivity, per_segment
@@ -122,13 +124,17 @@ def run_audit(
     options: AuditOptions | None = None,
     insider_limit: float | None = None,
     progress: Callable[[str], None] | None = None,
+    mode: str = DEFAULT_MODE,
 ) -> AuditReport:
-    """Every audit measure on ``records`` (EncodedRecords) with ``parties`` parties.
+    """Every audit measure of ``mode`` on ``records`` (EncodedRecords) with ``parties`` parties.
 
-    ``rows[i]`` must be the plaintext of ``records`` row i (see gate.aligned_rows). Segment j goes to
-    party j; with ``self_index`` the party's own segment is left out of the worst-case figures.
+    ``rows[i]`` must be the plaintext of ``records`` row i (see gate.aligned_rows). In segments mode
+    segment j goes to party j; with ``self_index`` the party's own segment is left out of the
+    worst-case figures. In mpc3 mode no segment is sent: only the blocking digests and the plaintext
+    uniqueness are measured, and ``meta.not_run`` says why the segment measures were not.
     ``insider_limit`` (the policy's) guides the suggestions.
     """
+    mode = check_mode(mode)
     opts = options or AuditOptions()
     say = progress or (lambda _msg: None)
     seconds: dict[str, float] = {}
@@ -138,9 +144,12 @@ def run_audit(
     n = filters.shape[0]
     if rows is not None and len(rows) != n:
         raise PprlError(f"audit: {len(rows)} plaintext rows for {n} encoded records")
-    receiving = [j for j in range(parties) if j != self_index]
+    receiving = [] if mode == MPC3 else [j for j in range(parties) if j != self_index]
     fields = _fields(schema)
     meta: dict[str, Any] = {
+        "mode": mode,
+        "revealed": revealed_statement(mode, parties, self_index),
+        "not_run": not_run(mode),
         "records": n,
         "parties": parties,
         "self_index": self_index,
@@ -167,6 +176,9 @@ def run_audit(
         return value
 
     blocking = timed("blocking", lambda: blocking_reveal(records.block_digests, k=opts.k))
+    if mode == MPC3:
+        report = AuditReport(meta=meta, blocking=blocking, segments=None)
+        return _mpc3_audit(report, records, schema, rows, opts, timed)
     segs = timed("segments", lambda: segment_reveal(filters, out_bits, parties, k=opts.k))
     report = AuditReport(meta=meta, blocking=blocking, segments=segs)
     hmap: HardeningMap = timed(
@@ -192,8 +204,7 @@ def run_audit(
             "observable positions are unset than the 99% binomial quantile of BLIP flips."
         )
     if opts.suggestions:
-        names = [getattr(bk, "name", f"key {j}") for j, bk in enumerate(schema.blocking)]
-        report.suggestions.extend(blocking_suggestions(report, records.block_digests, names))
+        report.suggestions.extend(_blocking_suggestions(report, records, schema))
     if rows is None:
         notes.append(
             "No plaintext rows were given: uniqueness, bit sensitivity, frequency and insider measures "
@@ -201,12 +212,7 @@ def run_audit(
         )
         return report
 
-    report.uniqueness = timed(
-        "uniqueness",
-        lambda: uniqueness(
-            {f: [r.get(f, "") for r in rows] for f in fields}, fields, k=opts.k, greedy=True
-        ),
-    )
+    report.uniqueness = timed("uniqueness", lambda: _field_uniqueness(rows, fields, opts.k))
     plain = factorize([tuple(r.get(f, "") for f in fields) for r in rows])
 
     def freq() -> dict[str, Any]:
@@ -282,6 +288,37 @@ def run_audit(
                 dicts,
             ),
         )
+    return report
+
+
+def _field_uniqueness(rows: Sequence[Mapping[str, str]], fields: Sequence[str], k: int) -> Any:
+    return uniqueness({f: [r.get(f, "") for r in rows] for f in fields}, fields, k=k, greedy=True)
+
+
+def _blocking_suggestions(report: AuditReport, records: Any, schema: Any) -> list[str]:
+    names = [getattr(bk, "name", f"key {j}") for j, bk in enumerate(schema.blocking)]
+    return blocking_suggestions(report, records.block_digests, names)
+
+
+def _mpc3_audit(
+    report: AuditReport,
+    records: Any,
+    schema: Any,
+    rows: Sequence[Mapping[str, str]] | None,
+    opts: AuditOptions,
+    timed: Callable[[str, Callable[[], Any]], Any],
+) -> AuditReport:
+    """The rest of an mpc3 audit: what leaves the party in the clear is its blocking digests."""
+    report.meta["notes"].append(
+        "Mode mpc3: filters leave this party only as secret shares, so the segment measures "
+        "(segment uniqueness, frequency, bit sensitivity, insider attack, CVPL) were not run; see "
+        "not_run."
+    )
+    if opts.suggestions:
+        report.suggestions.extend(_blocking_suggestions(report, records, schema))
+    if rows is not None:
+        fields = _fields(schema)
+        report.uniqueness = timed("uniqueness", lambda: _field_uniqueness(rows, fields, opts.k))
     return report
 
 

@@ -164,7 +164,9 @@ class Cluster:
                 "[timeouts]\n"
                 f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\n"
                 "[trust]\n"
-                f"peers = {json.dumps([p for p in self.parties if p != name])}\n",
+                f"peers = {json.dumps([p for p in self.parties if p != name])}\n"
+                # a harness, not a deployment: no audit gate unless a test sets [audit.policy]
+                "[audit]\ndefault_policy = false\n",
                 encoding="utf-8",
             )
             self.nodes[name] = Node(

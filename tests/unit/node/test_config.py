@@ -26,7 +26,7 @@ key = "a.key"
 [timeouts]
 stage = 12
 [audit.policy]
-max_share_alone_in_block = 0.1
+max_alone_in_block = 0.1
 """
 
 
@@ -44,7 +44,7 @@ def test_loads_and_resolves_paths_relative_to_the_file(folder: pathlib.Path) -> 
     assert cfg.name == "party-a" and cfg.listen == "127.0.0.1:0"
     assert cfg.data_csv == folder / "a.csv" and cfg.results_dir == folder / "results"
     assert cfg.tls.complete and cfg.timeouts.stage == 12.0 and cfg.timeouts.rpc == 30.0
-    assert dict(cfg.audit_policy or {}) == {"max_share_alone_in_block": 0.1}
+    assert dict(cfg.audit_policy or {}) == {"max_alone_in_block": 0.1}
     assert cfg.read_secret() == bytes.fromhex(SECRET_HEX)
     assert SECRET_HEX[:16] not in repr(cfg)
 
