@@ -5,6 +5,7 @@ absolute times are noisy): the audit against encoding the same records, and the 
 against a plain-Python Counter over the same table.
 
     .venv/bin/python scripts/bench_audit.py [--records 100000] [--parties 4] [--uniq-rows 1000000]
+    .venv/bin/python scripts/bench_audit.py --policy-rates   # evidence for the default policy
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import json
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,76 @@ def published(records: int, targets: int) -> None:
         print(f"  CLK names, {label:18s} segment 25%: {run(names, 4, hd, aware)}")
 
 
+def policy_rates(records: int, party_counts: Sequence[int]) -> None:
+    """Whole-record insider re-identification per hardening and P, and the default policy's verdict.
+
+    The evidence for DEFAULT_POLICY (docs/audit.md "Default policy"): every record of a generated
+    party is attacked (no sample), with the example schema and the hardening varied.
+    """
+    from party.audit.policy import DEFAULT_POLICY
+
+    rows = list(generate(2, records, corruption=0.2, seed=1).tables[0].rows())
+    base = json.loads((ROOT / "examples" / "schema.json").read_text())
+    settings: list[tuple[str, dict[str, object]]] = [
+        ("none", {}),
+        ("balance", {"balance": True}),
+        ("BLIP f=0.02", {"blip": {"flipProbability": 0.02}}),
+        ("BLIP f=0.05", {"blip": {"flipProbability": 0.05}}),
+        ("BLIP f=0.1", {"blip": {"flipProbability": 0.1}}),
+        ("XOR-fold", {"xorFold": True}),
+    ]
+    limit = DEFAULT_POLICY["max_insider_record_one_to_one"]
+    print(
+        f"insider attack on all of {len(rows)} generated records, example schema, worst segment a "
+        f"co-party receives; default policy: whole record one-to-one <= {limit}"
+    )
+    print(
+        f"{'hardening':12s} {'P':>2s} {'record 1-1':>10s} {'worst field 1-1':>16s}  segments  mpc3"
+    )
+    policy = {**DEFAULT_POLICY, "insider_max_targets": 0}
+    opts = AuditOptions(cvpl=False, suggestions=False)
+    for label, hd in settings:
+        for parties in party_counts:
+            obj = {
+                **base,
+                "l": 1024 - 1024 % (2 * parties),
+                "hardening": {"xorFold": False, "balance": False, "blip": None, **hd},
+            }
+            schema = parse_schema(obj)
+            enc = Encoder(
+                schema, b"bench-audit-secret-0123456789abcdef", blip_rng=np.random.default_rng(0)
+            )
+            encoded = enc.encode_rows(rows, id_column="rec_id")
+            by_id = {r["rec_id"]: r for r in rows}
+            aligned = [by_id[i] for i in encoded.record_ids]
+            seg = check_before_join(
+                encoded, enc, schema, parties, policy, rows=aligned, self_index=0, options=opts
+            )
+            mpc = check_before_join(
+                encoded,
+                enc,
+                schema,
+                parties,
+                policy,
+                rows=aligned,
+                self_index=0,
+                options=opts,
+                mode="mpc3",
+            )
+            ins = seg.report.insider if seg.report else None
+            assert ins is not None
+            recv = [s for s in ins.segments if s.segment != 0]
+            record = max((s.record.one_to_one for s in recv), key=lambda r: r.value)
+            field = max(
+                (o.one_to_one for s in recv for o in s.fields.values()), key=lambda r: r.value
+            )
+            print(
+                f"{label:12s} {parties:2d} {record.value:10.3f} {field.value:16.3f}  "
+                f"{'allowed' if seg.allowed else 'DECLINED':8s}  "
+                f"{'allowed' if mpc.allowed else 'DECLINED'}"
+            )
+
+
 def bench_uniqueness(n: int, columns: int) -> None:
     rng = np.random.default_rng(0)
     cards = [2, 100, 12, 31, 50, 1000, 5, 8, 3000, 20, 7, 400, 60][:columns]
@@ -172,7 +243,15 @@ def main() -> int:
     ap.add_argument(
         "--published", action="store_true", help="only reproduce the published insider results"
     )
+    ap.add_argument(
+        "--policy-rates",
+        action="store_true",
+        help="only the whole-record insider rates behind the default policy (2,000 records)",
+    )
     args = ap.parse_args()
+    if args.policy_rates:
+        policy_rates(2000, (3, 4, 7))
+        return 0
     if args.published:
         published(5000, 2000)
         return 0
