@@ -136,10 +136,11 @@ def published(records: int, targets: int) -> None:
 
 
 def policy_rates(records: int, party_counts: Sequence[int]) -> None:
-    """Whole-record insider re-identification per hardening and P, and the default policy's verdict.
+    """Whole-record insider re-identification and CVPL per hardening and P; the default's verdict.
 
     The evidence for DEFAULT_POLICY (docs/audit.md "Default policy"): every record of a generated
-    party is attacked (no sample), with the example schema and the hardening varied.
+    party is attacked (no sample), with the example schema and the hardening varied; CVPL-LR at
+    tau = 0.9 on every revealed record, worst receiving segment and blocking key.
     """
     from party.audit.policy import DEFAULT_POLICY
 
@@ -153,16 +154,17 @@ def policy_rates(records: int, party_counts: Sequence[int]) -> None:
         ("BLIP f=0.1", {"blip": {"flipProbability": 0.1}}),
         ("XOR-fold", {"xorFold": True}),
     ]
-    limit = DEFAULT_POLICY["max_insider_record_one_to_one"]
     print(
         f"insider attack on all of {len(rows)} generated records, example schema, worst segment a "
-        f"co-party receives; default policy: whole record one-to-one <= {limit}"
+        f"co-party receives; default policy: {dict(DEFAULT_POLICY)}"
     )
     print(
-        f"{'hardening':12s} {'P':>2s} {'record 1-1':>10s} {'worst field 1-1':>16s}  segments  mpc3"
+        f"{'hardening':12s} {'P':>2s} {'record 1-1':>10s} {'worst field 1-1':>16s} "
+        f"{'CVPL-LR@0.9':>11s}  segments  mpc3"
     )
     policy = {**DEFAULT_POLICY, "insider_max_targets": 0}
-    opts = AuditOptions(cvpl=False, suggestions=False)
+    opts = AuditOptions(cvpl=True, cvpl_max_sources=records, suggestions=False)
+    by_id = {r["rec_id"]: r for r in rows}
     for label, hd in settings:
         for parties in party_counts:
             obj = {
@@ -175,33 +177,34 @@ def policy_rates(records: int, party_counts: Sequence[int]) -> None:
                 schema, b"bench-audit-secret-0123456789abcdef", blip_rng=np.random.default_rng(0)
             )
             encoded = enc.encode_rows(rows, id_column="rec_id")
-            by_id = {r["rec_id"]: r for r in rows}
             aligned = [by_id[i] for i in encoded.record_ids]
-            seg = check_before_join(
-                encoded, enc, schema, parties, policy, rows=aligned, self_index=0, options=opts
-            )
-            mpc = check_before_join(
-                encoded,
-                enc,
-                schema,
-                parties,
-                policy,
-                rows=aligned,
-                self_index=0,
-                options=opts,
-                mode="mpc3",
-            )
-            ins = seg.report.insider if seg.report else None
-            assert ins is not None
-            recv = [s for s in ins.segments if s.segment != 0]
-            record = max((s.record.one_to_one for s in recv), key=lambda r: r.value)
-            field = max(
-                (o.one_to_one for s in recv for o in s.fields.values()), key=lambda r: r.value
+            verdicts = []
+            for mode in ("segments", "mpc3"):
+                decision = check_before_join(
+                    encoded,
+                    enc,
+                    schema,
+                    parties,
+                    policy,
+                    rows=aligned,
+                    self_index=0,
+                    options=opts,
+                    mode=mode,
+                )
+                verdicts.append("allowed" if decision.allowed else "DECLINED")
+                if mode == "segments":
+                    report = decision.report
+            assert report is not None and report.insider is not None
+            recv = [s for s in report.insider.segments if s.segment != 0]
+            record = max(s.record.one_to_one.value for s in recv)
+            field = max(o.one_to_one.value for s in recv for o in s.fields.values())
+            lr = max(
+                (r.value for c in report.cvpl or [] if (r := c.rate_at(0.9)) is not None),
+                default=float("nan"),
             )
             print(
-                f"{label:12s} {parties:2d} {record.value:10.3f} {field.value:16.3f}  "
-                f"{'allowed' if seg.allowed else 'DECLINED':8s}  "
-                f"{'allowed' if mpc.allowed else 'DECLINED'}"
+                f"{label:12s} {parties:2d} {record:10.3f} {field:16.3f} {lr:11.3f}  "
+                f"{verdicts[0]:8s}  {verdicts[1]}"
             )
 
 

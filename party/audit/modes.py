@@ -80,13 +80,16 @@ def revealed_statement(mode: str, parties: int, self_index: int | None) -> list[
     if mode == MPC3:
         return [
             "Blocking-key digests (keyed HMAC) of every record, to the co-parties and to the three "
-            "compute parties: they learn which pseudonymous records share blocks (block structure).",
+            "compute parties: they learn which pseudonymous records share blocks (block structure), "
+            "and a party holding the linkage secret can digest candidate values and so learn a "
+            "record's blocking-key values (e.g. a Soundex code).",
             "Filters and 1-bit counts of records in common blocks leave this party only as "
             "replicated secret shares to the three compute parties; one compute party's view is "
             "uniformly random. Two colluding compute parties could reconstruct every input.",
-            "Output: the match bit of every candidate set (to the compute parties) and, for "
-            "matched sets only, their Dice similarity (to the compute parties and the data "
-            "parties). No counts and no Dice of non-matching sets are opened.",
+            "Output: the match bit of every candidate set (to the compute parties); for matched sets "
+            "only, their common 1-bit count and total 1-bit count, hence their Dice (to the compute "
+            "parties), and their Dice with a linkage id (to the data parties in the set). No counts "
+            "and no Dice of non-matching sets are opened.",
             "The coordinator learns the number of records of each party, as in segments mode, and "
             "nothing else new.",
         ]

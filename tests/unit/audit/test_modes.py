@@ -91,7 +91,8 @@ def test_mpc3_report_states_what_is_revealed_and_skips_the_segment_measures(
         "three compute parties",
         "block structure",
         "match bit of every candidate set",
-        "for matched sets only, their Dice",
+        "for matched sets only, their common 1-bit count and total 1-bit count",
+        "No counts and no Dice of non-matching sets are opened",
         "Two colluding compute parties could reconstruct every input",
     ):
         assert phrase in said, phrase
