@@ -179,7 +179,7 @@ def test_audit_command_takes_the_mode_from_the_parameters_and_the_flag(
     cols = list(rows[0])
     lines = [",".join(cols)] + [",".join(r[c] for c in cols) for r in rows]
     (tmp_path / "party.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    (tmp_path / "secret.key").write_bytes(b"0123456789abcdef0123456789abcdef")
+    (tmp_path / "secret.key").write_bytes(bytes(range(100, 132)))
     params = json.loads((ROOT / "examples" / "parameters.json").read_text(encoding="utf-8"))
     (tmp_path / "segments.json").write_text(json.dumps(params))
     (tmp_path / "mpc3.json").write_text(json.dumps({**params, "mode": "mpc3"}))
