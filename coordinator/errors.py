@@ -10,6 +10,8 @@ import logging
 
 import grpc
 
+from proto.transport import UndecodableMessage, bounded_details
+
 log = logging.getLogger(__name__)
 
 
@@ -58,10 +60,12 @@ class Unauthenticated(CoordinatorError):
 def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     if isinstance(exc, CoordinatorError):
         return exc.code, str(exc)
+    if isinstance(exc, UndecodableMessage):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     log.exception("internal error while serving a request")
     return grpc.StatusCode.INTERNAL, "internal error (see the coordinator's log)"
 
 
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     code, message = status_for(exc)
-    await context.abort(code, message)
+    await context.abort(code, bounded_details(message))

@@ -11,12 +11,13 @@ import grpc
 from coordinator.config import CoordinatorConfig
 from coordinator.service import CoordinatorService
 from coordinator.store import Store
-from proto import coordinator_pb2, coordinator_pb2_grpc
+from proto import coordinator_pb2
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
     Security,
     add_health_and_reflection,
+    add_service,
     bind,
     set_serving,
     stop_on_signals,
@@ -38,7 +39,9 @@ async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float 
     store = Store(config.state_db)
     service = CoordinatorService(config, security, store)
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    coordinator_pb2_grpc.add_CoordinatorServicer_to_server(service, server)
+    add_service(
+        server, service, coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"], insecure
+    )
     health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
     port = bind(server, config.listen, security)
     await server.start()

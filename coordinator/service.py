@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -40,7 +41,7 @@ from proto import (
     party_pb2,
     party_pb2_grpc,
 )
-from proto.transport import Security, caller_identity
+from proto.transport import Security, address_problem, caller_identity
 
 log = logging.getLogger(__name__)
 S = common_pb2.Stage
@@ -53,6 +54,17 @@ EXEC_ORDER: dict[int, int] = {
     S.STAGE_SUMMING: 3,
     S.STAGE_DONE: 4,
 }
+
+
+NODE_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+RUN_ID_RE = re.compile(r"[0-9a-f]{32}")
+MAX_RUN_TIMEOUT = 7 * 24 * 3600.0  # a week; also refuses inf and NaN
+
+
+def check_run_id(run_id: str) -> None:
+    """InvalidArgument (without echoing it) unless ``run_id`` is 32 lower-case hex characters."""
+    if not RUN_ID_RE.fullmatch(run_id):
+        raise InvalidArgument("run_id must be 32 lower-case hex characters")
 
 
 def stage_name(stage: int) -> str:
@@ -167,16 +179,16 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     ) -> coordinator_pb2.RegisterPartyResponse:  # noqa: N802
         try:
             who = self.identity(context)
-            if not request.name:
-                raise InvalidArgument("name is required")
+            if not NODE_NAME_RE.fullmatch(request.name):
+                raise InvalidArgument("name must be a node name (a-z, 0-9 and '-', at most 63)")
             if request.name != who:
-                raise Forbidden(f"caller {who!r} may not register as {request.name!r}")
+                raise Forbidden(f"caller {who!r} may not register as {request.name}")
             allowed = self.config.allowed_parties
             if allowed is not None and who not in allowed:
                 raise Forbidden(f"{who!r} is not an allowed party of this coordinator")
-            host, sep, port = request.address.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise InvalidArgument("address must be host:port")
+            problem = address_problem(request.address)
+            if problem is not None:
+                raise InvalidArgument(f"address: {problem}")
             self.store.register(request.name, request.address, who)
             log.info("party %s registered at %s", request.name, request.address)
             return coordinator_pb2.RegisterPartyResponse()
@@ -209,9 +221,10 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     ) -> coordinator_pb2.GetRunResponse:  # noqa: N802
         try:
             self.require_operator(context)
+            check_run_id(request.run_id)
             status = self.store.status(request.run_id)
             if status is None:
-                raise NotFound(f"unknown run {request.run_id!r}")
+                raise NotFound(f"unknown run {request.run_id}")
             return coordinator_pb2.GetRunResponse(status=status)
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
@@ -222,8 +235,9 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
     ) -> AsyncIterator[coordinator_pb2.WatchRunResponse]:  # noqa: N802
         try:
             self.require_operator(context)
+            check_run_id(request.run_id)
             if not self.store.run_exists(request.run_id):
-                raise NotFound(f"unknown run {request.run_id!r}")
+                raise NotFound(f"unknown run {request.run_id}")
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
             return
@@ -263,8 +277,10 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 raise FailedPrecondition(
                     f"parties not registered with the coordinator: {', '.join(missing)}"
                 )
-            if request.timeout_seconds < 0:
-                raise InvalidArgument("timeout_seconds must not be negative")
+            if not 0 <= request.timeout_seconds <= MAX_RUN_TIMEOUT:
+                raise InvalidArgument(
+                    f"timeout_seconds must be between 0 and {MAX_RUN_TIMEOUT:g} (0: the default)"
+                )
             timeout = request.timeout_seconds or self.config.timeouts.run
             run_id = uuid.uuid4().hex
             directory = {p: registry[p].address for p in params.parties}

@@ -23,6 +23,7 @@ import hashlib
 import json
 import math
 import pathlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,34 @@ _KNOWN_KEYS = {
     "one_to_one",
     "max_block_size",
 }
+
+
+NODE_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
+MAX_JSON_DEPTH = 32
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _NonFinite(name)
+
+
+def _depth_exceeds(obj: Any, limit: int) -> bool:
+    """True when ``obj`` (parsed JSON) nests lists/objects deeper than ``limit`` (iterative)."""
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = (
+            item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        )
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 class ParametersFormatError(ValueError):
@@ -70,8 +99,10 @@ def parameters_from_mapping(
     if version != PARAMETERS_VERSION:
         problems.append(f"version must be {PARAMETERS_VERSION}, got {version!r}")
     parties = obj.get("parties")
-    if not isinstance(parties, list) or not all(isinstance(p, str) and p for p in parties):
-        problems.append("parties must be a list of non-empty names")
+    if not isinstance(parties, list) or not all(
+        isinstance(p, str) and NODE_NAME_RE.fullmatch(p) for p in parties
+    ):
+        problems.append("parties must be a list of node names (a-z, 0-9 and '-', at most 63)")
         parties = []
     elif len(parties) < 2:
         problems.append("parties must name at least 2 parties")
@@ -141,13 +172,34 @@ def load_parameters(path: str | pathlib.Path) -> common_pb2.LinkageParameters:
 
 
 def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any]:
-    """The canonical object of a parameters message (schema parsed). Raises ParametersFormatError."""
+    """The canonical object of a parameters message (schema parsed). Raises ParametersFormatError.
+
+    Refuses, with messages that never echo the input, what has no canonical form or could exhaust
+    the receiver: NaN or infinite thresholds, NaN/Infinity in the schema JSON, JSON nested deeper
+    than MAX_JSON_DEPTH, and party names that are not node names.
+    """
+    source = "<parameters>"
     try:
-        schema = json.loads(params.schema_json)
+        schema = json.loads(params.schema_json, parse_constant=_refuse_constant)
     except json.JSONDecodeError as exc:
+        raise ParametersFormatError(source, [f"schema_json is not JSON: {exc.msg}"]) from None
+    except (RecursionError, _NonFinite):
         raise ParametersFormatError(
-            "<parameters>", [f"schema_json is not JSON: {exc.msg}"]
+            source, ["schema_json is nested too deeply or holds NaN/Infinity"]
         ) from None
+    if _depth_exceeds(schema, MAX_JSON_DEPTH):
+        raise ParametersFormatError(
+            source, [f"schema_json is nested deeper than {MAX_JSON_DEPTH} levels"]
+        )
+    problems = [
+        f"{key} must be a finite number"
+        for key in ("match_threshold", "segment_threshold")
+        if not math.isfinite(getattr(params, key))
+    ]
+    if not all(NODE_NAME_RE.fullmatch(p) for p in params.parties):
+        problems.append("parties must be node names (a-z, 0-9 and '-', at most 63)")
+    if problems:
+        raise ParametersFormatError(source, problems)
     return {
         "version": params.version,
         "parties": list(params.parties),

@@ -21,16 +21,22 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import ipaddress
 import json
 import logging
 import pathlib
+import re
 import signal
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from cryptography import x509
 from cryptography.x509.oid import NameOID
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
@@ -191,6 +197,120 @@ def certificate_identity(pem: bytes) -> str | None:
     return names[0].value
 
 
+MAX_DETAILS_CHARS = 1024
+
+
+def bounded_details(message: str) -> str:
+    """A status message cut to MAX_DETAILS_CHARS, so nothing unbounded reaches status metadata."""
+    if len(message) <= MAX_DETAILS_CHARS:
+        return message
+    return message[: MAX_DETAILS_CHARS - 3] + "..."
+
+
+class UndecodableMessage(ValueError):
+    """A streamed request message is not a valid protobuf message of its type (INVALID_ARGUMENT).
+
+    Both services' error catalogs map it to INVALID_ARGUMENT with its (fixed, value-free) message.
+    """
+
+
+def add_service(
+    server: grpc.aio.Server, servicer: object, service: ServiceDescriptor, insecure: bool
+) -> None:
+    """Serve ``servicer``'s methods of ``service``, decoding requests here rather than in gRPC.
+
+    The generated ``add_*Servicer_to_server`` lets gRPC deserialize each request before any handler
+    runs, so an undecodable message ends as UNKNOWN with the Python exception class in the status
+    details and a traceback logged per request. Here every handler first requires a caller identity
+    (UNAUTHENTICATED), then decodes: an undecodable unary request is refused with INVALID_ARGUMENT
+    ("request is not a valid pprl.v1.X"), an undecodable message of a request stream raises
+    UndecodableMessage inside the servicer, whose catalog maps it to INVALID_ARGUMENT. Nothing is
+    logged per request and nothing of the caller's bytes is echoed.
+    """
+    handlers: dict[str, grpc.RpcMethodHandler] = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        behaviour = getattr(servicer, method.name)
+        handler = _decoding_handler(
+            behaviour,
+            request_cls,
+            method.input_type.full_name,
+            method.client_streaming,
+            method.server_streaming,
+            insecure,
+        )
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = make(
+            handler, request_deserializer=None, response_serializer=response_cls.SerializeToString
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(service.full_name, handlers)
+
+
+def _decoding_handler(
+    behaviour: Callable[..., Any],
+    request_cls: Any,
+    type_name: str,
+    client_streaming: bool,
+    server_streaming: bool,
+    insecure: bool,
+) -> Callable[..., Any]:
+    invalid = f"request is not a valid {type_name}"
+
+    async def identified(context: grpc.aio.ServicerContext) -> None:
+        if not caller_identity(context, insecure):
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                "no caller identity (client certificate with exactly one CN required)",
+            )
+
+    async def decode(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        await identified(context)
+        try:
+            return request_cls.FromString(raw)
+        except DecodeError:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, invalid)
+
+    async def decoded_stream(raw_stream: AsyncIterator[bytes]) -> AsyncIterator[Any]:
+        async for raw in raw_stream:
+            try:
+                message = request_cls.FromString(raw)
+            except DecodeError:
+                raise UndecodableMessage(invalid) from None
+            yield message
+
+    if client_streaming:
+
+        async def stream_in(
+            raw_stream: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        ) -> Any:
+            await identified(context)
+            return await behaviour(decoded_stream(raw_stream), context)
+
+        return stream_in
+    if server_streaming:
+
+        async def stream_out(raw: bytes, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            request = await decode(raw, context)
+            async for item in behaviour(request, context):
+                yield item
+
+        return stream_out
+
+    async def unary(raw: bytes, context: grpc.aio.ServicerContext) -> Any:
+        return await behaviour(await decode(raw, context), context)
+
+    return unary
+
+
 def add_health_and_reflection(
     server: grpc.aio.Server, service_full_names: Iterable[str]
 ) -> health.aio.HealthServicer:
@@ -236,19 +356,45 @@ async def check_health(
         return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
 
 
-def check_address(value: object, key: str, problems: list[str], allow_port_zero: bool) -> str:
-    """Validate a ``host:port`` setting (IPv6 hosts in brackets); append a problem naming ``key``."""
+_HOST_LABEL_RE = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+MAX_ADDRESS_CHARS = 261  # 253-character DNS name, ":", 5-digit port, brackets to spare
+
+
+def address_problem(value: object, allow_port_zero: bool = False) -> str | None:
+    """Why ``value`` is not a ``host:port`` address, or None when it is one.
+
+    The host must be a DNS name (dot-separated labels of letters, digits and '-', at most 253
+    characters), an IPv4 address, or an IPv6 address in brackets; the port 1-65535 (0 too when
+    ``allow_port_zero``, for binding). The reason never contains the value.
+    """
     if not isinstance(value, str) or not value:
-        problems.append(f"{key}: expected host:port")
-        return ""
+        return "expected host:port"
+    if len(value) > MAX_ADDRESS_CHARS:
+        return f"expected host:port (at most {MAX_ADDRESS_CHARS} characters)"
     host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        problems.append(f"{key}: expected host:port, got {value!r}")
-        return value
+    if not sep or not host or not port.isascii() or not port.isdigit():
+        return "expected host:port"
     p = int(port)
     if p > 65535 or (p == 0 and not allow_port_zero):
-        problems.append(f"{key}: port {p} out of range")
-    return value
+        return "port out of range"
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return "host is not a valid IPv6 address"
+        return None
+    labels = host[:-1].split(".") if host.endswith(".") else host.split(".")
+    if len(host) > 253 or not all(_HOST_LABEL_RE.fullmatch(label) for label in labels):
+        return "host must be a DNS name, an IPv4 address or a bracketed IPv6 address"
+    return None
+
+
+def check_address(value: object, key: str, problems: list[str], allow_port_zero: bool) -> str:
+    """Validate a ``host:port`` setting (address_problem); append a problem naming ``key``."""
+    problem = address_problem(value, allow_port_zero)
+    if problem is not None:
+        problems.append(f"{key}: {problem}")
+    return value if isinstance(value, str) else ""
 
 
 def write_port_file(path: pathlib.Path | None, port: int) -> None:

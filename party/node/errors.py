@@ -11,6 +11,7 @@ import logging
 import grpc
 
 from party.errors import PprlError
+from proto.transport import UndecodableMessage, bounded_details
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +72,8 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """Map an exception to (code, public message). Unknown exceptions become INTERNAL (logged)."""
     if isinstance(exc, NodeError):
         return exc.code, str(exc)
+    if isinstance(exc, UndecodableMessage):
+        return grpc.StatusCode.INVALID_ARGUMENT, str(exc)
     if isinstance(exc, RunFailed):
         return grpc.StatusCode.ABORTED, str(exc)
     if isinstance(exc, OSError):
@@ -92,4 +95,4 @@ def status_for(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 async def abort_with(context: grpc.aio.ServicerContext, exc: BaseException) -> None:
     """Abort the RPC with the catalog's code and message (raises)."""
     code, message = status_for(exc)
-    await context.abort(code, message)
+    await context.abort(code, bounded_details(message))

@@ -59,11 +59,12 @@ from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
 from party.protocol.ring import validate_message
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
-from proto.transport import Security, caller_identity
+from proto.transport import Security, address_problem, caller_identity
 
 log = logging.getLogger(__name__)
 S = common_pb2.Stage
 MAX_KEPT_RUNS = 64
+MAX_REASON_CHARS = 1000
 T = TypeVar("T")
 
 
@@ -213,7 +214,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if run is None:
             if who not in self.known_identities:
                 raise Forbidden(f"caller {who!r} is not a party of any run here")
-            raise UnknownRun(f"unknown run {run_id!r}")
+            if not wire_run_id_ok(run_id):
+                raise Malformed("run_id must be 32 lower-case hex characters")
+            raise UnknownRun(f"unknown run {run_id}")
         if who != self.config.coordinator_name and who not in run.parties:
             raise Forbidden(f"caller {who!r} is not a party of run {run_id}")
         return run
@@ -293,6 +296,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             missing = [p for p in params.parties if p not in directory]
             if missing:
                 raise InvalidParameters(f"directory lacks addresses of parties {missing}")
+            for name in params.parties:
+                problem = address_problem(directory[name])
+                if problem is not None:
+                    raise InvalidParameters(f"directory: address of {name}: {problem}")
             run = Run(
                 run_id=request.run_id,
                 digest=digest,
@@ -444,7 +451,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         try:
             self.require_coordinator(context)
             run = self.get_run(request.run_id, self.config.coordinator_name)
-            self.abort_run(run, request.reason or "aborted by the coordinator")
+            reason = " ".join(request.reason.split())[:MAX_REASON_CHARS]  # one bounded log line
+            self.abort_run(run, reason or "aborted by the coordinator")
             remove_run(self.config.results_dir, run.run_id)
             return self._respond(party_pb2.AbortResponse())
         except Exception as exc:  # noqa: BLE001

@@ -13,11 +13,12 @@ from party.config import PartyConfig
 from party.node.hooks import Hooks
 from party.node.node import PartyNode
 from party.node.probe import security_for
-from proto import party_pb2, party_pb2_grpc
+from proto import party_pb2
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
     add_health_and_reflection,
+    add_service,
     bind,
     set_serving,
     stop_on_signals,
@@ -92,7 +93,7 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
             config.name,
         )
     server = grpc.aio.server(options=SERVER_OPTIONS)
-    party_pb2_grpc.add_PartyServicer_to_server(node, server)
+    add_service(server, node, party_pb2.DESCRIPTOR.services_by_name["Party"], insecure)
     health = add_health_and_reflection(server, [PARTY_SERVICE])
     port = bind(server, config.listen, security)
     await server.start()

@@ -580,3 +580,169 @@ async def test_co_party_key_confirmation_is_checked_party_to_party(deployment: D
         resp = await probe.push("PushBlocks", [probe.blocks([5, 9])])
         assert resp.received == 2
     await assert_serving(deployment)
+
+
+# -- hostile input: undecodable, non-finite, deep, huge, forged addresses -------------------------
+
+
+async def _details_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    return C.OK, ""
+
+
+def assert_no_traceback_logged(dep: Deployment) -> None:
+    """A local deployment's nodes logged no traceback (hostile requests are not internal errors)."""
+    if dep.cluster is None:
+        return
+    for name in ["coordinator", *dep.cluster.parties]:
+        assert "Traceback" not in dep.cluster.log_text(name), name
+
+
+def _short_and_value_free(details: str) -> bool:
+    return len(details) < 300 and "Error" not in details and "\n" not in details
+
+
+GARBAGE = b"\xff\xff\xff\xff\x0f"  # not a protobuf message of any type
+
+
+async def test_undecodable_requests_are_invalid_argument(deployment: Deployment) -> None:
+    """Undecodable bytes get INVALID_ARGUMENT with a short message naming the message type (not
+    UNKNOWN with a Python exception class), on unary and streamed RPCs of both services."""
+    async with client.channel(
+        deployment.coordinator, deployment.coordinator_name, deployment.ca, deployment.operator
+    ) as ch:
+        for method in ("GetRun", "StartRun", "RegisterParty", "ListParties"):
+            call = ch.unary_unary(f"/pprl.v1.Coordinator/{method}")(GARBAGE, timeout=CALL_TIMEOUT)
+            code, details = await _details_of(call)
+            assert code == C.INVALID_ARGUMENT, (method, code, details)
+            assert "pprl.v1." in details and _short_and_value_free(details), details
+        watch = ch.unary_stream("/pprl.v1.Coordinator/WatchRun")(GARBAGE, timeout=CALL_TIMEOUT)
+        code, details = await _details_of(watch.read())
+        assert code == C.INVALID_ARGUMENT and _short_and_value_free(details), details
+    if deployment.acts_as_coordinator:
+        for name, address in (await live.run_parties(deployment)).items():
+            async with client.channel(address, name, deployment.ca, deployment.operator) as ch:
+                call = ch.unary_unary("/pprl.v1.Party/Propose")(GARBAGE, timeout=CALL_TIMEOUT)
+                code, details = await _details_of(call)
+                assert code == C.INVALID_ARGUMENT and _short_and_value_free(details), details
+    if deployment.probe is not None and deployment.acts_as_coordinator:
+        async with (
+            prepared_probe(deployment) as probe,
+            client.channel(probe.address, probe.target, deployment.ca, deployment.probe) as ch,
+        ):
+            push = ch.stream_unary("/pprl.v1.Party/PushBlocks")
+            code, details = await _details_of(
+                push(client.stream_of([GARBAGE]), timeout=CALL_TIMEOUT)
+            )
+            assert code == C.INVALID_ARGUMENT and _short_and_value_free(details), details
+    await assert_serving(deployment)
+
+
+def _hostile_parameters(deployment: Deployment) -> dict[str, common_pb2.LinkageParameters]:
+    base = client.parameters_message(deployment.parameters)
+    out = {}
+    for what, change in (
+        ("NaN threshold", {"match_threshold": float("nan")}),
+        ("infinite threshold", {"segment_threshold": float("inf")}),
+        ("5,000-deep schema JSON", {"schema_json": "[" * 5000 + "]" * 5000}),
+        ("NaN in the schema JSON", {"schema_json": '{"l": NaN}'}),
+        ("a party name of 5,000 characters", {"parties": ["p" * 5000, *base.parties[1:]]}),
+    ):
+        msg = common_pb2.LinkageParameters()
+        msg.CopyFrom(base)
+        for key, value in change.items():
+            if key == "parties":
+                del msg.parties[:]
+                msg.parties.extend(value)
+            else:
+                setattr(msg, key, value)
+        out[what] = msg
+    return out
+
+
+async def test_non_finite_deep_or_huge_input_is_invalid_argument(deployment: Deployment) -> None:
+    """NaN/inf/deeply nested parameters, an infinite timeout and a 7 MiB run id are refused with
+    INVALID_ARGUMENT and a short message that does not echo them."""
+    hostile = _hostile_parameters(deployment)
+    async with live.coordinator(deployment) as stub:
+        for what, msg in hostile.items():
+            call = stub.StartRun(
+                coordinator_pb2.StartRunRequest(parameters=msg), timeout=CALL_TIMEOUT
+            )
+            code, details = await _details_of(call)
+            assert code == C.INVALID_ARGUMENT, (what, code, details)
+            assert len(details) < 300 and "ppppp" not in details, (what, details)
+        good = client.parameters_message(deployment.parameters)
+        for timeout in (float("inf"), float("nan"), 1e300):
+            call = stub.StartRun(
+                coordinator_pb2.StartRunRequest(parameters=good, timeout_seconds=timeout),
+                timeout=CALL_TIMEOUT,
+            )
+            code, details = await _details_of(call)
+            assert code == C.INVALID_ARGUMENT and "timeout_seconds" in details, (timeout, details)
+        huge = "f" * (7 * 2**20)
+        for call in (
+            stub.GetRun(coordinator_pb2.GetRunRequest(run_id=huge), timeout=CALL_TIMEOUT),
+            stub.WatchRun(
+                coordinator_pb2.WatchRunRequest(run_id=huge), timeout=CALL_TIMEOUT
+            ).read(),
+        ):
+            code, details = await _details_of(call)
+            assert code == C.INVALID_ARGUMENT and len(details) < 300, (code, details[:300])
+    if deployment.acts_as_coordinator:
+        name, address = next(iter((await live.run_parties(deployment)).items()))
+        async with live.party(deployment, name, address) as stub:
+            for what, msg in hostile.items():
+                digest = "0" * 64
+                req = party_pb2.ProposeRequest(
+                    run_id=client.new_run_id(), parameters=msg, parameters_digest=digest
+                )
+                code, details = await _details_of(stub.Propose(req, timeout=CALL_TIMEOUT))
+                assert code == C.INVALID_ARGUMENT, (what, code, details)
+                assert len(details) < 300 and "ppppp" not in details, (what, details)
+            code, details = await _details_of(
+                stub.Abort(party_pb2.AbortRequest(run_id="f" * 2**20), timeout=CALL_TIMEOUT)
+            )
+            assert code == C.INVALID_ARGUMENT and len(details) < 300, details[:300]
+    assert_no_traceback_logged(deployment)
+    await assert_serving(deployment)
+
+
+async def test_registration_refuses_forged_or_oversized_addresses(deployment: Deployment) -> None:
+    """Addresses with a newline (a forged log line), path-like or 5 KB host names are refused with
+    INVALID_ARGUMENT; the party's registered address is unchanged."""
+    if deployment.other is None:
+        pytest.skip("needs another party's identity (--other-cert/--other-key)")
+    other = deployment.other
+    before = await live.registered(deployment)
+    async with live.coordinator(deployment, other) as stub:
+        for address in (
+            "127.0.0.1:5\ncoordinator: run 0 done",
+            "127.0.0.1\n:80",
+            "../../etc:80",
+            "/etc/passwd:80",
+            "h" * 5000 + ":80",
+            "a." * 200 + "b:80",
+            "[not-ipv6]:80",
+            "127.0.0.1:0",
+            "127.0.0.1:99999",
+        ):
+            call = stub.RegisterParty(
+                coordinator_pb2.RegisterPartyRequest(name=other.name, address=address),
+                timeout=CALL_TIMEOUT,
+            )
+            code, details = await _details_of(call)
+            assert code == C.INVALID_ARGUMENT, (address[:40], code, details)
+            assert len(details) < 200 and "etc" not in details and "hhh" not in details, details
+        call = stub.RegisterParty(
+            coordinator_pb2.RegisterPartyRequest(name="x" * 5000, address="127.0.0.1:80"),
+            timeout=CALL_TIMEOUT,
+        )
+        code, details = await _details_of(call)
+        assert code == C.INVALID_ARGUMENT and "xxx" not in details, details
+    assert await live.registered(deployment) == before
+    assert_no_traceback_logged(deployment)
+    await assert_serving(deployment)

@@ -291,14 +291,15 @@ async def test_coordinator_service_status_codes(cluster3: Cluster) -> None:
         cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
     ) as ch:
         stub = coordinator_pb2_grpc.CoordinatorStub(ch)
-        code, text = await _code(
-            stub.GetRun(coordinator_pb2.GetRunRequest(run_id="nope"), timeout=5)
-        )
-        assert code == Code.NOT_FOUND
-        code, text = await _code(
-            stub.WatchRun(coordinator_pb2.WatchRunRequest(run_id="nope"), timeout=5).read()
-        )
-        assert code == Code.NOT_FOUND
+        for run_id, want in (("nope", Code.INVALID_ARGUMENT), ("0" * 32, Code.NOT_FOUND)):
+            code, text = await _code(
+                stub.GetRun(coordinator_pb2.GetRunRequest(run_id=run_id), timeout=5)
+            )
+            assert code == want
+            code, text = await _code(
+                stub.WatchRun(coordinator_pb2.WatchRunRequest(run_id=run_id), timeout=5).read()
+            )
+            assert code == want
         bad = linkage.load_parameters(parameters(cluster3, name="p-rpc3.json"))
         bad.parties.append("party-zz")
         code, text = await _code(
