@@ -638,29 +638,29 @@ async def test_undecodable_requests_are_invalid_argument(deployment: Deployment)
                 push(client.stream_of([GARBAGE]), timeout=CALL_TIMEOUT)
             )
             assert code == C.INVALID_ARGUMENT and _short_and_value_free(details), details
+    assert_no_traceback_logged(deployment)
     await assert_serving(deployment)
 
 
 def _hostile_parameters(deployment: Deployment) -> dict[str, common_pb2.LinkageParameters]:
-    base = client.parameters_message(deployment.parameters)
-    out = {}
-    for what, change in (
-        ("NaN threshold", {"match_threshold": float("nan")}),
-        ("infinite threshold", {"segment_threshold": float("inf")}),
-        ("5,000-deep schema JSON", {"schema_json": "[" * 5000 + "]" * 5000}),
-        ("NaN in the schema JSON", {"schema_json": '{"l": NaN}'}),
-        ("a party name of 5,000 characters", {"parties": ["p" * 5000, *base.parties[1:]]}),
-    ):
-        msg = common_pb2.LinkageParameters()
-        msg.CopyFrom(base)
-        for key, value in change.items():
+    def changed(**fields: Any) -> common_pb2.LinkageParameters:
+        msg = client.parameters_message(deployment.parameters)
+        for key, value in fields.items():
             if key == "parties":
                 del msg.parties[:]
                 msg.parties.extend(value)
             else:
                 setattr(msg, key, value)
-        out[what] = msg
-    return out
+        return msg
+
+    others = list(deployment.parameters["parties"])[1:]
+    return {
+        "NaN threshold": changed(match_threshold=float("nan")),
+        "infinite threshold": changed(segment_threshold=float("inf")),
+        "5,000-deep schema JSON": changed(schema_json="[" * 5000 + "]" * 5000),
+        "NaN in the schema JSON": changed(schema_json='{"l": NaN}'),
+        "a party name of 5,000 characters": changed(parties=["p" * 5000, *others]),
+    }
 
 
 async def test_non_finite_deep_or_huge_input_is_invalid_argument(deployment: Deployment) -> None:
