@@ -315,16 +315,49 @@ def _may_have_blank_lines(p: Path) -> bool:
 @dataclass
 class _Batch:
     """``n`` input rows, column by column. Row numbers are ``first_row + j`` unless ``rownos``
-    lists them (when blank lines, which are skipped but counted, fall inside the batch)."""
+    lists them (when blank lines, which are skipped but counted, fall inside the batch). A batch
+    from pyarrow keeps its record batch in ``arrow`` (column -> arrow name in ``arrow_names``)
+    until ``materialise`` decodes the columns, so a worker process can do that work."""
 
     n: int
     first_row: int
     columns: dict[str, _Column]
     rownos: list[int] | None = None
     blank_lines: int = 0
+    arrow: Any = None
+    arrow_names: dict[str, str] | None = None
 
     def row(self, j: int) -> int:
         return self.first_row + j if self.rownos is None else self.rownos[j]
+
+    def materialise(self) -> None:
+        if self.arrow is not None:
+            assert self.arrow_names is not None
+            names = self.arrow_names
+            self.columns = {c: _Column.from_arrow(self.arrow.column(n)) for c, n in names.items()}
+            self.arrow = None
+
+
+@dataclass
+class _BatchResult:
+    """One encoded batch (picklable): kept row offsets, filters, block digests, the kept rows'
+    raw record ids (None: ids are row numbers), skip reasons, and the batch's row numbering."""
+
+    n: int
+    first_row: int
+    rownos: list[int] | None
+    blank_lines: int
+    kept: list[int]
+    filters: np.ndarray
+    digests: np.ndarray
+    ids: list[str] | None
+    skipped: Counter[str]
+
+    def row(self, j: int) -> int:
+        return self.first_row + j if self.rownos is None else self.rownos[j]
+
+
+BatchMap = Callable[[Iterator[_Batch]], Iterator[_BatchResult]]
 
 
 class Encoder:
@@ -476,9 +509,12 @@ class Encoder:
         *,
         id_column: str | None = None,
         progress: Callable[[int], None] | None = None,
+        map_batches: BatchMap | None = None,
     ) -> tuple[EncodedRecords, EncodeReport]:
         """Stream a CSV file with a header row. ``progress(n)`` is called after each batch with
-        the number of rows just processed (an increment).
+        the number of rows just processed (an increment). ``map_batches`` encodes the batches
+        elsewhere (``party.encoding.parallel``: worker processes) and must yield
+        ``encode_batch``'s results in input order; the default encodes them here, one by one.
 
         The file is parsed by pyarrow's streaming CSV reader (RFC 4180 quoting, quoted newlines
         allowed) in blocks of ``CSV_BLOCK_BYTES``, with the needed columns read as bytes and
@@ -532,8 +568,7 @@ class Encoder:
                 for rb in reader:
                     if rb.num_rows == 0:
                         continue
-                    columns = {c: _Column.from_arrow(rb.column(name)) for c, name in needed.items()}
-                    yield _Batch(rb.num_rows, first, columns)
+                    yield _Batch(rb.num_rows, first, {}, arrow=rb, arrow_names=needed)
                     first += rb.num_rows
             except pa.ArrowException:
                 # pyarrow's message may quote the offending row: find the problem ourselves.
@@ -552,7 +587,7 @@ class Encoder:
             stream = self._csv_module_batches(p, source, width, positions)
         else:
             stream = batches()
-        records = self._encode_stream(stream, source, id_column, report, progress)
+        records = self._encode_stream(stream, source, id_column, report, progress, map_batches)
         report.seconds = time.perf_counter() - t0
         return records, report
 
@@ -627,6 +662,26 @@ class Encoder:
         return None
 
     # ----------------------------------------------------------------- core
+    def encode_batch(self, batch: _Batch, source: str, id_column: str | None) -> _BatchResult:
+        """Encode one batch on its own (no state shared with other batches but memo tables)."""
+        batch.materialise()
+        skipped: Counter[str] = Counter()
+        kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
+        ids = None if id_column is None else self._raw_ids(batch, kept, id_column)
+        for codec in self._codecs.values():
+            codec.trim_cache()
+        return _BatchResult(
+            batch.n,
+            batch.first_row,
+            batch.rownos,
+            batch.blank_lines,
+            kept,
+            f_batch,
+            d_batch,
+            ids,
+            skipped,
+        )
+
     def _encode_stream(
         self,
         batches: Iterator[_Batch],
@@ -634,6 +689,7 @@ class Encoder:
         id_column: str | None,
         report: EncodeReport,
         progress: Callable[[int], None] | None,
+        map_batches: BatchMap | None = None,
     ) -> EncodedRecords:
         t0 = time.perf_counter()
         out_words = bits.words_for(self.schema.output_bits)
@@ -647,15 +703,22 @@ class Encoder:
         rows_read = 0
         skipped: Counter[str] = Counter()
         counts: list[np.ndarray] = []  # per-batch popcounts, for the fill statistics
-        for batch in batches:
-            kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
+        if map_batches is None:
+            results: Iterator[_BatchResult] = (
+                self.encode_batch(b, source, id_column) for b in batches
+            )
+        else:
+            results = map_batches(batches)
+        for batch in results:
+            kept, f_batch, d_batch = batch.kept, batch.filters, batch.digests
+            skipped.update(batch.skipped)
             rows_read += batch.n + batch.blank_lines
             if batch.blank_lines:
                 skipped["blank line"] += batch.blank_lines
-            if id_column is None:
+            if batch.ids is None:
                 ids.extend(str(batch.row(j)) for j in kept)
             else:
-                ids.extend(self._batch_ids(batch, kept, id_column, source, seen_ids))
+                ids.extend(self._check_ids(batch, batch.ids, id_column or "", source, seen_ids))
             m = f_batch.shape[0]
             if n + m > cap:
                 cap = max(2 * cap, n + m)
@@ -665,8 +728,6 @@ class Encoder:
             digests[n : n + m] = d_batch
             counts.append(bits.popcount_rows(f_batch))
             n += m
-            for codec in self._codecs.values():
-                codec.trim_cache()
             if progress is not None:
                 progress(batch.n + batch.blank_lines)
         filters.resize((n, out_words), refcheck=False)
@@ -736,18 +797,23 @@ class Encoder:
         return kept.tolist(), out, d
 
     @staticmethod
-    def _batch_ids(
-        batch: _Batch, kept: list[int], id_column: str, source: str, seen_ids: set[str]
-    ) -> list[str]:
-        """Record ids of the kept rows; checks they are non-empty, unique and valid UTF-8."""
+    def _raw_ids(batch: _Batch, kept: list[int], id_column: str) -> list[str]:
+        """Record ids (stripped) of the kept rows, unchecked."""
         col = batch.columns[id_column]
         u = [s.strip() for s in col.uniques]
         idx = col.indices
-        ids = (
+        return (
             [u[i] for i in idx[kept].tolist()]
             if len(kept) < batch.n
             else [u[i] for i in idx.tolist()]
         )
+
+    @staticmethod
+    def _check_ids(
+        batch: _BatchResult, ids: list[str], id_column: str, source: str, seen_ids: set[str]
+    ) -> list[str]:
+        """Checks the kept rows' record ids are non-empty, unique and valid UTF-8."""
+        kept = batch.kept
         new = set(ids)
         if (
             len(new) == len(ids)

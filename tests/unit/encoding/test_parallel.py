@@ -1,0 +1,198 @@
+"""Encoding on worker processes gives exactly what one process gives: records, report, errors."""
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from party.encoding import encoder as encoder_module
+from party.encoding.encoder import EncodeDataError, Encoder
+from party.encoding.parallel import (
+    EncoderSpec,
+    ParallelStats,
+    encode_csv_parallel,
+    process_pool,
+    resolve_workers,
+)
+from party.encoding.schema import parse_schema
+from party.synthetic.generator import generate
+
+SECRET = bytes(range(7, 39))
+SHIPPED = Path(__file__).resolve().parents[3] / "party" / "synthetic" / "data" / "schema.json"
+
+
+@pytest.fixture(scope="module")
+def pool():
+    with process_pool(2) as p:
+        yield p
+
+
+@pytest.fixture
+def small_batches(monkeypatch):
+    """Many small batches, so that a few thousand rows spread over every worker."""
+    monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 16 * 1024)
+    monkeypatch.setattr(encoder_module, "CHUNK_ROWS", 97)
+
+
+def _shipped_schema(**changes: Any) -> Any:
+    raw = json.loads(SHIPPED.read_text())
+    raw.update(changes)
+    return parse_schema(raw)
+
+
+def _people_csv(tmp_path: Path, n: int, seed: int = 3) -> Path:
+    ds = generate(2, n, seed=seed)
+    path = tmp_path / "people.csv"
+    ds.tables[0].write_csv(path)
+    return path
+
+
+def _same(a: Any, b: Any) -> None:
+    assert a.record_ids == b.record_ids
+    assert a.filter_bits == b.filter_bits
+    assert np.array_equal(a.filters, b.filters)
+    assert np.array_equal(a.block_digests, b.block_digests)
+
+
+def _same_report(a: Any, b: Any) -> None:
+    for name in ("rows_read", "encoded", "skipped", "fill_mean", "fill_std", "fill_min"):
+        assert getattr(a, name) == getattr(b, name), name
+    assert list(a.skipped) == list(b.skipped)  # same order of reasons
+
+
+def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool):
+    path = _people_csv(tmp_path, 3000)
+    schema = _shipped_schema()
+    ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    ticks: list[int] = []
+    stats = ParallelStats()
+    got, report = encode_csv_parallel(
+        Encoder(schema, SECRET),
+        path,
+        id_column="rec_id",
+        workers=2,
+        executor=pool,
+        progress=ticks.append,
+        stats=stats,
+    )
+    _same(ref, got)
+    _same_report(ref_report, report)
+    assert len(ref) == 3000 and ref.block_digests.shape[1] == 2
+    assert sum(ticks) == 3000 and len(ticks) > 4  # many batches went through the pool
+    assert stats.batches == len(ticks) and stats.cpu_seconds > 0
+    # the default row-number ids too, with a pool the function starts itself
+    ref2, _ = Encoder(schema, SECRET).encode_csv(path)
+    got2, _ = encode_csv_parallel(Encoder(schema, SECRET), path, workers=2)
+    _same(ref2, got2)
+
+
+def test_hardened_and_salted_identical(tmp_path, small_batches, pool):
+    path = _people_csv(tmp_path, 1500, seed=5)
+    raw = json.loads(SHIPPED.read_text())
+    raw["hardening"] = {"xorFold": True, "balance": True, "blip": None}
+    raw["features"][0]["salt"] = {"field": "suburb"}
+    schema = parse_schema(raw)
+    ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    got, _ = encode_csv_parallel(
+        Encoder(schema, SECRET), path, id_column="rec_id", workers=2, executor=pool
+    )
+    _same(ref, got)
+
+
+def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool):
+    schema = parse_schema(
+        {
+            "version": 1,
+            "l": 256,
+            "features": [
+                {
+                    "identifier": "name",
+                    "missingValue": {"sentinels": ["", "NA"], "policy": "skip"},
+                },
+                {"identifier": "city", "validation": {"maxLength": 6, "onInvalid": "skip"}},
+            ],
+            "blocking": [{"name": "sx", "parts": [{"field": "name", "function": "soundex"}]}],
+        }
+    )
+    rng = np.random.default_rng(0)
+    names = ["anna", "bob", "NA", "", "carla", "dmitri"]
+    cities = ["rome", "paris", "wellington", "oslo"]
+    lines = ["id,name,city"]
+    for i in range(1200):
+        lines.append(f"r{i},{rng.choice(names)},{rng.choice(cities)}")
+        if i % 250 == 7:
+            lines.append("")  # blank lines: the exact csv-module reader, counted row numbers
+    path = tmp_path / "blank.csv"
+    path.write_text("\n".join(lines) + "\n")
+    ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="id")
+    got, report = encode_csv_parallel(
+        Encoder(schema, SECRET), path, id_column="id", workers=2, executor=pool
+    )
+    _same(ref, got)
+    _same_report(ref_report, report)
+    assert report.skipped["blank line"] == 5 and len(report.skipped) == 3
+
+
+def _first_error(fn: Any) -> str:
+    with pytest.raises(EncodeDataError) as info:
+        fn()
+    return str(info.value)
+
+
+def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool):
+    schema = parse_schema(
+        {
+            "version": 1,
+            "l": 128,
+            "features": [
+                {"identifier": "name", "missingValue": {"policy": "error"}},
+                {"identifier": "city"},
+            ],
+        }
+    )
+    rows = [f"r{i},name{i},town{i % 7}" for i in range(2000)]
+    rows[100] = "r5,dup,town"  # a duplicate id (of row 6) in the first batch ...
+    rows[1900] = "r1900,,town"  # ... comes before a missing value in the last one
+    path = tmp_path / "bad.csv"
+    path.write_text("id,name,city\n" + "\n".join(rows) + "\n")
+
+    def serial() -> Any:
+        return Encoder(schema, SECRET).encode_csv(path, id_column="id")
+
+    def parallel() -> Any:
+        return encode_csv_parallel(
+            Encoder(schema, SECRET), path, id_column="id", workers=2, executor=pool
+        )
+
+    msg = _first_error(serial)
+    assert "row 101" in msg and "duplicate record id" in msg
+    assert _first_error(parallel) == msg
+    rows[100] = "r100,dup,town"
+    path.write_text("id,name,city\n" + "\n".join(rows) + "\n")
+    msg = _first_error(serial)
+    assert "row 1901" in msg and "missing value" in msg
+    assert _first_error(parallel) == msg
+
+
+def test_seeded_blip_encodes_in_one_process(tmp_path, small_batches):
+    path = _people_csv(tmp_path, 400)
+    schema = _shipped_schema(hardening={"blip": {"flipProbability": 0.05}})
+
+    def seeded() -> Encoder:
+        return Encoder(schema, SECRET, blip_rng=np.random.default_rng(11))
+
+    ref, _ = seeded().encode_csv(path, id_column="rec_id")
+    got, _ = encode_csv_parallel(seeded(), path, id_column="rec_id", workers=2)
+    _same(ref, got)
+
+
+def test_workers_setting_and_secret_not_shown():
+    assert resolve_workers(None) >= 1 and resolve_workers(0) == resolve_workers(None)
+    assert resolve_workers(3) == 3
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ValueError, match="workers"):
+            resolve_workers(bad)  # type: ignore[arg-type]
+    spec = EncoderSpec(_shipped_schema(), SECRET, "t")
+    assert SECRET.hex() not in repr(spec) and str(SECRET) not in repr(spec)
