@@ -51,8 +51,10 @@ def run_in_process(
     progress: Callable[[int, int, int], None] | None = None,
     cancel: threading.Event | None = None,
     kernel: str = DEFAULT_KERNEL,
+    workers: int = 1,
 ) -> InProcessRun:
-    """Run steps 4-7 for P in-process parties; ``progress(party, done, total)`` during compare."""
+    """Run steps 4-7 for P in-process parties; ``progress(party, done, total)`` during compare;
+    each party's comparison uses ``workers`` kernel threads."""
     p = params.party_count
     if len(tables) != p:
         raise ProtocolError(f"{len(tables)} tables for {p} parties")
@@ -60,7 +62,7 @@ def run_in_process(
     steps = metrics.step_seconds
 
     t0 = time.perf_counter()
-    engines = [PartyEngine(i, params, tables[i], kernel=kernel) for i in range(p)]
+    engines = [PartyEngine(i, params, tables[i], kernel=kernel, workers=workers) for i in range(p)]
     common = common_blocks([e.block_digests() for e in engines])
     metrics.block_stats = [e.set_common_blocks(common) for e in engines]
     steps["blocks"] = time.perf_counter() - t0

@@ -117,7 +117,8 @@ class PartyEngine:
     """One party's side of one run; pure (no I/O, no threads of its own). See the module docstring.
 
     ``random_bytes`` (pseudonyms and masks; default ``os.urandom``) is replaceable only so tests can
-    inject edge-case masks; ``kernel`` picks the comparison kernel ("numba" or "numpy").
+    inject edge-case masks; ``kernel`` picks the comparison kernel ("numba" or "numpy");
+    ``workers`` is the number of kernel threads (the results do not depend on it).
     """
 
     def __init__(
@@ -128,6 +129,7 @@ class PartyEngine:
         *,
         random_bytes: Callable[[int], bytes] = os.urandom,
         kernel: str = DEFAULT_KERNEL,
+        workers: int = 1,
     ) -> None:
         if not isinstance(params, ProtocolParameters):
             raise ProtocolError("params must be ProtocolParameters")
@@ -147,6 +149,7 @@ class PartyEngine:
         self._records = records
         self._random_bytes = random_bytes
         self.kernel = kernel
+        self.workers = max(1, int(workers))  # kernel threads; results do not depend on it
         self._x = popcount_rows(records.filters)
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
@@ -390,6 +393,7 @@ class PartyEngine:
                 self.segment_bits,
                 self.params.segment_threshold,
                 counts=counts,
+                workers=self.workers,
             )
             keep(rows, c)
             tick(batch_total)
@@ -412,6 +416,7 @@ class PartyEngine:
                 self.segment_bits,
                 self.params.segment_threshold,
                 counts=counts,
+                workers=self.workers,
             )
             keep(rows, c)
             tick(int(cum[hi - 1]) - base)
@@ -436,6 +441,7 @@ class PartyEngine:
                 cancel=cancel,
                 tick=tick,
                 pops=block_pops,
+                workers=self.workers,
             ):
                 glob = np.empty(idx.shape, dtype=np.int64)
                 for j in range(p):

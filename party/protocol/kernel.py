@@ -18,6 +18,12 @@ Kernels, behind one signature (``compare_block(..., kernel=name)``; ``KERNELS`` 
 - ``numpy``: float32 matrix product of unpacked 0/1 rows (common 1-bits = A @ B.T, exact below
   2^24), loose float32 threshold then the exact table test; used when numba is unavailable.
 
+Every core (``workers`` > 1): the numba kernel splits the partial sets of a chunk into contiguous row
+ranges, one per thread (the compiled loop releases the GIL; each range writes its own output slots,
+so the compacted output is the same as one thread's); ``compare_block_batch`` splits its blocks into
+contiguous groups of about equal candidate sets, one per thread, and concatenates their outputs in
+block order. Results, their order and the stage counts are identical to ``workers=1``.
+
 ``iter_block`` runs the chosen kernel chunk by chunk: party 0's rows in groups, the next party's rows
 in column chunks, surviving partial sets carried (with their AND) into the next party in groups, so
 the working set stays within ``budget_bytes`` whatever the block size. It checks ``cancel`` between
@@ -30,6 +36,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,6 +62,32 @@ KERNELS = ("reference", "numba", "numpy")
 DEFAULT_KERNEL = "numba" if HAVE_NUMBA else "numpy"
 
 
+# Below this many pairs (partial set x row) a chunk is not worth handing to several threads.
+PARALLEL_MIN_PAIRS = 1 << 16
+
+
+@functools.lru_cache(maxsize=8)
+def thread_pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``workers`` threads for the kernels (created on first use)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pprl-kernel")
+
+
+def split_even(weights: np.ndarray, parts: int) -> list[tuple[int, int]]:
+    """Contiguous [a, b) ranges of ``weights``' indices with about equal sums, at most ``parts``,
+    none empty, covering everything in order."""
+    n = int(weights.size)
+    parts = max(1, min(parts, n))
+    cum = np.cumsum(weights, dtype=np.float64)
+    total = float(cum[-1]) if n else 0.0
+    cuts = [0]
+    for k in range(1, parts):
+        c = int(np.searchsorted(cum, total * k / parts, side="left")) + 1
+        if cuts[-1] < c < n:
+            cuts.append(c)
+    cuts.append(n)
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=False) if b > a]
+
+
 @dataclass
 class StageCounts:
     """Partial sets evaluated and kept when party j joins (index j = 1..P-1; index 0 unused)."""
@@ -65,6 +98,11 @@ class StageCounts:
     @classmethod
     def zeros(cls, parties: int) -> StageCounts:
         return cls([0] * parties, [0] * parties)
+
+    def add(self, other: StageCounts) -> None:
+        for j in range(len(other.evaluated)):
+            self.evaluated[j] += other.evaluated[j]
+            self.survived[j] += other.survived[j]
 
 
 def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
@@ -135,10 +173,13 @@ class _NumbaBackend:
 
     bytes_per_bit = 1 / 8
 
-    def __init__(self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool) -> None:
+    def __init__(
+        self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool, workers: int = 1
+    ) -> None:
         self.segs = [np.ascontiguousarray(s, dtype=np.uint64) for s in segs]
         self.buf_col = np.zeros(0, dtype=np.int32)
         self.buf_c = np.zeros(0, dtype=np.int32)
+        self.workers = workers
 
     def rows(self, j: int, a: int, b: int) -> np.ndarray:
         return self.segs[j][a:b]
@@ -156,18 +197,34 @@ class _NumbaBackend:
             self.buf_col = np.empty(m * n, dtype=np.int32)
             self.buf_c = np.empty(m * n, dtype=np.int32)
         counts = np.empty(m, dtype=np.int64)
-        assert _numba_kernel is not None
-        _numba_kernel.extend_chunk(
-            np.ascontiguousarray(acc),
-            psum,
-            right,
-            rpop,
-            table,
-            self.buf_col,
-            self.buf_c,
-            counts,
+        kernel = _numba_kernel
+        assert kernel is not None
+        acc = np.ascontiguousarray(acc)
+        # Row range [a, b) of the partial sets writes only slots [a*n, b*n) and counts[a:b].
+        ranges = (
+            split_even(np.ones(m), self.workers)
+            if self.workers > 1 and m > 1 and m * n >= PARALLEL_MIN_PAIRS
+            else [(0, m)]
         )
-        ri, ci, cv = _numba_kernel.compact(self.buf_col, self.buf_c, counts, n)
+
+        def run(a: int, b: int) -> None:
+            kernel.extend_chunk(
+                acc[a:b],
+                psum[a:b],
+                right,
+                rpop,
+                table,
+                self.buf_col[a * n : b * n],
+                self.buf_c[a * n : b * n],
+                counts[a:b],
+            )
+
+        if len(ranges) == 1:
+            run(0, m)
+        else:
+            for fut in [thread_pool(self.workers).submit(run, a, b) for a, b in ranges]:
+                fut.result()
+        ri, ci, cv = kernel.compact(self.buf_col, self.buf_c, counts, n)
         return ri, ci, cv
 
     @staticmethod
@@ -180,7 +237,9 @@ class _NumpyBackend:
 
     bytes_per_bit = 4.0
 
-    def __init__(self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool) -> None:
+    def __init__(
+        self, segs: Sequence[np.ndarray], seg_bits: int, cache: bool, workers: int = 1
+    ) -> None:
         self.segs = segs
         self.seg_bits = seg_bits
         self.whole = [
@@ -237,6 +296,7 @@ def iter_block(
     col_chunk: int = 4096,
     max_rows: int | None = None,
     pops: Sequence[np.ndarray] | None = None,
+    workers: int = 1,
 ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Yield (idx, c) chunks of surviving full candidate sets (see the module docstring).
 
@@ -244,7 +304,7 @@ def iter_block(
     settled since the last call: pruned partial sets count for all their extensions. Chunks are
     in no particular order. ``col_chunk`` and ``max_rows`` bound the chunk shapes further (tests use
     them to force chunking). ``kernel`` is "numba" or "numpy". ``pops`` may pass the rows' popcounts
-    (int64) when the caller has them already.
+    (int64) when the caller has them already. ``workers`` threads share each numba chunk.
     """
     parties = len(segs)
     sizes = [int(s.shape[0]) for s in segs]
@@ -268,7 +328,7 @@ def iter_block(
     tables = [threshold_table(max(k, 1), float(threshold), max_s) for k in range(parties + 1)]
     row_bytes = max(8, int(seg_bits * backend_cls.bytes_per_bit))
     cache = sum(sizes) * seg_bits * 4 <= budget_bytes // 4
-    backend = backend_cls(segs, seg_bits, cache)
+    backend = backend_cls(segs, seg_bits, cache, workers)
     # rest[j] = number of full sets one partial set ending at party j stands for.
     rest = [1] * parties
     for j in range(parties - 2, -1, -1):
@@ -338,6 +398,7 @@ def compare_block(
     counts: StageCounts | None = None,
     col_chunk: int = 4096,
     max_rows: int | None = None,
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Any kernel, collected into one (idx, c) pair sorted lexicographically by idx."""
     if kernel == "reference":
@@ -352,6 +413,7 @@ def compare_block(
             counts=counts,
             col_chunk=col_chunk,
             max_rows=max_rows,
+            workers=workers,
         )
     )
     if not parts:
@@ -372,6 +434,7 @@ def compare_block_batch(
     threshold: float,
     *,
     counts: StageCounts | None = None,
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Many small blocks at once, vectorised across blocks (same rule and counts as the kernels).
 
@@ -380,17 +443,59 @@ def compare_block_batch(
     (P, nb) int64). Returns surviving sets as rows into ``segs`` (m, P) and their c. Partial sets of
     all blocks are extended party by party with numpy: each is repeated once per row of the next
     party in its block, ANDed, counted and tested against the exact threshold table. Memory is
-    proportional to the blocks' candidate sets: the caller batches.
+    proportional to the blocks' candidate sets: the caller batches. With ``workers`` > 1 the
+    blocks are split into contiguous groups of about equal candidate sets, one per thread, and the
+    groups' outputs concatenated in block order: the same output as one thread.
     """
     parties = len(segs)
     st = counts if counts is not None else StageCounts.zeros(parties)
-    max_s = parties * seg_bits
     empty = (np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64))
     if sizes.shape[1] == 0:
         return empty
     live = np.flatnonzero(sizes.min(axis=0) > 0)
     if live.size == 0:
         return empty
+    sets = np.prod(sizes[:, live].astype(np.float64), axis=0)
+    if workers <= 1 or live.size < 2 or float(sets.sum()) < PARALLEL_MIN_PAIRS:
+        return _batch_blocks(segs, pops, rows_of, starts, sizes, live, seg_bits, threshold, st)
+    groups = split_even(sets, workers)
+    parts = [StageCounts.zeros(parties) for _ in groups]
+    futures = [
+        thread_pool(workers).submit(
+            _batch_blocks,
+            segs,
+            pops,
+            rows_of,
+            starts,
+            sizes,
+            live[a:b],
+            seg_bits,
+            threshold,
+            part,
+        )
+        for (a, b), part in zip(groups, parts, strict=True)
+    ]
+    outs = [f.result() for f in futures]
+    for part in parts:
+        st.add(part)
+    return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
+
+
+def _batch_blocks(
+    segs: Sequence[np.ndarray],
+    pops: Sequence[np.ndarray],
+    rows_of: Sequence[np.ndarray],
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    live: np.ndarray,
+    seg_bits: int,
+    threshold: float,
+    st: StageCounts,
+) -> tuple[np.ndarray, np.ndarray]:
+    """compare_block_batch on the blocks ``live`` (all non-empty), in one thread."""
+    parties = len(segs)
+    max_s = parties * seg_bits
+    empty = (np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64))
 
     def expand(j: int, blk: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         per = sizes[j, blk]
@@ -427,6 +532,7 @@ def compare_small_blocks(
     threshold: float,
     *,
     counts: StageCounts | None = None,
+    workers: int = 1,
 ) -> tuple[np.ndarray, np.ndarray]:
     """compare_block_batch for blocks given as lists: ``blocks[b][j]`` = party j's rows in block b."""
     parties = len(segs)
@@ -443,7 +549,7 @@ def compare_small_blocks(
         for j in range(parties)
     ]
     return compare_block_batch(
-        segs, pops, rows_of, starts, sizes, seg_bits, threshold, counts=counts
+        segs, pops, rows_of, starts, sizes, seg_bits, threshold, counts=counts, workers=workers
     )
 
 

@@ -1,0 +1,167 @@
+"""Kernels on several threads give exactly what one thread gives: sets, order, c and stage counts."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from party.encoding.bits import pack_rows
+from party.protocol import kernel as kernel_module
+from party.protocol.driver import run_in_process
+from party.protocol.kernel import (
+    HAVE_NUMBA,
+    StageCounts,
+    compare_block,
+    compare_block_batch,
+    iter_block,
+    split_even,
+)
+from party.protocol.params import ProtocolParameters
+from tests.unit.protocol.helpers import linked_tables
+
+FAST = ["numba", "numpy"] if HAVE_NUMBA else ["numpy"]
+
+
+def _segs(rng: np.random.Generator, sizes: list[int], nbits: int, fill: float) -> list[np.ndarray]:
+    return [pack_rows((rng.random((n, nbits)) < fill).astype(np.uint8)) for n in sizes]
+
+
+@pytest.fixture
+def threads_always(monkeypatch):
+    """Hand even the smallest chunk to several threads, so random small cases exercise it."""
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_PAIRS", 1)
+
+
+def test_split_even_covers_in_order() -> None:
+    assert split_even(np.array([5, 1, 1, 1, 1, 1]), 2) == [(0, 1), (1, 6)]
+    assert split_even(np.ones(3), 8) == [(0, 1), (1, 2), (2, 3)]
+    assert split_even(np.ones(10), 1) == [(0, 10)]
+    assert (
+        split_even(np.array([0.0, 0.0, 7.0]), 2) == [(0, 3)]
+        or split_even(np.array([0.0, 0.0, 7.0]), 2)[-1][1] == 3
+    )
+    assert split_even(np.zeros(0), 4) == []
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    parties=st.integers(2, 4),
+    nbits=st.sampled_from([5, 64, 130, 512]),
+    seed=st.integers(0, 2**32 - 1),
+    threshold=st.sampled_from([0.0, 0.3, 2 / 3, 0.9, 1.0]),
+    workers=st.integers(2, 5),
+)
+def test_threaded_block_kernel_equals_one_thread(
+    parties: int, nbits: int, seed: int, threshold: float, workers: int
+) -> None:
+    kernel_module.PARALLEL_MIN_PAIRS, saved = 1, kernel_module.PARALLEL_MIN_PAIRS
+    try:
+        rng = np.random.default_rng(seed)
+        sizes = [int(rng.integers(1, 9)) for _ in range(parties)]
+        segs = _segs(rng, sizes, nbits, 0.4)
+        ref_counts = StageCounts.zeros(parties)
+        ref = compare_block(segs, nbits, threshold, kernel="reference", counts=ref_counts)
+        for kernel in FAST:
+            one = list(iter_block(segs, nbits, threshold, kernel=kernel, max_rows=3, col_chunk=4))
+            counts = StageCounts.zeros(parties)
+            many = list(
+                iter_block(
+                    segs,
+                    nbits,
+                    threshold,
+                    kernel=kernel,
+                    max_rows=3,
+                    col_chunk=4,
+                    counts=counts,
+                    workers=workers,
+                )
+            )
+            assert len(one) == len(many)
+            for (i1, c1), (i2, c2) in zip(one, many, strict=True):  # same chunks, same order
+                np.testing.assert_array_equal(i1, i2)
+                np.testing.assert_array_equal(c1, c2)
+            got = compare_block(segs, nbits, threshold, kernel=kernel, workers=workers)
+            np.testing.assert_array_equal(got[0], ref[0])
+            np.testing.assert_array_equal(got[1], ref[1])
+            assert counts == ref_counts
+    finally:
+        kernel_module.PARALLEL_MIN_PAIRS = saved
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="numba not installed")
+def test_large_block_on_two_threads_at_the_default_size() -> None:
+    rng = np.random.default_rng(4)
+    segs = _segs(rng, [400, 300, 20], 341, 0.45)  # 120,000 pairs when the second party joins
+    for threshold in (0.0, 0.3, 0.45):  # everything kept, ~1,300 kept, all pruned at the end
+        c1, c2 = StageCounts.zeros(3), StageCounts.zeros(3)
+        one = compare_block(segs, 341, threshold, counts=c1)
+        two = compare_block(segs, 341, threshold, counts=c2, workers=2)
+        assert c1.evaluated[1] == 120_000 and (one[0].shape[0] > 1000 or threshold > 0.4)
+        np.testing.assert_array_equal(one[0], two[0])
+        np.testing.assert_array_equal(one[1], two[1])
+        assert c1 == c2
+
+
+def _batch_inputs(rng: np.random.Generator, parties: int, nblocks: int):
+    n = [int(rng.integers(40, 90)) for _ in range(parties)]
+    segs = _segs(rng, n, 130, 0.4)
+    pops = [np.bitwise_count(s).sum(axis=1).astype(np.int64) for s in segs]
+    sizes = np.array(
+        [[int(rng.integers(0, 7)) for _ in range(nblocks)] for _ in range(parties)], dtype=np.int64
+    )
+    rows_of = [
+        np.concatenate(
+            [rng.choice(n[j], size=int(k), replace=False) for k in sizes[j]]
+            + [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+        for j in range(parties)
+    ]
+    starts = np.zeros_like(sizes)
+    starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
+    return segs, pops, rows_of, starts, sizes
+
+
+@pytest.mark.parametrize("parties", [2, 3, 4])
+@pytest.mark.parametrize("workers", [2, 3, 7])
+def test_block_batches_on_threads_equal_one_thread(threads_always, parties, workers) -> None:
+    rng = np.random.default_rng(parties * 10 + workers)
+    segs, pops, rows_of, starts, sizes = _batch_inputs(rng, parties, 120)
+    for threshold in (0.0, 0.5, 0.8):
+        c1, c2 = StageCounts.zeros(parties), StageCounts.zeros(parties)
+        one = compare_block_batch(segs, pops, rows_of, starts, sizes, 130, threshold, counts=c1)
+        many = compare_block_batch(
+            segs, pops, rows_of, starts, sizes, 130, threshold, counts=c2, workers=workers
+        )
+        np.testing.assert_array_equal(one[0], many[0])  # same sets in the same order
+        np.testing.assert_array_equal(one[1], many[1])
+        assert c1 == c2
+        if threshold == 0.0:
+            assert one[0].shape[0] == int(np.prod(sizes, axis=0).sum())
+
+
+def _linked(run) -> set[tuple[tuple[str, ...], float]]:
+    """Matched sets as (record id per party, similarity); linkage ids are random per run."""
+    groups: dict[str, list[str]] = {}
+    sims: dict[str, float] = {}
+    for rows in run.matches:
+        for row in rows:
+            groups.setdefault(row.linkage_id, []).append(row.record_id)
+            sims[row.linkage_id] = row.similarity
+    return {(tuple(ids), sims[lid]) for lid, ids in groups.items()}
+
+
+def test_engine_with_workers_gives_the_same_run(threads_always) -> None:
+    rng = np.random.default_rng(8)
+    tables = linked_tables(rng, 3, 400, 192, shared=150, blocks=5)
+    params = ProtocolParameters(
+        parties=("a", "b", "c"), filter_bits=192, match_threshold=0.8, segment_threshold=0.5
+    )
+    one = run_in_process(tables, params)
+    two = run_in_process(tables, params, workers=2)
+    assert one.classification.sets_summed == two.classification.sets_summed
+    assert _linked(one) == _linked(two) and len(_linked(one)) > 20
+    for a, b in zip(one.metrics.comparison, two.metrics.comparison, strict=True):
+        assert a.evaluated_per_stage == b.evaluated_per_stage
+        assert a.survived_per_stage == b.survived_per_stage
