@@ -31,6 +31,16 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     [limits]                          # optional
     memory_budget_mib = 256           # working memory of the local comparison (kept candidate
                                       #   sets may use a quarter of it; a run above fails cleanly)
+    workers = 0                       # processes for encoding, threads for comparison
+                                      #   (0: every core this node may use)
+
+    [cluster]                         # optional: encode on a Dask cluster the party runs itself
+    scheduler = "local"               # "local": an embedded Dask LocalCluster of `workers`
+                                      #   processes (TLS with throw-away certificates), or the
+                                      #   address of the party's own scheduler, "tls://host:8786"
+    tls_ca = "certs/cluster-ca.pem"   # required with a scheduler address: the party's cluster
+    tls_cert = "certs/node.pem"       #   CA, and the node's client certificate and key
+    tls_key = "certs/node.key"
 
     [trust]                           # required to take part in runs
     peers = ["party-b", "party-c"]    # certificate identities this party agrees to send run data
@@ -50,7 +60,8 @@ PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_
 PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
 PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names),
-PPRL_AUDIT_DEFAULT_POLICY, and PPRL_AUDIT_<KEY> for every [audit.policy] key (e.g.
+PPRL_WORKERS, PPRL_CLUSTER_SCHEDULER, PPRL_CLUSTER_TLS_CA, PPRL_CLUSTER_TLS_CERT,
+PPRL_CLUSTER_TLS_KEY, PPRL_AUDIT_DEFAULT_POLICY, and PPRL_AUDIT_<KEY> for every [audit.policy] key (e.g.
 PPRL_AUDIT_MAX_INSIDER_RECORD_ONE_TO_ONE=0.05; tables as ``field=value,field=value``,
 allowed_modes as ``mpc3,segments``). An override set to the empty string clears an optional
 key.
@@ -101,6 +112,11 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_TRUST_PEERS": ("trust", "peers", "list"),
     "PPRL_AUDIT_DEFAULT_POLICY": ("audit", "default_policy", "bool"),
     # and PPRL_AUDIT_<KEY> for every [audit.policy] key: party.audit.policy.POLICY_ENV
+    "PPRL_WORKERS": ("limits", "workers", "int"),
+    "PPRL_CLUSTER_SCHEDULER": ("cluster", "scheduler", "str"),
+    "PPRL_CLUSTER_TLS_CA": ("cluster", "tls_ca", "path"),
+    "PPRL_CLUSTER_TLS_CERT": ("cluster", "tls_cert", "path"),
+    "PPRL_CLUSTER_TLS_KEY": ("cluster", "tls_key", "path"),
 }
 
 _KNOWN: dict[str, set[str]] = {
@@ -108,9 +124,10 @@ _KNOWN: dict[str, set[str]] = {
     "data": {"csv", "id_column", "secret_file", "schema", "results"},
     "tls": {"ca", "cert", "key"},
     "timeouts": {"rpc", "stage", "heartbeat"},
-    "limits": {"memory_budget_mib"},
+    "limits": {"memory_budget_mib", "workers"},
     "trust": {"peers"},
     "audit": {"policy", "default_policy"},
+    "cluster": {"scheduler", "tls_ca", "tls_cert", "tls_key"},
 }
 
 
@@ -160,6 +177,20 @@ class Timeouts:
 
 
 @dataclass(frozen=True)
+class ClusterConfig:
+    """A Dask cluster of the party's own: "local" (embedded) or a scheduler address with TLS."""
+
+    scheduler: str = "local"
+    tls_ca: pathlib.Path | None = None
+    tls_cert: pathlib.Path | None = None
+    tls_key: pathlib.Path | None = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.scheduler == "local"
+
+
+@dataclass(frozen=True)
 class PartyConfig:
     """Everything a party node needs; built by load_party_config."""
 
@@ -180,6 +211,8 @@ class PartyConfig:
     audit_policy_origin: str = "[audit.policy]"  # or "default policy", with PPRL_AUDIT_* overrides
     memory_budget_mib: int = 256
     trusted_peers: frozenset[str] = frozenset()
+    workers: int = 0  # 0: every core this node may use
+    cluster: ClusterConfig | None = None  # None: worker processes/threads on this machine
     source: str = "<config>"
 
     def read_secret(self) -> bytes:
@@ -390,6 +423,34 @@ def load_party_config(
                     f"({coordinator_name}): it never receives run data"
                 )
     policy, policy_origin = _audit_policy(raw.get("audit"), env, base, problems)
+    workers = get("limits", "workers")
+    if workers is None:
+        workers = PartyConfig.workers
+    elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
+        problems.append("limits.workers: expected a whole number >= 0 (0: every core)")
+        workers = PartyConfig.workers
+    cluster: ClusterConfig | None = None
+    if isinstance(raw.get("cluster"), dict) and raw["cluster"]:
+        cluster = ClusterConfig(
+            scheduler=get("cluster", "scheduler") or "local",
+            tls_ca=pathof("cluster", "tls_ca", False),
+            tls_cert=pathof("cluster", "tls_cert", False),
+            tls_key=pathof("cluster", "tls_key", False),
+        )
+        if not isinstance(cluster.scheduler, str):
+            problems.append('cluster.scheduler: expected "local" or "tls://host:port"')
+        elif not cluster.embedded:
+            if not cluster.scheduler.startswith("tls://"):
+                problems.append(
+                    'cluster.scheduler: expected "local" or a "tls://host:port" address (the '
+                    "party's encodings must not cross a network unencrypted)"
+                )
+            for key in ("tls_ca", "tls_cert", "tls_key"):
+                p = getattr(cluster, key)
+                if p is None:
+                    problems.append(f"cluster.{key}: required with a scheduler address")
+                elif check_files and not p.is_file():
+                    problems.append(f"cluster.{key}: file {p} does not exist")
     if problems:
         raise ConfigError(str(path), problems)
     assert data_csv is not None and secret_file is not None and results is not None
@@ -411,6 +472,8 @@ def load_party_config(
         audit_policy_origin=policy_origin,
         memory_budget_mib=budget,
         trusted_peers=trusted_peers,
+        workers=workers,
+        cluster=cluster,
         source=str(path),
     )
 

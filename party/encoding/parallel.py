@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder, EncodeReport, _Batch, _BatchResult
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
@@ -141,6 +142,14 @@ def ordered_map(
             fut.cancel()
 
 
+def _one_batch(path: str | Path) -> bool:
+    """True if the file fits in one CSV block (or cannot be read: one process reports that)."""
+    try:
+        return Path(path).stat().st_size <= encoder_module.CSV_BLOCK_BYTES
+    except OSError:
+        return True
+
+
 def executor_size(executor: Executor) -> int:
     """Worker count of a process pool or of a Dask client's executor (1 if unknown)."""
     size = getattr(executor, "_max_workers", None)
@@ -165,12 +174,13 @@ def encode_csv_parallel(
     stats: ParallelStats | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` processes
-    (``None``/0: every core) or on ``executor`` if given; identical results (module docstring)."""
+    (``None``/0: every core) or on ``executor`` if given; identical results (module docstring).
+    A file of one CSV block is encoded here, without starting processes."""
     n = resolve_workers(workers)
     seeded_blip = (
         encoder._blip_rng is not None and encoder.schema.hardening.blip_flip_probability is not None
     )
-    if seeded_blip or (executor is None and n <= 1):
+    if seeded_blip or (executor is None and (n <= 1 or _one_batch(path))):
         if seeded_blip and n > 1:
             log.info("a seeded BLIP generator was injected: encoding in one process")
         return encoder.encode_csv(path, id_column=id_column, progress=progress)

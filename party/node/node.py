@@ -354,13 +354,20 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise
 
     async def _prepare(self, run: Run) -> tuple[bool, list[str]]:
+        from party.cluster import encode_csv_on_workers
         from party.encoding.encoder import Encoder
+        from party.encoding.parallel import resolve_workers
         from party.protocol.engine import PartyEngine
 
         t0 = time.perf_counter()
         encoder = Encoder(run.schema, self.secret())
         records, _report = await asyncio.to_thread(
-            encoder.encode_csv, self.config.data_csv, id_column=self.config.id_column
+            encode_csv_on_workers,
+            encoder,
+            self.config.data_csv,
+            workers=self.config.workers,
+            cluster=self.config.cluster,
+            id_column=self.config.id_column,
         )
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
@@ -369,7 +376,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise RunAborted(f"run {run.run_id} was aborted")
         run.records_count = len(records.record_ids)
         if allowed:
-            run.engine = PartyEngine(run.index, run.params, records)
+            run.engine = PartyEngine(
+                run.index, run.params, records, workers=resolve_workers(self.config.workers)
+            )
         run.stage_seconds["audited"] = time.perf_counter() - t0
         log.info(
             "run %s prepared: %d records, gate %s",

@@ -131,3 +131,32 @@ def test_memory_budget_from_file_and_environment(folder: pathlib.Path) -> None:
     (folder / "party.toml").write_text(GOOD + "[limits]\nmemory_budget_mib = 2\n")
     with pytest.raises(ConfigError, match="limits.memory_budget_mib: expected a whole number"):
         load_party_config(folder / "party.toml", env={})
+
+
+def test_workers_and_cluster_from_file_and_environment(folder: pathlib.Path) -> None:
+    cfg = load_party_config(folder / "party.toml", env={})
+    assert cfg.workers == 0 and cfg.cluster is None  # all cores, on this machine
+    (folder / "party.toml").write_text(GOOD + "[limits]\nworkers = 3\n[cluster]\n")
+    assert load_party_config(folder / "party.toml", env={}).workers == 3
+    cfg = load_party_config(
+        folder / "party.toml", env={"PPRL_WORKERS": "2", "PPRL_CLUSTER_SCHEDULER": "local"}
+    )
+    assert cfg.workers == 2 and cfg.cluster is not None and cfg.cluster.embedded
+    with pytest.raises(ConfigError, match="PPRL_WORKERS: expected a whole number"):
+        load_party_config(folder / "party.toml", env={"PPRL_WORKERS": "many"})
+    (folder / "party.toml").write_text(
+        GOOD + '[limits]\nworkers = -1\n[cluster]\nscheduler = "tcp://10.0.0.5:8786"\n'
+    )
+    with pytest.raises(ConfigError) as info:
+        load_party_config(folder / "party.toml", env={})
+    problems = info.value.problems
+    assert any(p.startswith("limits.workers: expected a whole number >= 0") for p in problems)
+    assert any(p.startswith('cluster.scheduler: expected "local" or a "tls://') for p in problems)
+    assert any(p.startswith("cluster.tls_ca: required") for p in problems)
+    (folder / "party.toml").write_text(
+        GOOD + '[cluster]\nscheduler = "tls://10.0.0.5:8786"\n'
+        'tls_ca = "ca.pem"\ntls_cert = "a.pem"\ntls_key = "a.key"\n'
+    )
+    cfg = load_party_config(folder / "party.toml", env={})
+    assert cfg.cluster is not None and not cfg.cluster.embedded
+    assert cfg.cluster.tls_ca == folder / "ca.pem"

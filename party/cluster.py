@@ -1,0 +1,112 @@
+"""The workers a party node computes on: its own cores, or a Dask cluster the party runs itself.
+
+Without a ``[cluster]`` table a node encodes on a process pool of ``[limits] workers`` processes
+and compares on as many threads (``party.encoding.parallel``, ``party.protocol.kernel``). With one,
+encoding batches go to Dask (``distributed``) workers through the client's
+``concurrent.futures`` executor, the same code path as the process pool:
+
+- ``scheduler = "local"``: an embedded ``LocalCluster`` of ``workers`` worker processes on
+  127.0.0.1, started for one encoding and closed after it; its scheduler, workers and client talk
+  TLS with throw-away certificates (``Security.temporary()``).
+- ``scheduler = "tls://host:port"``: the party's own scheduler. Only ``tls://`` is accepted, with
+  the party's cluster CA and the node's client certificate and key, and ``require_encryption``;
+  workers must have this package installed (they import ``party.encoding``).
+
+What goes to a worker: the linkage schema, the linkage secret (each worker builds the same
+encoder) and batches of the party's own CSV; what comes back: filters and blocking digests. Both
+stay inside the party's infrastructure: the scheduler and workers are the party's own machines,
+and nothing else. No co-party and no coordinator ever talks to them; encodings, segments and
+shares leave the party only through its node, over the protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from party.config import ClusterConfig
+from party.encoding.encoder import Encoder, EncodeReport
+from party.encoding.parallel import ParallelStats, encode_csv_parallel, resolve_workers
+from party.encoding.records import EncodedRecords
+from party.errors import PprlError
+
+log = logging.getLogger(__name__)
+
+
+class ClusterError(PprlError):
+    """The party's Dask cluster cannot be started or reached (names the scheduler, not data)."""
+
+
+@contextlib.contextmanager
+def dask_client(
+    cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 30.0
+) -> Iterator[Any]:
+    """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address)."""
+    from distributed import Client, LocalCluster
+    from distributed.security import Security
+
+    n = resolve_workers(workers)
+    if cluster.embedded:
+        security = Security.temporary()
+        with (
+            LocalCluster(
+                n_workers=n,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                scheduler_port=0,
+                dashboard_address=None,
+                security=security,
+                silence_logs=logging.WARNING,
+            ) as local,
+            Client(local, security=security) as client,
+        ):
+            yield client
+        return
+    if cluster.tls_ca is None or cluster.tls_cert is None or cluster.tls_key is None:
+        raise ClusterError("cluster: tls_ca, tls_cert and tls_key are required for a scheduler")
+    security = Security(
+        tls_ca_file=str(cluster.tls_ca),
+        tls_client_cert=str(cluster.tls_cert),
+        tls_client_key=str(cluster.tls_key),
+        require_encryption=True,
+    )
+    try:
+        client = Client(cluster.scheduler, security=security, timeout=connect_timeout)
+    except (OSError, TimeoutError) as exc:
+        raise ClusterError(
+            f"cluster: cannot reach the scheduler {cluster.scheduler} ({type(exc).__name__})"
+        ) from None
+    with client:
+        yield client
+
+
+def encode_csv_on_workers(
+    encoder: Encoder,
+    path: str | Path,
+    *,
+    workers: int | None = None,
+    cluster: ClusterConfig | None = None,
+    id_column: str | None = None,
+    progress: Callable[[int], None] | None = None,
+    stats: ParallelStats | None = None,
+) -> tuple[EncodedRecords, EncodeReport]:
+    """Encode a CSV on this machine's cores (``cluster`` None) or on the party's Dask cluster;
+    the same records and report as ``encoder.encode_csv`` either way."""
+    if cluster is None:
+        return encode_csv_parallel(
+            encoder, path, workers=workers, id_column=id_column, progress=progress, stats=stats
+        )
+    with dask_client(cluster, workers) as client:
+        return encode_csv_parallel(
+            encoder,
+            path,
+            workers=workers,
+            id_column=id_column,
+            progress=progress,
+            executor=client.get_executor(pure=False),
+            stats=stats,
+        )

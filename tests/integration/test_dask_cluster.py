@@ -1,0 +1,121 @@
+"""Encoding on an embedded Dask LocalCluster (real worker processes, TLS) equals one process."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from party.cluster import ClusterError, dask_client, encode_csv_on_workers
+from party.config import ClusterConfig
+from party.encoding import encoder as encoder_module
+from party.encoding.encoder import Encoder
+from party.encoding.parallel import ParallelStats
+from party.encoding.schema import parse_schema
+from party.synthetic.cluster import make_certs
+from party.synthetic.generator import generate
+
+SECRET = bytes(range(50, 82))
+SHIPPED = Path(__file__).resolve().parents[2] / "party" / "synthetic" / "data" / "schema.json"
+
+
+def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
+    monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 32 * 1024)
+    path = tmp_path / "people.csv"
+    generate(2, 3000, seed=9).tables[1].write_csv(path)
+    schema = parse_schema(json.loads(SHIPPED.read_text()))
+    ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    stats = ParallelStats()
+    got, report = encode_csv_on_workers(
+        Encoder(schema, SECRET),
+        path,
+        workers=2,
+        cluster=ClusterConfig("local"),
+        id_column="rec_id",
+        stats=stats,
+    )
+    assert got.record_ids == ref.record_ids
+    assert np.array_equal(got.filters, ref.filters)
+    assert np.array_equal(got.block_digests, ref.block_digests)
+    assert report.encoded == ref_report.encoded == 3000 and report.skipped == ref_report.skipped
+    assert stats.batches > 4 and 1 <= len(stats.cpu_by_worker) <= 2
+
+
+def test_embedded_cluster_talks_tls_only() -> None:
+    with dask_client(ClusterConfig("local"), 1) as client:
+        assert client.scheduler.address.startswith("tls://")
+        workers = client.scheduler_info()["workers"]
+        assert workers and all(addr.startswith("tls://") for addr in workers)
+
+
+@pytest.fixture
+def own_scheduler(tmp_path):
+    """A TLS Dask scheduler and two workers as separate processes, as a party would run them."""
+    certs = tmp_path / "certs"
+    make_certs(certs, ["scheduler", "worker", "node"], ca_name="party cluster CA")
+    tls = ["--tls-ca-file", str(certs / "ca.pem")]
+    sched_file = tmp_path / "scheduler.json"
+    dask = str(Path(sys.executable).with_name("dask"))
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
+             "--scheduler-file", str(sched_file), "--no-dashboard", *tls,
+             "--tls-cert", str(certs / "scheduler.pem"), "--tls-key", str(certs / "scheduler.key")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while not sched_file.exists() or not sched_file.read_text().strip():
+            assert time.monotonic() < deadline, "scheduler did not start"
+            assert procs[0].poll() is None, "scheduler exited"
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        procs.append(
+            subprocess.Popen(
+                [dask, "worker", address, "--nworkers", "2", "--nthreads", "1", "--no-dashboard",
+                 *tls, "--tls-cert", str(certs / "worker.pem"),
+                 "--tls-key", str(certs / "worker.key")],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )
+        )  # fmt: skip
+        yield ClusterConfig(address, certs / "ca.pem", certs / "node.pem", certs / "node.key")
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_the_partys_own_tls_scheduler_encodes_like_one_process(
+    tmp_path, own_scheduler, monkeypatch
+) -> None:
+    monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 32 * 1024)
+    assert own_scheduler.scheduler.startswith("tls://")
+    with dask_client(own_scheduler) as client:
+        client.wait_for_workers(2, timeout=30)
+    path = tmp_path / "people.csv"
+    generate(2, 1500, seed=2).tables[0].write_csv(path)
+    schema = parse_schema(json.loads(SHIPPED.read_text()))
+    ref, _ = Encoder(schema, SECRET).encode_csv(path)
+    got, _ = encode_csv_on_workers(Encoder(schema, SECRET), path, cluster=own_scheduler)
+    assert got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
+    assert np.array_equal(got.block_digests, ref.block_digests)
+
+
+def test_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:
+    certs = tmp_path / "certs"
+    make_certs(certs, ["node"])
+    cfg = ClusterConfig(
+        "tls://127.0.0.1:9", certs / "ca.pem", certs / "node.pem", certs / "node.key"
+    )
+    with (
+        pytest.raises(ClusterError, match=r"cannot reach the scheduler tls://127\.0\.0\.1:9"),
+        dask_client(cfg, 1, connect_timeout=2),
+    ):
+        pass
