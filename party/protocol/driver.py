@@ -10,6 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -42,6 +43,7 @@ class InProcessRun:
     metrics: RunMetrics
     classification: Classification
     pseudonyms: list[np.ndarray]  # per party: (n,) uint64 pseudonym of each record, 0 = not shared
+    mpc_stats: list[Any] = field(default_factory=list)  # mode mpc3: each compute party's MpcStats
 
 
 def run_in_process(

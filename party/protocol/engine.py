@@ -213,6 +213,21 @@ class PartyEngine:
         out[self._shared_rows] = self._pseudonyms
         return out
 
+    def shared_records(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows in common blocks, by pseudonym: (pseudonyms, common digests, filters, 1-bit counts).
+
+        What mode mpc3 secret-shares instead of segments (``party.mpc.inputs``).
+        """
+        if self._common is None:
+            raise StateError("set_common_blocks must be called before shared_records")
+        rows = self._shared_rows
+        return (
+            self._pseudonyms.copy(),
+            self._digests_out.copy(),
+            self._records.filters[rows],
+            self._x[rows].copy(),
+        )
+
     def _segment(self, j: int) -> np.ndarray:
         a = j * self.segment_bits
         filters = self._records.filters[self._shared_rows]

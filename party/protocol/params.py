@@ -10,6 +10,9 @@ from party.protocol.errors import ParameterError
 #: Default segment threshold offset below s_t; see docs/engine.md ("Choosing s_m") for the evidence.
 DEFAULT_SEGMENT_MARGIN = 0.1
 
+#: Protocol modes: the segment + ring-summation protocol, and three-party computation (party.mpc).
+MODES = ("segments", "mpc3")
+
 
 @dataclass(frozen=True)
 class ProtocolParameters:
@@ -22,6 +25,11 @@ class ProtocolParameters:
     one party contributes to one (sub-)block; larger blocks are split deterministically (see
     docs/engine.md for the recall cost). ``memory_budget_bytes`` bounds the comparison's working
     memory and the stored survivors.
+
+    ``mode`` is ``"segments"`` (the segment + ring protocol) or ``"mpc3"`` (three-party computation,
+    ``party.mpc``). In mpc3 ``compute_parties`` names the three compute parties (``()`` = the first
+    three of ``parties``; with P = 2 they must be given, the third being a helper that holds no
+    data); s_m must be 0 there (no partial similarities are computed or revealed).
     """
 
     parties: tuple[str, ...]
@@ -31,6 +39,8 @@ class ProtocolParameters:
     one_to_one: bool = False
     max_block_size: int | None = None
     memory_budget_bytes: int = 256 * 2**20
+    mode: str = "segments"
+    compute_parties: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -76,8 +86,43 @@ class ProtocolParameters:
             or self.memory_budget_bytes < 2**20
         ):
             problems.append("memory_budget_bytes must be an integer of at least 1 MiB")
+        problems.extend(self._mode_problems())
         if problems:
             raise ParameterError("invalid protocol parameters: " + "; ".join(problems))
+
+    def _mode_problems(self) -> list[str]:
+        if self.mode not in MODES:
+            return [f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"]
+        cps = self.compute_parties
+        if not isinstance(cps, tuple) or not all(isinstance(c, str) and c for c in cps):
+            return ["compute_parties must be a tuple of non-empty party names"]
+        if self.mode == "segments":
+            return ["compute_parties is only used in mode 'mpc3'"] if cps else []
+        problems = []
+        if self.segment_threshold != 0:
+            problems.append(
+                f"segment_threshold must be 0 in mode 'mpc3' (got {self.segment_threshold}): "
+                "no partial similarities are computed or revealed there"
+            )
+        if cps:
+            if len(cps) != 3 or len(set(cps)) != 3:
+                problems.append(
+                    f"mode 'mpc3' needs exactly 3 distinct compute_parties, got {list(cps)}"
+                )
+        elif isinstance(self.parties, tuple) and len(self.parties) < 3:
+            problems.append(
+                f"mode 'mpc3' with P={len(self.parties)} parties needs compute_parties "
+                "(three names, the third a helper node)"
+            )
+        return problems
+
+    @property
+    def compute_party_names(self) -> tuple[str, str, str]:
+        """The three compute parties of mode mpc3 (given, or the first three parties)."""
+        names = self.compute_parties or self.parties[:3]
+        if len(names) != 3:
+            raise ParameterError("mode 'mpc3' needs three compute parties")
+        return (names[0], names[1], names[2])
 
     @property
     def party_count(self) -> int:

@@ -6,7 +6,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PURE = ["party/encoding", "party/protocol", "party/audit"]
+PURE = ["party/encoding", "party/protocol", "party/audit", "party/mpc"]
 
 
 def _imports(path: pathlib.Path) -> set[str]:

@@ -1,0 +1,100 @@
+"""Compiled (numba) kernels of the gate engine: the local AND share and 64 x 64 bit transposes.
+
+Layouts (see ``party.mpc.lanes``): a *row* array is (n, words) uint64 with bit p of a row in word
+p // 64 at bit p % 64 (``party.encoding.bits``); a *lane* array is (bits, n / 64) uint64 where
+bit k of word g of wire b is bit b of row 64 g + k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def _jit(fn):  # type: ignore[no-untyped-def]
+    """njit (nogil, on-disk cache when numba finds a writable cache location)."""
+    try:
+        return njit(cache=True, nogil=True, boundscheck=False)(fn)
+    except RuntimeError:
+        return njit(cache=False, nogil=True, boundscheck=False)(fn)
+
+
+@_jit
+def and_share(x0, x1, y0, y1, alpha, out):  # type: ignore[no-untyped-def]
+    """out = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ alpha on 3-D uint64 arrays (alpha flat, C order).
+
+    The inputs may be strided views; ``out`` is C-contiguous and alpha follows its order.
+    """
+    a, b, c = out.shape
+    k = 0
+    for i in range(a):
+        for j in range(b):
+            for m in range(c):
+                out[i, j, m] = (
+                    (x0[i, j, m] & (y0[i, j, m] ^ y1[i, j, m]))
+                    ^ (x1[i, j, m] & y0[i, j, m])
+                    ^ alpha[k]
+                )
+                k += 1
+
+
+_MASKS = np.array(
+    [
+        0x00000000FFFFFFFF,
+        0x0000FFFF0000FFFF,
+        0x00FF00FF00FF00FF,
+        0x0F0F0F0F0F0F0F0F,
+        0x3333333333333333,
+        0x5555555555555555,
+    ],
+    dtype=np.uint64,
+)
+
+
+@_jit
+def _transpose64(a):  # type: ignore[no-untyped-def]
+    """In-place transpose of a 64 x 64 bit matrix (a[r] bit c -> a[c] bit r), by block swaps."""
+    j = 32
+    for step in range(6):
+        m = _MASKS[step]
+        sj = np.uint64(j)
+        for base in range(0, 64, 2 * j):
+            for k in range(base, base + j):
+                t = ((a[k] >> sj) ^ a[k + j]) & m
+                a[k] ^= t << sj
+                a[k + j] ^= t
+        j >>= 1
+
+
+@_jit
+def rows_to_lanes(src, out):  # type: ignore[no-untyped-def]
+    """out[w*64 + b, g] bit k = bit b of word w of src[64 g + k] (rows beyond src: 0; wires beyond out: dropped)."""
+    n = src.shape[0]
+    words = src.shape[1]
+    groups = out.shape[1]
+    blk = np.zeros(64, dtype=np.uint64)
+    for g in range(groups):
+        for w in range(words):
+            for k in range(64):
+                r = g * 64 + k
+                blk[k] = src[r, w] if r < n else np.uint64(0)
+            _transpose64(blk)
+            lim = min(64, out.shape[0] - w * 64)
+            for b in range(lim):
+                out[w * 64 + b, g] = blk[b]
+
+
+@_jit
+def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
+    """out[64 g + k] = sum_b (bit k of src[b, g]) << b for b < src.shape[0] <= 64."""
+    bits = src.shape[0]
+    groups = src.shape[1]
+    blk = np.zeros(64, dtype=np.uint64)
+    for g in range(groups):
+        for b in range(64):
+            blk[b] = src[b, g] if b < bits else np.uint64(0)
+        _transpose64(blk)
+        for k in range(64):
+            r = g * 64 + k
+            if r < out.size:
+                out[r] = blk[k]

@@ -1,0 +1,349 @@
+"""ComputeParty: one compute party's side of an mpc3 run, as a generator of rounds.
+
+Driving it (the transport is the driver's business):
+
+    cp = ComputeParty(i, params, keys)
+    for share in shares_for_i: cp.receive_input(share)      # one per data party
+    gen = cp.run(); incoming = None
+    try:
+        while True:
+            rnd = gen.send(incoming)                       # first send(None) starts it
+            send rnd.payload to CP (i + 2) % 3; incoming = payload CP (i + 1) % 3 sent for
+            the same (rnd.batch, rnd.number)
+    except StopIteration as stop: outcome = stop.value    # MpcOutcome
+
+The circuit per batch of candidate sets (``party.mpc.candidates``; batch b holds sets
+[b * batch_sets, (b + 1) * batch_sets), padded with all-zero sets to a multiple of 64):
+
+1. P-way AND of the filters in row layout: inputs (n, words) per party; layer by layer the operands
+   are paired in order (0 & 1, 2 & 3, ...; an odd last operand passes on), ceil(log2 P) rounds; the
+   payload of a layer is (pairs, n, words) words in C order.
+2. The AND result is transposed to lanes (``party.mpc._numba_gates.rows_to_lanes``): wire p =
+   filter bit p (p < l), lane word g, bit k = set 64 g + k; its popcount c is computed by
+   ``Gates.compress`` into cw = bit_length(l) bits.
+3. S = K*c + sum_j t_j mod 2^w, with t_j the data parties' count terms (``party.mpc.inputs``) in
+   lanes; column k holds the bits c_{k-e} for e in the set bits of K (ascending), then t_j bit k for
+   j = 0..P-1. Match bit = NOT top bit of S (``party.mpc.threshold``); with s_t = 0 every set matches
+   and no round is spent on it.
+4. Rounds: open the match bits (payload: lanes words); then open, for the matched sets of the batch
+   only (ascending), v = c | S << cw as one uint64 each (payload may be empty). Nothing else is
+   opened. x = (K*c - 1 - S) / N; Dice = ``party.protocol.classify.dice(P, c, x)``.
+
+After the last batch the matched sets are sorted by pseudonym tuple, resolved one-to-one when asked
+(``greedy_one_to_one``) and numbered 1..k: the same ``Classification`` at all three compute parties.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.encoding.bits import words_for
+from party.mpc._numba_gates import lanes_to_values, rows_to_lanes
+from party.mpc.candidates import candidate_sets
+from party.mpc.errors import MpcCancelled, MpcError
+from party.mpc.gates import Gates, Pair, Round
+from party.mpc.inputs import InputShare, validate_input_share
+from party.mpc.keys import ComputeKeys, ZeroShares
+from party.mpc.threshold import ThresholdTest, threshold_test
+from party.protocol.classify import Classification, dice, greedy_one_to_one
+from party.protocol.errors import MemoryBudgetError
+from party.protocol.params import ProtocolParameters
+
+__all__ = ["BATCH_BYTES", "ComputeParty", "MpcOutcome", "MpcStats", "Round", "batch_sets_for"]
+
+#: Working memory one batch is sized for (a function of P and l only, so all CPs cut alike).
+BATCH_BYTES = 64 * 2**20
+
+
+def batch_sets_for(parties: int, filter_bits: int) -> int:
+    """Candidate sets per batch: a multiple of 64 that fits BATCH_BYTES (depends on P and l only)."""
+    words = words_for(filter_bits)
+    per_set = 8 * words * (2 * parties + 10) + 64
+    return max(64, (BATCH_BYTES // per_set) // 64 * 64)
+
+
+@dataclass(frozen=True)
+class MpcStats:
+    """What one compute party did: sets, batches, rounds, AND gates (lanes), bytes, seconds."""
+
+    candidate_sets: int
+    batches: int
+    rounds: int
+    and_gates: int
+    bytes_sent: int
+    bytes_received: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class MpcOutcome:
+    """The classification (identical at the three CPs) and this CP's statistics."""
+
+    classification: Classification
+    stats: MpcStats
+
+
+class ComputeParty:
+    """Compute party ``index`` (0, 1, 2) of one mpc3 run; see the module docstring.
+
+    ``batch_sets`` overrides the batch size (a positive multiple of 64; all three CPs must use the
+    same value); ``memory_budget_bytes`` (default: the parameters') bounds the candidate list and a
+    batch's working memory.
+    """
+
+    def __init__(
+        self,
+        index: int,
+        params: ProtocolParameters,
+        keys: ComputeKeys,
+        *,
+        memory_budget_bytes: int | None = None,
+        batch_sets: int | None = None,
+    ) -> None:
+        if isinstance(index, bool) or index not in (0, 1, 2):
+            raise MpcError(f"compute party index must be 0, 1 or 2, got {index!r}")
+        if not isinstance(params, ProtocolParameters):
+            raise MpcError("params must be ProtocolParameters")
+        if params.mode != "mpc3":
+            raise MpcError(f"parameters are for mode {params.mode!r}, not 'mpc3'")
+        if not isinstance(keys, ComputeKeys):
+            raise MpcError("keys must be ComputeKeys")
+        self.index = index
+        self.params = params
+        self.parties = params.party_count
+        self.test: ThresholdTest = threshold_test(
+            params.party_count, params.filter_bits, params.match_threshold
+        )
+        if self.test.count_bits + self.test.width > 64:
+            raise MpcError("filter length and threshold need more than 64 opened bits per set")
+        self.budget = (
+            params.memory_budget_bytes if memory_budget_bytes is None else memory_budget_bytes
+        )
+        if batch_sets is None:
+            batch_sets = batch_sets_for(self.parties, params.filter_bits)
+        if isinstance(batch_sets, bool) or batch_sets < 64 or batch_sets % 64:
+            raise MpcError(f"batch_sets must be a positive multiple of 64, got {batch_sets}")
+        self.batch_sets = batch_sets
+        self._gates = Gates(index, ZeroShares(keys))
+        self._inputs: dict[int, InputShare] = {}
+        self._digest_width: int | None = None
+        self._ran = False
+
+    def receive_input(self, share: InputShare) -> None:
+        """Validate and keep one data party's input share (one per data party)."""
+        if self._ran:
+            raise MpcError("input shares arrived after the computation started")
+        validate_input_share(
+            share,
+            target=self.index,
+            parties=self.parties,
+            filter_bits=self.params.filter_bits,
+            digest_width=self._digest_width,
+            count_bits=self.test.width,
+        )
+        src = int(share.source)
+        if src in self._inputs:
+            raise MpcError(f"compute party {self.index} already has the input of party {src}")
+        self._inputs[src] = share
+        self._digest_width = int(share.block_digests.shape[1])
+
+    def run(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Generator[Round, bytes, MpcOutcome]:
+        """Evaluate the circuit on every candidate set (see the module docstring)."""
+        missing = [j for j in range(self.parties) if j not in self._inputs]
+        if missing:
+            raise MpcError(f"compute party {self.index} is missing the inputs of parties {missing}")
+        if self._ran:
+            raise MpcError("run already started for this compute party")
+        self._ran = True
+        t0 = time.perf_counter()
+        inputs = [self._inputs[j] for j in range(self.parties)]
+        sets = candidate_sets(
+            [s.pseudonyms for s in inputs],
+            [s.block_digests for s in inputs],
+            self.params.max_block_size,
+        )
+        total = int(sets.shape[0])
+        words = words_for(self.params.filter_bits)
+        need = sets.nbytes + self.batch_sets * (8 * words * (2 * self.parties + 10) + 64)
+        if need > self.budget:
+            raise MemoryBudgetError(
+                f"compute party {self.index}: {total} candidate sets and a batch need about "
+                f"{need // 2**20 + 1} MiB, more than memory_budget_bytes={self.budget}; set "
+                "max_block_size, use coarser blocking off, or raise the budget"
+            )
+        matched_rows: list[np.ndarray] = []
+        matched_c: list[np.ndarray] = []
+        matched_x: list[np.ndarray] = []
+        batches = 0
+        if progress is not None:
+            progress(0, total)
+        for batch, lo in enumerate(range(0, total, self.batch_sets)):
+            if cancel is not None and cancel.is_set():
+                raise MpcCancelled("computation cancelled")
+            rows = sets[lo : lo + self.batch_sets]
+            self._gates.start_batch(batch)
+            hit, c, x = yield from self._batch(inputs, rows)
+            matched_rows.append(rows[hit])
+            matched_c.append(c)
+            matched_x.append(x)
+            batches += 1
+            if progress is not None:
+                progress(lo + rows.shape[0], total)
+        classification = self._classify(inputs, matched_rows, matched_c, matched_x, total)
+        g = self._gates
+        stats = MpcStats(
+            candidate_sets=total,
+            batches=batches,
+            rounds=g.rounds,
+            and_gates=64 * g.and_words,
+            bytes_sent=g.bytes_sent,
+            bytes_received=g.bytes_received,
+            seconds=time.perf_counter() - t0,
+        )
+        return MpcOutcome(classification, stats)
+
+    # ----------------------------------------------------------------- one batch
+    def _batch(
+        self, inputs: list[InputShare], rows: np.ndarray
+    ) -> Generator[Round, bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        g = self._gates
+        test = self.test
+        n = rows.shape[0]
+        padded = -(-n // 64) * 64
+        lanes = padded // 64
+        l_bits = self.params.filter_bits
+        words = words_for(l_bits)
+        p = self.parties
+        gathered = (
+            np.zeros((p, padded, words), dtype=np.uint64),
+            np.zeros((p, padded, words), dtype=np.uint64),
+        )
+        for j, share in enumerate(inputs):
+            for s in range(2):
+                np.take(share.filters[s], rows[:, j], axis=0, out=gathered[s][j, :n])
+        # 1. P-way AND tree (row layout): pair operands 0 & 1, 2 & 3, ...; an odd last passes on
+        cur: Pair = gathered
+        count = p
+        while count > 1:
+            pairs = count // 2
+            x = (cur[0][0 : 2 * pairs : 2], cur[1][0 : 2 * pairs : 2])
+            y = (cur[0][1 : 2 * pairs : 2], cur[1][1 : 2 * pairs : 2])
+            z = yield from g.and_(x, y)
+            if count % 2:
+                z = (
+                    np.concatenate([z[0], cur[0][count - 1 : count]]),
+                    np.concatenate([z[1], cur[1][count - 1 : count]]),
+                )
+            cur = z
+            count = pairs + count % 2
+        both = (np.ascontiguousarray(cur[0][0]), np.ascontiguousarray(cur[1][0]))
+        del gathered, cur
+        # 2. transpose to lanes, popcount
+        bits = (
+            np.empty((l_bits, lanes), dtype=np.uint64),
+            np.empty((l_bits, lanes), dtype=np.uint64),
+        )
+        rows_to_lanes(both[0], bits[0])
+        rows_to_lanes(both[1], bits[1])
+        del both
+        cw = test.count_bits
+        c = yield from g.compress([bits], cw, lanes)
+        del bits
+        # 3. S = K*c + sum of count terms, mod 2^w
+        w = test.width
+        terms = []
+        for j, share in enumerate(inputs):
+            t = []
+            for s in range(2):
+                vals = np.zeros((padded, 1), dtype=np.uint64)
+                np.take(share.counts[s], rows[:, j], out=vals[:n, 0])
+                out = np.empty((w, lanes), dtype=np.uint64)
+                rows_to_lanes(vals, out)
+                t.append(out)
+            terms.append((t[0], t[1]))
+        k_bits = [e for e in range(test.multiplier.bit_length()) if test.multiplier >> e & 1]
+        columns: list[Pair] = []
+        for k in range(w):
+            parts0 = [c[0][k - e] for e in k_bits if 0 <= k - e < cw]
+            parts1 = [c[1][k - e] for e in k_bits if 0 <= k - e < cw]
+            parts0 += [t[0][k] for t in terms]
+            parts1 += [t[1][k] for t in terms]
+            columns.append((np.stack(parts0), np.stack(parts1)))
+        s_bits = yield from g.compress(columns, w, lanes)
+        # 4. open the match bits, then c and S of the matched sets
+        if test.always:
+            hit = np.ones(n, dtype=bool)
+        else:
+            match = g.not_((s_bits[0][w - 1 : w], s_bits[1][w - 1 : w]))
+            opened = yield from g.open(match)
+            hit = _lane_bits(opened[0], n)
+        values = []
+        for s in range(2):
+            v = np.zeros(padded, dtype=np.uint64)
+            lanes_to_values(np.concatenate([c[s], s_bits[s]]), v)
+            values.append(v[:n][hit])
+        plain = yield from g.open((values[0], values[1]))
+        common = (plain & np.uint64((1 << cw) - 1)).astype(np.int64)
+        s_val = (plain >> np.uint64(cw)).astype(np.int64)
+        return hit, common, self._totals(common, s_val)
+
+    def _totals(self, common: np.ndarray, s_val: np.ndarray) -> np.ndarray:
+        """x per matched set from the opened c and S (raises MpcError if impossible)."""
+        test = self.test
+        w = test.width
+        signed = np.where(s_val >> (w - 1) != 0, s_val - (1 << w), s_val)
+        num = test.multiplier * common - 1 - signed
+        if np.any(num < 0) or np.any(num % test.numerator):
+            raise MpcError("opened values are inconsistent: a round payload was altered")
+        x = num // test.numerator
+        if np.any(x > self.parties * self.params.filter_bits) or np.any(self.parties * common > x):
+            raise MpcError("opened values are out of range: a round payload was altered")
+        return x
+
+    # ----------------------------------------------------------------- classification
+    def _classify(
+        self,
+        inputs: list[InputShare],
+        rows: list[np.ndarray],
+        common: list[np.ndarray],
+        total: list[np.ndarray],
+        sets: int,
+    ) -> Classification:
+        p = self.parties
+        r = np.concatenate(rows) if rows else np.zeros((0, p), dtype=np.int64)
+        c = np.concatenate(common) if common else np.zeros(0, dtype=np.int64)
+        x = np.concatenate(total) if total else np.zeros(0, dtype=np.int64)
+        cand = np.empty(r.shape, dtype=np.uint64)
+        for j in range(p):
+            cand[:, j] = inputs[j].pseudonyms[r[:, j]]
+        sim = dice(p, c, x)
+        if np.any(sim < self.params.match_threshold):
+            raise MpcError("a matched set has Dice below s_t: the computation is inconsistent")
+        order = np.lexsort(cand.T[::-1]) if cand.shape[0] else np.zeros(0, dtype=np.int64)
+        cand, sim = cand[order], sim[order]
+        chosen = np.arange(cand.shape[0])
+        if self.params.one_to_one and cand.shape[0]:
+            chosen = greedy_one_to_one(cand, sim)
+        return Classification(
+            candidates=cand[chosen],
+            similarities=sim[chosen],
+            linkage_ids=np.arange(1, chosen.size + 1, dtype=np.uint64),
+            sets_summed=sets,
+            above_threshold=int(cand.shape[0]),
+            matches=int(chosen.size),
+        )
+
+
+def _lane_bits(words: np.ndarray, n: int) -> np.ndarray:
+    """(n,) bool: bit k of word g is set n = 64 g + k."""
+    as_bytes = np.ascontiguousarray(words, dtype=np.dtype("<u8")).view(np.uint8)
+    return np.unpackbits(as_bytes, bitorder="little")[:n].astype(bool)

@@ -1,0 +1,206 @@
+"""The gate engine of one compute party: local XOR/NOT, AND and opening rounds, adder trees.
+
+A shared wire vector is a ``Pair`` (first, second) of equally shaped uint64 arrays: compute party
+(CP) i holds shares (x_i, x_{i+1}). Bit-sliced: bit k of a word is one candidate set ("lane").
+
+Rounds. Every interactive step is one ``Round`` that CP i sends to CP (i + 2) % 3 while receiving
+the same-sized payload CP (i + 1) % 3 sent for the same (batch, number):
+
+* AND (Araki et al. CCS 2016, section 2.2): z_i = (x_i & y_i) ^ (x_i & y_{i+1}) ^ (x_{i+1} & y_i)
+  ^ alpha_i with alpha_i from ``party.mpc.keys.ZeroShares`` for (batch, number); the payload is
+  z_i (all gates of the layer, C order, little-endian words); the result is (z_i, z_{i+1}).
+* Opening: the payload is the second share x_{i+1}; x = x_i ^ x_{i+1} ^ x_{i+2}.
+
+Adder trees (``compress``): columns of bits of equal weight are reduced by layers of full adders
+(Wallace): in each layer every column with m >= 3 bits uses f = m // 3 adders on its first 3f bits
+(a = bits [0, f), b = [f, 2f), c = [2f, 3f)); a full adder costs one AND:
+carry = ((a ^ c) & (b ^ c)) ^ c, sum = a ^ b ^ c; all adders of a layer share one round (their
+(a ^ c, b ^ c) inputs concatenated in column order). The new column k is [sums of k, untouched
+bits of k, carries from k - 1]. When no column has 3 bits a ripple-carry pass adds the remaining
+two rows from column 0 up, one round per column that needs an AND (two bits: carry = a & b; three
+bits: a full adder). Columns at or above ``width`` are dropped (arithmetic mod 2^width).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.mpc._numba_gates import and_share
+from party.mpc.errors import MpcError
+from party.mpc.keys import ZeroShares
+
+Pair = tuple[np.ndarray, np.ndarray]
+_U64 = np.dtype("<u8")
+ALL_ONES = np.uint64(2**64 - 1)
+
+
+@dataclass(frozen=True)
+class Round:
+    """One message of CP i to CP (i + 2) % 3: batch, round number within the batch, payload."""
+
+    batch: int
+    number: int
+    payload: bytes
+
+    def __repr__(self) -> str:  # never print shares
+        return f"Round(batch={self.batch}, number={self.number}, bytes={len(self.payload)})"
+
+
+Steps = Generator[Round, bytes, Pair]
+
+
+class Gates:
+    """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes."""
+
+    def __init__(self, index: int, zero: ZeroShares) -> None:
+        self.index = index
+        self._zero = zero
+        self._alpha = np.zeros(0, dtype=np.uint64)
+        self.batch = 0
+        self.number = 0
+        self.rounds = 0
+        self.and_words = 0
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def start_batch(self, batch: int) -> None:
+        self.batch = batch
+        self.number = 0
+
+    def _exchange(self, payload: np.ndarray) -> Generator[Round, bytes, np.ndarray]:
+        """Send ``payload`` (C-contiguous uint64), receive the same shape from the other side."""
+        data = payload.tobytes()
+        incoming = yield Round(self.batch, self.number, data)
+        if not isinstance(incoming, bytes | bytearray | memoryview) or len(incoming) != len(data):
+            got = len(incoming) if isinstance(incoming, bytes | bytearray | memoryview) else None
+            raise MpcError(
+                f"round {self.number} of batch {self.batch}: expected a payload of {len(data)} "
+                f"bytes, got {got}"
+            )
+        self.number += 1
+        self.rounds += 1
+        self.bytes_sent += len(data)
+        self.bytes_received += len(data)
+        return np.frombuffer(incoming, dtype=_U64).reshape(payload.shape)
+
+    def and_(self, x: Pair, y: Pair) -> Steps:
+        """Shares of x & y (any equal shapes; inputs may be strided views)."""
+        shape = x[0].shape
+        words = int(np.prod(shape))
+        if self._alpha.size < words:
+            self._alpha = np.zeros(words, dtype=np.uint64)
+        alpha = self._zero.alpha(self.batch, self.number, words, self._alpha)
+        z = np.empty(shape, dtype=np.uint64)
+        z3 = z.reshape(_three_d(shape))
+        and_share(*(a.reshape(_three_d(shape)) for a in (x[0], x[1], y[0], y[1])), alpha, z3)
+        self.and_words += words
+        nxt = yield from self._exchange(z)
+        return z, nxt
+
+    def open(self, x: Pair) -> Generator[Round, bytes, np.ndarray]:
+        """The plain value of a shared array (every CP learns it)."""
+        third = yield from self._exchange(np.ascontiguousarray(x[1]))
+        return x[0] ^ x[1] ^ third
+
+    def not_(self, x: Pair) -> Pair:
+        """Shares of ~x: share 0 is flipped (CP 0's first share, CP 2's second)."""
+        if self.index == 0:
+            return ~x[0], x[1]
+        if self.index == 2:
+            return x[0], ~x[1]
+        return x
+
+    def compress(
+        self, columns: list[Pair], width: int, lanes: int
+    ) -> Generator[Round, bytes, Pair]:
+        """Shares of the sum of all bits, mod 2^width, as (width, lanes) rows of bits.
+
+        ``columns[k]`` stacks the (m_k, lanes) bits of weight 2^k (m_k may be 0).
+        """
+        cols = [(c[0], c[1]) for c in columns[:width]]
+        cols += [_empty(lanes)] * (width - len(cols))
+        while any(c[0].shape[0] >= 3 for c in cols):
+            xs0, xs1, ys0, ys1 = [], [], [], []
+            plan: list[tuple[int, int, Pair, Pair, Pair, Pair]] = []
+            for k, (c0, c1) in enumerate(cols):
+                f = c0.shape[0] // 3
+                if f == 0:
+                    continue
+                a = (c0[:f], c1[:f])
+                b = (c0[f : 2 * f], c1[f : 2 * f])
+                c = (c0[2 * f : 3 * f], c1[2 * f : 3 * f])
+                t1 = (a[0] ^ c[0], a[1] ^ c[1])
+                t2 = (b[0] ^ c[0], b[1] ^ c[1])
+                xs0.append(t1[0])
+                xs1.append(t1[1])
+                ys0.append(t2[0])
+                ys1.append(t2[1])
+                plan.append((k, f, t1, b, c, (c0[3 * f :], c1[3 * f :])))
+            z = yield from self.and_((_cat(xs0), _cat(xs1)), (_cat(ys0), _cat(ys1)))
+            own: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([c0], [c1]) for c0, c1 in cols]
+            carries: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in cols]
+            off = 0
+            for k, f, t1, b, c, rest in plan:
+                own[k] = ([t1[0] ^ b[0], rest[0]], [t1[1] ^ b[1], rest[1]])
+                if k + 1 < width:
+                    carries[k + 1][0].append(z[0][off : off + f] ^ c[0])
+                    carries[k + 1][1].append(z[1][off : off + f] ^ c[1])
+                off += f
+            cols = [
+                (_cat(own[k][0] + carries[k][0]), _cat(own[k][1] + carries[k][1]))
+                for k in range(width)
+            ]
+        return (yield from self._ripple(cols, width, lanes))
+
+    def _ripple(self, cols: list[Pair], width: int, lanes: int) -> Generator[Round, bytes, Pair]:
+        out0 = np.zeros((width, lanes), dtype=np.uint64)
+        out1 = np.zeros((width, lanes), dtype=np.uint64)
+        carry: Pair | None = None
+        for k in range(width):
+            c0, c1 = cols[k]
+            bits = [(c0[r], c1[r]) for r in range(c0.shape[0])]
+            if carry is not None:
+                bits.append(carry)
+            carry = None
+            if len(bits) == 1:
+                out0[k], out1[k] = bits[0]
+            elif len(bits) == 2:
+                a, b = bits
+                out0[k], out1[k] = a[0] ^ b[0], a[1] ^ b[1]
+                if k + 1 < width:
+                    carry = yield from self.and_((a[0][None], a[1][None]), (b[0][None], b[1][None]))
+                    carry = (carry[0][0], carry[1][0])
+            elif len(bits) == 3:
+                a, b, c = bits
+                t1 = (a[0] ^ c[0], a[1] ^ c[1])
+                out0[k], out1[k] = t1[0] ^ b[0], t1[1] ^ b[1]
+                if k + 1 < width:
+                    z = yield from self.and_(
+                        (t1[0][None], t1[1][None]),
+                        ((b[0] ^ c[0])[None], (b[1] ^ c[1])[None]),
+                    )
+                    carry = (z[0][0] ^ c[0], z[1][0] ^ c[1])
+            elif len(bits) > 3:
+                raise MpcError("internal: adder column has more than 3 bits after reduction")
+        return out0, out1
+
+
+def _three_d(shape: tuple[int, ...]) -> tuple[int, int, int]:
+    if len(shape) == 3:
+        return (shape[0], shape[1], shape[2])
+    if len(shape) == 2:
+        return (1, shape[0], shape[1])
+    if len(shape) == 1:
+        return (1, 1, shape[0])
+    raise MpcError("internal: AND inputs must have 1 to 3 dimensions")
+
+
+def _cat(parts: list[np.ndarray]) -> np.ndarray:
+    return parts[0] if len(parts) == 1 else np.concatenate(parts)
+
+
+def _empty(lanes: int) -> Pair:
+    return np.zeros((0, lanes), dtype=np.uint64), np.zeros((0, lanes), dtype=np.uint64)

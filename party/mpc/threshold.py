@@ -1,0 +1,116 @@
+"""The Dice threshold as an exact integer test, equal to the oracle's float test on every input.
+
+The oracle (``party.protocol.classify.dice``) matches a candidate set iff
+``float(P*c) / float(x) >= s_t`` in float64, with Dice 0 when x = 0. Inside the circuit we need an
+integer test. Reachable inputs satisfy 0 <= P*c <= x <= P*l (each party's count is at least the
+common count c, and at most l). Correctly rounded division is monotone in the exact ratio
+r = P*c/x, so among reachable ratios the float test passes exactly for r >= q0, where q0 is the
+smallest passing ratio; let q1 be the largest failing one (for s_t > 0 the ratio 0 fails and the
+ratio 1 passes, so both exist). For any fraction N/D with q1 < N/D < q0 no reachable ratio equals
+N/D, so
+
+    float test passes  <=>  r >= q0  <=>  r > N/D  <=>  P*D*c - N*x >= 1,
+
+which also rejects x = 0 (then c = 0 and 0 >= 1 fails), as the oracle does. We take the simplest
+such fraction (smallest denominator, via the Stern-Brocot tree), e.g. 4/5 for s_t = 0.8 at small l.
+With K = P*D the circuit evaluates S = K*c - N*x - 1 in w-bit two's complement and matches iff
+S >= 0 (its top bit is 0). For s_t = 0 every set matches (Dice >= 0 always): ``always`` is set,
+K = 0, N = 1, and S = -x - 1 still lets x be opened for the matched sets.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import lru_cache
+
+from party.mpc.errors import MpcError
+
+
+@dataclass(frozen=True)
+class ThresholdTest:
+    """``P*D*c - N*x >= 1`` (or always true), and the two's complement width w of S."""
+
+    parties: int
+    filter_bits: int
+    numerator: int  # N
+    denominator: int  # D
+    always: bool  # s_t == 0: every set matches
+    width: int  # w: bits of S = K*c - N*x - 1 and of the count terms
+
+    @property
+    def multiplier(self) -> int:
+        """K = P * D, the constant c is multiplied by."""
+        return self.parties * self.denominator
+
+    @property
+    def count_bits(self) -> int:
+        """Bits of the common count c (0..l)."""
+        return self.filter_bits.bit_length()
+
+    def matches(self, common: int, total: int) -> bool:
+        """The integer test on plain values (reference for the circuit)."""
+        return self.always or self.multiplier * common - self.numerator * total >= 1
+
+    def count_term(self, total: int, first: bool) -> int:
+        """A data party's w-bit term: -N*x_j (minus 1 more at data party 0), mod 2^w."""
+        return (-self.numerator * total - (1 if first else 0)) % (1 << self.width)
+
+    def total_from(self, common: int, s_value: int) -> int:
+        """x recovered from c and the opened w-bit S = K*c - N*x - 1 (raises if impossible)."""
+        s = s_value - (1 << self.width) if s_value >> (self.width - 1) else s_value
+        num = self.multiplier * common - 1 - s
+        if num < 0 or num % self.numerator:
+            raise MpcError("opened sums are inconsistent (x is not an integer)")
+        return num // self.numerator
+
+
+def _passes(parties: int, common: int, total: int, threshold: float) -> bool:
+    return float(parties * common) / float(total) >= threshold
+
+
+def _stern_brocot_between(lo: Fraction, hi: Fraction) -> Fraction:
+    """The fraction with the smallest denominator strictly between lo < hi (both in [0, 1])."""
+    a, b, c, d = 0, 1, 1, 0  # mediants of a/b = 0 and c/d = infinity
+    while True:
+        m = Fraction(a + c, b + d)
+        if m <= lo:
+            a, b = a + c, b + d
+        elif m >= hi:
+            c, d = a + c, b + d
+        else:
+            return m
+
+
+@lru_cache(maxsize=64)
+def threshold_test(parties: int, filter_bits: int, match_threshold: float) -> ThresholdTest:
+    """The exact integer form of ``dice >= s_t`` for P parties and l-bit filters (module docstring)."""
+    if parties < 2 or filter_bits < 1 or not 0.0 <= match_threshold <= 1.0:
+        raise MpcError("threshold test needs P >= 2, l >= 1 and s_t in [0, 1]")
+    p, l_bits, st = parties, filter_bits, float(match_threshold)
+    if st == 0.0:
+        width = (p * l_bits + 1).bit_length() + 1
+        return ThresholdTest(p, l_bits, 1, 0, True, width)
+    q0: Fraction | None = None  # smallest passing reachable ratio
+    q1 = Fraction(0)  # largest failing reachable ratio (0 fails since s_t > 0)
+    for x in range(1, p * l_bits + 1):
+        top = x // p  # c <= x / P
+        c = min(top, max(0, math.ceil(st * x / p)))
+        while c > 0 and _passes(p, c - 1, x, st):
+            c -= 1
+        while c <= top and not _passes(p, c, x, st):
+            c += 1
+        if c <= top:
+            r = Fraction(p * c, x)
+            if q0 is None or r < q0:
+                q0 = r
+        if c > 0:
+            r = Fraction(p * (c - 1), x)
+            if r > q1:
+                q1 = r
+    assert q0 is not None  # the ratio 1 (c = x / P) always passes for s_t <= 1
+    q = _stern_brocot_between(q1, q0)
+    n, d = q.numerator, q.denominator
+    width = max(p * d * l_bits, n * p * l_bits + 1).bit_length() + 1
+    return ThresholdTest(p, l_bits, n, d, False, width)
