@@ -78,7 +78,7 @@ class ZeroShares:
             self._zeros = np.zeros(nbytes, dtype=np.uint8)
             self._buf = np.zeros(nbytes + 16, dtype=np.uint8)
         enc = Cipher(algorithm, modes.CTR(block)).encryptor()
-        n = enc.update_into(memoryview(self._zeros)[:nbytes], memoryview(self._buf))
+        n = enc.update_into(self._zeros.data[:nbytes], self._buf.data)
         assert n == nbytes
         return self._buf[:nbytes]
 

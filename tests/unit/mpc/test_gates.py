@@ -42,7 +42,9 @@ def test_and_truth_table_in_every_lane():
     rng = np.random.default_rng(2)
     x = np.array([0b0011], dtype=np.uint64)
     y = np.array([0b0101], dtype=np.uint64)
-    outs, _ = run3(_gate_circuit("and"), [[a, b] for a, b in zip(share3(x, rng), share3(y, rng))])
+    outs, _ = run3(
+        _gate_circuit("and"), [[a, b] for a, b in zip(share3(x, rng), share3(y, rng), strict=True)]
+    )
     assert int(reveal(outs)[0]) == 0b0001
 
 

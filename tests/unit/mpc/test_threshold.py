@@ -27,11 +27,10 @@ def _exhaustive(p: int, l_bits: int, s_t: float) -> None:
     want = dice(p, c, x) >= s_t
     s = (t.multiplier * c - t.numerator * x - 1) % (1 << t.width)
     top_clear = (s >> (t.width - 1)) == 0
-    for ci, xi, wi, si, ti in zip(
-        c.tolist(), x.tolist(), want.tolist(), s.tolist(), top_clear.tolist(), strict=True
-    ):
-        assert t.matches(ci, xi) == wi, (p, l_bits, s_t, ci, xi)
-        assert t.always or ti == wi
+    for k in range(c.size):
+        ci, xi, si = int(c[k]), int(x[k]), int(s[k])
+        assert t.matches(ci, xi) == bool(want[k]), (p, l_bits, s_t, ci, xi)
+        assert t.always or bool(top_clear[k]) == bool(want[k])
         assert t.total_from(ci, si) == xi
 
 
