@@ -25,13 +25,14 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 RUN python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "BASE_IMAGE must have Python >= 3.11")' \
  && python3 -m venv /opt/pprl/venv
-# Dependencies first (their layer survives source edits), wheels only.
-COPY pyproject.toml README.md ./
+# Dependencies first (their layer survives source and README edits), wheels only.
+COPY pyproject.toml ./
 COPY docker/pip-env.sh /tmp/pip-env.sh
 RUN python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
       > /tmp/requirements.txt \
  && . /tmp/pip-env.sh \
  && /opt/pprl/venv/bin/pip install --only-binary=:all: -r /tmp/requirements.txt
+COPY README.md ./
 COPY proto proto
 COPY party party
 COPY coordinator coordinator

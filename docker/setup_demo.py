@@ -18,10 +18,14 @@ docker/config/*.toml name these paths):
     <party>/results/                 where the node writes <run-id>/matches.csv
     <coordinator>/state/             the coordinator's run-state store
     <demo>/ca/ca.pem, ca.key         the demo CA (kept so that nodes can be added later)
-    <demo>/data/                     the generated dataset: party-<i>.csv, truth.csv, dataset.json
+    <demo>/data/                     the generated dataset: party-<i>.csv, truth.csv, dataset.json,
+                                     request.json (the settings it was generated from)
 
 Idempotent and non-destructive: anything that already exists is kept, only what is missing is made
-(so `docker compose up` can be repeated, and a party's results and secret are never replaced). If a
+(so `docker compose up` can be repeated, and a party's results and secret are never replaced). The one
+exception is the demo data: when the dataset settings change (PPRL_DEMO_RECORDS, PPRL_DEMO_SEED), the
+dataset is generated again and every party's records.csv that still holds the previous demo data is
+replaced (ensure_data). If a
 party already holds a secret, that secret is copied to the parties missing one; two different existing
 secrets are an error. Certificates come from scripts/gen_certs.py and data from scripts/gen_data.py
 (the real project tools; their main() runs in this process). The secret is never printed.
@@ -36,6 +40,7 @@ import argparse
 import contextlib
 import importlib.util
 import io
+import json
 import os
 import pathlib
 import secrets
@@ -213,21 +218,58 @@ def ensure_secret(parties: Sequence[Node], log: list[str]) -> None:
             log.append(f"secret for {node.name}")
 
 
+def dataset_request(args: argparse.Namespace) -> dict[str, float | int]:
+    """What the demo dataset is generated from; a change (e.g. PPRL_DEMO_RECORDS) regenerates it."""
+    return {
+        "parties": len(args.party),
+        "records": args.records,
+        "overlap": args.overlap,
+        "corruption": args.corruption,
+        "seed": args.seed,
+    }
+
+
 def ensure_data(args: argparse.Namespace, log: list[str]) -> None:
+    """Give every party its part of the demo dataset made from the requested settings.
+
+    The settings of the current dataset are kept in ``<demo>/data/request.json``. When they differ
+    from the requested ones (another ``--records``, i.e. PPRL_DEMO_RECORDS, or seed), the dataset is
+    generated again and the parties' records.csv files, which must still hold the previous demo data,
+    are replaced; if any holds other content nothing is changed (SetupError naming it).
+    Certificates, secrets and results are not touched.
+    """
     out = args.demo_dir / "data"
-    missing = [p for p in args.party if not (p.volume / "data" / "records.csv").is_file()]
-    if not missing:
-        return
-    if not (out / "truth.csv").is_file():
+    request_file = out / "request.json"
+    wanted = dataset_request(args)
+    try:
+        current = json.loads(request_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        current = None
+    targets = [node.volume / "data" / "records.csv" for node in args.party]
+    sources = [out / f"party-{index}.csv" for index in range(len(args.party))]
+    if current != wanted or not (out / "truth.csv").is_file():
+        # Check every party before anything changes: only the previous demo data may be replaced.
+        for target, source in zip(targets, sources, strict=True):
+            if target.is_file() and (
+                not source.is_file() or target.read_bytes() != source.read_bytes()
+            ):
+                raise SetupError(
+                    f"{target} is not the previous demo data, so it is kept: remove it (or use "
+                    "fresh volumes: docker compose down -v) to use a new demo dataset"
+                )
+        for target in targets:
+            target.unlink(missing_ok=True)
         _run(gen_data_argv(args, out), "gen_data")
         log.append(f"dataset of {len(args.party)} x {args.records} records")
-    for index, node in enumerate(args.party):
-        if node in missing:
-            source = out / f"party-{index}.csv"
-            if not source.is_file():
-                raise SetupError(f"{source} is missing: remove {out} to regenerate the dataset")
-            _write_atomic(node.volume / "data" / "records.csv", source.read_bytes(), 0o644)
-            log.append(f"records for {node.name}")
+    for node, target, source in zip(args.party, targets, sources, strict=True):
+        if target.is_file():
+            continue
+        if not source.is_file():
+            raise SetupError(f"{source} is missing: remove {out} to regenerate the dataset")
+        _write_atomic(target, source.read_bytes(), 0o644)
+        log.append(f"records for {node.name}")
+    if current != wanted:
+        _write_atomic(request_file, (json.dumps(wanted, sort_keys=True) + "\n").encode(), 0o644)
 
 
 def setup(args: argparse.Namespace) -> list[str]:

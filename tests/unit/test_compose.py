@@ -246,8 +246,25 @@ def test_image_and_build_arguments(compose: dict[str, Any]) -> None:
     assert build["context"] == "."
     dockerfile = (ROOT / "Dockerfile").read_text()
     declared = set(re.findall(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)", dockerfile, re.MULTILINE))
-    assert set(build["args"]) <= declared, "compose passes a build argument the Dockerfile lacks"
-    assert build["args"]["BASE_IMAGE"], "BASE_IMAGE must default to a real image"
+    args = build_args(build["args"])
+    assert set(args) <= declared, "compose passes a build argument the Dockerfile lacks"
+    assert args["BASE_IMAGE"], "BASE_IMAGE must default to a real image"
+    # With nothing set in the environment, no argument may be passed as an empty string: that is a
+    # different build argument than none, so compose would not reuse the layers `docker build` made.
+    # A value-less entry (taken from the environment) is sent empty by docker-compose 1.29 when unset.
+    empty = sorted(k for k, v in args.items() if not v)
+    assert not empty, f"build arguments passed empty when unset: {empty}"
+
+
+def build_args(raw: Any) -> dict[str, str | None]:
+    """Compose build args (mapping, or list of KEY=VALUE / KEY) -> {KEY: VALUE, or None = from env}."""
+    if isinstance(raw, dict):
+        return {str(k): None if v is None else str(v) for k, v in raw.items()}
+    out: dict[str, str | None] = {}
+    for item in raw:
+        key, sep, value = str(item).partition("=")
+        out[key] = value if sep else None
+    return out
 
 
 def test_containers_are_locked_down(compose: dict[str, Any]) -> None:
@@ -484,6 +501,47 @@ def test_setup_is_idempotent_and_never_replaces(
     other.write_bytes(before[other])
 
 
+def _data_rows(path: pathlib.Path) -> int:
+    with path.open(newline="") as fh:
+        return sum(1 for _ in csv.reader(fh)) - 1
+
+
+def test_a_new_demo_record_count_takes_effect_on_existing_volumes(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # PPRL_DEMO_RECORDS reaches setup as --records: a second `up` with another value must give the
+    # parties the new data (not only fresh volumes), keeping certificates, secrets and results.
+    setup = load_script(ROOT / "docker" / "setup_demo.py")
+    compose = load_compose({})
+    vols = tmp_path / "volumes"
+    assert setup.main(_setup_argv(compose, tmp_path, records=40)) == 0
+    result = vols / "party-a" / "results" / "run-1" / "matches.csv"
+    result.parent.mkdir(parents=True)
+    result.write_text("linkage_id,similarity,record_id\n")
+    kept = {
+        p: p.read_bytes()
+        for p in vols.rglob("*")
+        if p.is_file() and ("secret" in p.parts or "certs" in p.parts or "results" in p.parts)
+    }
+    capsys.readouterr()
+    assert setup.main(_setup_argv(compose, tmp_path, records=25)) == 0
+    assert "dataset of 3 x 25 records" in capsys.readouterr().out
+    for party in PARTIES:
+        assert _data_rows(vols / party / "data" / "records.csv") == 25
+    assert {p: p.read_bytes() for p in kept} == kept
+    # the same count again changes nothing
+    assert setup.main(_setup_argv(compose, tmp_path, records=25)) == 0
+    assert "nothing changed" in capsys.readouterr().out
+    # a party's own (non-demo) data is never overwritten: refuse and name the file
+    own = vols / "party-b" / "data" / "records.csv"
+    own.write_text("rec_id,given_name\nx1,someone\n")
+    assert setup.main(_setup_argv(compose, tmp_path, records=30)) == 2
+    err = capsys.readouterr().err
+    assert "party-b/data/records.csv" in err and "someone" not in err
+    assert own.read_text() == "rec_id,given_name\nx1,someone\n"
+    assert _data_rows(vols / "party-a" / "data" / "records.csv") == 25, "nothing changed"
+
+
 def _write_matches(path: pathlib.Path, rows: list[tuple[str, float, str]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w", newline="") as fh:
@@ -575,3 +633,75 @@ def test_every_compose_variable_is_documented() -> None:
 
     undocumented = sorted(n for n in names if not documented(n))
     assert not undocumented, f"docs/deployment.md does not mention {undocumented}"
+
+
+# -- the documented container path -----------------------------------------------------------------
+
+CONTAINER_DOCS = ("README.md", "docs/deployment.md")
+
+
+def _shell_lines(markdown: str) -> list[str]:
+    """Command lines of the ```bash blocks, comments dropped."""
+    lines: list[str] = []
+    for block in re.findall(r"```bash\n(.*?)```", markdown, re.DOTALL):
+        for line in block.splitlines():
+            command = line.split("#", 1)[0].strip()
+            if command:
+                lines.append(command)
+    return lines
+
+
+@pytest.mark.parametrize("doc", CONTAINER_DOCS)
+def test_documented_container_path_builds_before_compose_and_works_without_a_registry(
+    doc: str,
+) -> None:
+    # `up` pulls the base image (a registry) unless the image exists: the docs must build it first,
+    # with the debootstrap base for machines without a registry.
+    lines = _shell_lines((ROOT / doc).read_text(encoding="utf-8"))
+    ups = [i for i, c in enumerate(lines) if re.search(r"docker[ -]compose .*\bup\b", c)]
+    builds = [i for i, c in enumerate(lines) if c.startswith("docker build ")]
+    base = [i for i, c in enumerate(lines) if "scripts/docker_base_image.sh" in c]
+    assert ups, f"{doc} shows no compose up"
+    assert base and base[0] < ups[0], f"{doc}: the no-registry base image must come before `up`"
+    local = [i for i in builds if "BASE_IMAGE=local/debian-python:bookworm" in lines[i]]
+    assert local and base[0] < local[0] < ups[0], f"{doc}: build on the local base before `up`"
+    tag = re.search(r"-t (\S+)", lines[local[0]])
+    assert tag and tag.group(1) == "pprl:local", "the image compose uses by default (PPRL_IMAGE)"
+
+
+@pytest.mark.parametrize("doc", CONTAINER_DOCS)
+def test_container_docs_work_with_compose_v1(doc: str) -> None:
+    text = (ROOT / doc).read_text(encoding="utf-8")
+    assert "docker-compose" in text, f"{doc} must say how to run it with docker-compose v1"
+    assert not re.search(r"docker[ -]compose[^\n`]* cp ", text), (
+        f"{doc}: `compose cp` does not exist in docker-compose v1; use `docker cp pprl-party-a:...`"
+    )
+    assert "scripts/compose_smoke.sh" in text, f"{doc} must point developers at compose_smoke.sh"
+
+
+def test_readme_development_section_lists_the_compose_smoke_test() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    development = readme.split("## Development", 1)[1]
+    assert "scripts/compose_smoke.sh" in development
+
+
+def test_party_config_comment_names_the_compose_ports() -> None:
+    # the comment of docker/config/party.toml says which ports the parties listen on
+    text = (ROOT / "docker" / "config" / "party.toml").read_text(encoding="utf-8")
+    comment = next(line for line in text.splitlines() if line.startswith("#   PPRL_LISTEN"))
+    prefixes = set(re.findall(r":(\d{4})x", comment))
+    assert prefixes, comment
+    for env in ENVS.values():
+        compose = load_compose(env)
+        for party in PARTIES:
+            port = environment(services(compose)[party])["PPRL_LISTEN"].rpartition(":")[2]
+            assert port[:4] in prefixes, f"{party} listens on {port}, the comment says {prefixes}"
+
+
+def test_dependency_layer_depends_only_on_pyproject() -> None:
+    # The slow layer (pip installing numpy, numba, pyarrow, ...) must survive edits of the code and
+    # the docs: only pyproject.toml and the pip environment helper may be copied before it.
+    lines = [line.strip() for line in (ROOT / "Dockerfile").read_text().splitlines()]
+    install = next(i for i, line in enumerate(lines) if "requirements.txt" in line)
+    copied = [line.split()[1:-1] for line in lines[:install] if line.startswith("COPY ")]
+    assert copied and {f for c in copied for f in c} <= {"pyproject.toml", "docker/pip-env.sh"}
