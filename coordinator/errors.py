@@ -41,6 +41,10 @@ class NotFound(CoordinatorError):
     code = grpc.StatusCode.NOT_FOUND
 
 
+class AlreadyExists(CoordinatorError):
+    code = grpc.StatusCode.ALREADY_EXISTS
+
+
 class FailedPrecondition(CoordinatorError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 

@@ -24,6 +24,7 @@ import grpc
 
 from coordinator.config import CoordinatorConfig
 from coordinator.errors import (
+    AlreadyExists,
     FailedPrecondition,
     Forbidden,
     InvalidArgument,
@@ -41,12 +42,13 @@ from proto import (
     party_pb2,
     party_pb2_grpc,
 )
-from proto.transport import Security, address_problem, caller_identity
+from proto.transport import Security, address_problem, caller_identity, check_health
 
 log = logging.getLogger(__name__)
 S = common_pb2.Stage
 PARTY_SERVICE = "pprl.v1.Party"
 ABORT_GRACE = 1.0
+PROBE_TIMEOUT = 2.0  # health check of a registered address before it is replaced
 EXEC_ORDER: dict[int, int] = {
     S.STAGE_AUDITED: 0,
     S.STAGE_EXCHANGING: 1,
@@ -189,12 +191,38 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             problem = address_problem(request.address)
             if problem is not None:
                 raise InvalidArgument(f"address: {problem}")
+            await self._refuse_replacing_a_live_node(who, request.address)
             self.store.register(request.name, request.address, who)
             log.info("party %s registered at %s", request.name, request.address)
             return coordinator_pb2.RegisterPartyResponse()
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
             raise
+
+    async def _refuse_replacing_a_live_node(self, name: str, address: str) -> None:
+        """AlreadyExists when ``name`` is registered elsewhere at an address that still serves.
+
+        The probe is a gRPC health check over mutual TLS with ``name`` as the TLS target, so only a
+        node holding ``name``'s certificate counts as live. A second process started with the same
+        certificate therefore cannot take a live party's place; a dead or stalled old address
+        (no SERVING answer within PROBE_TIMEOUT) is replaced.
+        """
+        current = self.store.parties().get(name)
+        if current is None or current.address == address:
+            return
+        status = await check_health(
+            self.security, current.address, name, PROBE_TIMEOUT, PARTY_SERVICE
+        )
+        if status == "SERVING":
+            log.warning(
+                "refused to move %s: another node with its certificate still serves at its "
+                "registered address",
+                name,
+            )
+            raise AlreadyExists(
+                f"{name} is already registered at another address that still serves (health "
+                "check over mutual TLS); stop that node first"
+            )
 
     async def ListParties(
         self, request: coordinator_pb2.ListPartiesRequest, context: grpc.aio.ServicerContext

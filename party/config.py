@@ -27,6 +27,7 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     rpc = 30.0                        # deadline of every outgoing unary call / stream
     stage = 300.0                     # longest wait for another party within one stage
     heartbeat = 2.0                   # interval of liveness messages to the coordinator
+    register = 30.0                   # interval of re-registration with the coordinator
 
     [limits]                          # optional
     memory_budget_mib = 256           # working memory of the local comparison (kept candidate
@@ -59,7 +60,7 @@ Environment overrides (applied after the file; paths relative to the working dir
 PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
 PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
-PPRL_HEARTBEAT_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names),
+PPRL_HEARTBEAT_INTERVAL, PPRL_REGISTER_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names),
 PPRL_WORKERS, PPRL_CLUSTER_SCHEDULER, PPRL_CLUSTER_TLS_CA, PPRL_CLUSTER_TLS_CERT,
 PPRL_CLUSTER_TLS_KEY, PPRL_AUDIT_DEFAULT_POLICY, and PPRL_AUDIT_<KEY> for every [audit.policy] key (e.g.
 PPRL_AUDIT_MAX_INSIDER_RECORD_ONE_TO_ONE=0.05; tables as ``field=value,field=value``,
@@ -108,6 +109,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_RPC_TIMEOUT": ("timeouts", "rpc", "float"),
     "PPRL_STAGE_TIMEOUT": ("timeouts", "stage", "float"),
     "PPRL_HEARTBEAT_INTERVAL": ("timeouts", "heartbeat", "float"),
+    "PPRL_REGISTER_INTERVAL": ("timeouts", "register", "float"),
     "PPRL_MEMORY_BUDGET_MIB": ("limits", "memory_budget_mib", "int"),
     "PPRL_TRUST_PEERS": ("trust", "peers", "list"),
     "PPRL_AUDIT_DEFAULT_POLICY": ("audit", "default_policy", "bool"),
@@ -123,7 +125,7 @@ _KNOWN: dict[str, set[str]] = {
     "node": {"name", "listen", "advertise", "coordinator", "coordinator_name", "port_file"},
     "data": {"csv", "id_column", "secret_file", "schema", "results"},
     "tls": {"ca", "cert", "key"},
-    "timeouts": {"rpc", "stage", "heartbeat"},
+    "timeouts": {"rpc", "stage", "heartbeat", "register"},
     "limits": {"memory_budget_mib", "workers"},
     "trust": {"peers"},
     "audit": {"policy", "default_policy"},
@@ -174,6 +176,7 @@ class Timeouts:
     rpc: float = 30.0
     stage: float = 300.0
     heartbeat: float = 2.0
+    register: float = 30.0
 
 
 @dataclass(frozen=True)

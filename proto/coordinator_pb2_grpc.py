@@ -66,9 +66,13 @@ class CoordinatorServicer:
 
     def RegisterParty(self, request, context):
         """Party -> coordinator: register (or update) the caller's address. name must equal the
-        caller's certificate identity.
-        Errors: INVALID_ARGUMENT (empty name or malformed address), PERMISSION_DENIED (name differs
-        from the certificate identity).
+        caller's certificate identity. Parties re-register periodically (a registration heartbeat).
+        Before replacing a registered address by another, the coordinator probes the old one (gRPC
+        health over mutual TLS, the party's name as TLS target): if it still serves, the new
+        registration is refused.
+        Errors: INVALID_ARGUMENT (name is not a node name, or the address is not host:port with a DNS
+        name, IPv4 or bracketed IPv6 host), PERMISSION_DENIED (name differs from the certificate
+        identity), ALREADY_EXISTS (another live node holds the name at another address).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

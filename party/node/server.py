@@ -39,31 +39,40 @@ def advertised_address(config: PartyConfig, port: int) -> str:
 
 
 async def _register_forever(node: PartyNode, advertise: str, stop: asyncio.Event) -> None:
-    """Register with the coordinator, retrying with backoff until it succeeds or the node stops."""
-    delay = 0.5
+    """Register with the coordinator, then re-register every ``timeouts.register`` seconds (a
+    registration heartbeat) until the node stops; after a failure retry with backoff.
+
+    The heartbeat heals a registry that lost or replaced this party's address (a coordinator
+    restarted on an empty state store, or a second process with this party's certificate that
+    registered elsewhere and exited): the coordinator then finds the other address dead and takes
+    this one back. Re-registering an unchanged address is a no-op at the coordinator.
+    """
     cfg = node.config
+    backoff = 0.5
+    announced = False
     while not stop.is_set():
         try:
             await node.peers.register(
                 cfg.coordinator_name, cfg.coordinator, cfg.name, advertise, cfg.timeouts.rpc
             )
-            log.info(
-                "registered with the coordinator at %s as %s (%s)",
-                cfg.coordinator,
-                cfg.name,
-                advertise,
-            )
-            return
+            if not announced:
+                log.info(
+                    "registered with the coordinator at %s as %s (%s)",
+                    cfg.coordinator,
+                    cfg.name,
+                    advertise,
+                )
+            announced, wait, backoff = True, cfg.timeouts.register, 0.5
         except grpc.aio.AioRpcError as exc:
             log.warning(
                 "registration with the coordinator failed (%s: %s); retrying in %.1fs",
                 exc.code().name,
                 exc.details(),
-                delay,
+                backoff,
             )
+            announced, wait, backoff = False, backoff, min(backoff * 2, 10.0)
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), delay)
-        delay = min(delay * 2, 10.0)
+            await asyncio.wait_for(stop.wait(), wait)
 
 
 async def _warm_up() -> None:

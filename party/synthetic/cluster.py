@@ -162,7 +162,7 @@ class Cluster:
                 "[tls]\n"
                 f'ca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}.key"\n'
                 "[timeouts]\n"
-                f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\n"
+                f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\nregister = 2.0\n"
                 "[trust]\n"
                 f"peers = {json.dumps([p for p in self.parties if p != name])}\n"
                 # a harness, not a deployment: no audit gate unless a test sets [audit.policy]
