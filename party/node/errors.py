@@ -64,6 +64,12 @@ class RunAborted(NodeError):
     code = grpc.StatusCode.ABORTED
 
 
+class LocalDataError(NodeError):
+    """The party's own files (data CSV, audit inputs) failed; the full message stays in its log."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
 class RunFailed(PprlError):
     """The run failed at this node; the message names the party and the stage."""
 

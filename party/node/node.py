@@ -41,6 +41,7 @@ from party.node.errors import (
     Forbidden,
     InvalidParameters,
     KeyMismatch,
+    LocalDataError,
     Malformed,
     RunAborted,
     RunFailed,
@@ -361,7 +362,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
         t0 = time.perf_counter()
         encoder = Encoder(run.schema, self.secret())
-        records, _report = await asyncio.to_thread(
+        records, _report = await self._on_local_files(
+            run,
+            "encoding its data CSV",
             encode_csv_on_workers,
             encoder,
             self.config.data_csv,
@@ -371,7 +374,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         )
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
-        allowed, reasons = await asyncio.to_thread(self._gate, records, encoder, run)
+        allowed, reasons = await self._on_local_files(
+            run, "its self-audit", self._gate, records, encoder, run
+        )
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
         run.records_count = len(records.record_ids)
@@ -387,6 +392,19 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             "passed" if allowed else "declined",
         )
         return allowed, reasons
+
+    async def _on_local_files(
+        self, run: Run, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T:
+        """``fn`` off the event loop; its errors name this party's files (absolute paths), rows and
+        fields: the full message goes to this party's log only, the coordinator gets a path-free one."""
+        try:
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        except PprlError as exc:
+            log.error("run %s: %s failed: %s", run.run_id, what, exc)
+            raise LocalDataError(
+                f"{self.config.name} failed {what} (the party's log names the file and row)"
+            ) from None
 
     def _gate(self, records: Any, encoder: Any, run: Run) -> tuple[bool, list[str]]:
         """The self-audit gate (party.audit.gate); no policy configured -> allowed."""
