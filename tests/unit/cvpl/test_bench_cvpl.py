@@ -23,7 +23,9 @@ def test_bench_compares_the_same_surface_over_all_records(
     assert bench.main(["--small", "400", "--skip-large", "--repeat", "1"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     # one ratio, between two timings over all 400 records of this run, and the surfaces agree
-    line = re.search(r"existence surface, all 400 records, same run.*?cells differing: (\d+) of", out)
+    line = re.search(
+        r"existence surface, all 400 records, same run.*?cells differing: (\d+) of", out
+    )
     assert line, out
     assert line.group(1) == "0"
     assert "extrapolat" not in out and "sampled" not in out
