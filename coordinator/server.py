@@ -38,6 +38,7 @@ async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float 
     security = security_for(config, insecure)
     store = Store(config.state_db)
     service = CoordinatorService(config, security, store)
+    service.stalls.start()
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_service(
         server, service, coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"], insecure

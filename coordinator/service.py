@@ -16,6 +16,7 @@ import asyncio
 import collections
 import logging
 import re
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -33,6 +34,7 @@ from coordinator.errors import (
     Unavailable,
     abort_with,
 )
+from coordinator.stall import LoopStallMonitor
 from coordinator.store import TERMINAL, Store
 from proto import (
     common_pb2,
@@ -95,6 +97,7 @@ class _ActiveRun:
         self.party_stage: dict[str, common_pb2.Stage] = {p: S.STAGE_AUDITED for p in params.parties}
         self.failed: str | None = None
         self.task: asyncio.Task[Any] | None = None
+        self.answered: set[str] = set()  # parties that answered the proposal
 
     @property
     def ref(self) -> common_pb2.RunRef:
@@ -110,6 +113,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self._watchers: dict[str, set[asyncio.Queue[None]]] = collections.defaultdict(set)
         self._channels: dict[tuple[str, str], grpc.aio.Channel] = {}
         self._background: set[asyncio.Task[Any]] = set()
+        self.stalls = LoopStallMonitor()  # started by the server (coordinator/server.py)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -145,6 +149,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         self.notify(run.run_id)
 
     async def close(self) -> None:
+        await self.stalls.stop()
         for run in list(self.active.values()):
             if run.task is not None:
                 run.task.cancel()
@@ -323,6 +328,17 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 self.active.pop(run_id, None)
                 await self.abort_parties(list(params.parties), run_id, reason)
                 raise type(exc)(f"run {run_id} failed: {reason}") from None
+            except asyncio.CancelledError:
+                # The operator gave up (deadline or cancel) before the parties agreed: the run must
+                # not stay CREATED without a reason, nor stay PROPOSED at the parties.
+                waiting = [p for p in params.parties if p not in run.answered]
+                reason = "the StartRun call was cancelled by its caller in stage created" + (
+                    f" while waiting for {', '.join(waiting)}" if waiting else ""
+                )
+                self.set_stage(run, S.STAGE_FAILED, reason)
+                self.active.pop(run_id, None)
+                self._in_background(self.abort_parties(list(params.parties), run_id, reason))
+                raise
             self.set_stage(run, S.STAGE_AGREED)
             run.task = asyncio.create_task(self._drive(run))
             return coordinator_pb2.StartRunResponse(run_id=run_id, parameters_digest=digest)
@@ -345,9 +361,11 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
 
         async def one(name: str) -> party_pb2.ProposeResponse:
             try:
-                return await self.party_stub(name, run.directory[name]).Propose(
+                answer = await self.party_stub(name, run.directory[name]).Propose(
                     request, timeout=self.config.timeouts.rpc, metadata=self.security.metadata()
                 )
+                run.answered.add(name)
+                return answer
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 detail = f"{name} rejected the parameters: {exc.details()}"
@@ -429,10 +447,15 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             return
         run.failed = reason
         self.set_stage(run, S.STAGE_FAILED, reason)
-        task = asyncio.create_task(self.abort_parties(list(run.params.parties), run.run_id, reason))
+        task = self._in_background(self.abort_parties(list(run.params.parties), run.run_id, reason))
+        await asyncio.wait({task}, timeout=ABORT_GRACE)
+
+    def _in_background(self, coro: Any) -> asyncio.Task[Any]:
+        """Run ``coro`` as a task the service keeps (and awaits at close)."""
+        task = asyncio.create_task(coro)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
-        await asyncio.wait({task}, timeout=ABORT_GRACE)
+        return task
 
     async def _prepare(self, run: _ActiveRun) -> None:
         async def one(name: str) -> None:
@@ -471,20 +494,42 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 metadata=self.security.metadata(),
             )
             stream = call.__aiter__()
+            reading: asyncio.Future[Any] | None = None
             try:
                 while True:
+                    waiting_since = time.monotonic()
+                    # A read is never cancelled on timeout (that would cancel the call): after a
+                    # stall of the coordinator the same read goes on and finds the queued messages.
+                    if reading is None:
+                        reading = asyncio.ensure_future(anext(stream))
                     try:
-                        msg = await asyncio.wait_for(anext(stream), liveness)
+                        done, _ = await asyncio.wait({reading}, timeout=liveness)
+                        if not done:
+                            raise TimeoutError
+                        msg = reading.result()
+                        reading = None
                     except StopAsyncIteration:
                         raise RunFailure(
                             f"{name} ended its stream without a result in stage {stage_name(run.party_stage[name])}"
                         ) from None
                     except TimeoutError:
+                        if self.stalls.stalled_since(waiting_since):
+                            # The coordinator itself did not run: the silence is ours.
+                            log.warning(
+                                "run %s: coordinator stalled; %s not blamed", run.run_id, name
+                            )
+                            continue
                         raise RunFailure(
                             f"{name} stopped responding in stage {stage_name(run.party_stage[name])} "
                             f"(no message for {liveness:g}s)"
                         ) from None
                     except grpc.aio.AioRpcError as exc:
+                        if self.stalls.stalled_since(waiting_since):
+                            raise RunFailure(
+                                f"the coordinator stalled (its process did not run for "
+                                f"{self.stalls.longest:.0f}s) and lost its stream to {name} in "
+                                f"stage {stage_name(run.party_stage[name])}"
+                            ) from None
                         raise RunFailure(
                             f"{name} disconnected in stage {stage_name(run.party_stage[name])}: "
                             f"{exc.code().name}: {exc.details()}"
@@ -515,6 +560,8 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                         self.notify(run.run_id)
             finally:
                 call.cancel()
+                if reading is not None:
+                    reading.cancel()
 
         await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
 

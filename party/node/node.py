@@ -312,6 +312,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             )
             confirmation = key_confirmation(self.secret(), run.run_id, digest)
             self._remember(run)
+            asyncio.get_running_loop().call_later(
+                self.config.timeouts.stage, self._expire_proposal, run
+            )
             self.known_identities.update(params.parties)
             log.info(
                 "run %s proposed: accepted as party %d of %d",
@@ -325,6 +328,15 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         except Exception as exc:  # noqa: BLE001 - mapped by the catalog
             await abort_with(context, exc)
             raise  # unreachable: abort raises
+
+    def _expire_proposal(self, run: Run) -> None:
+        """Fail a run still PROPOSED after the stage timeout (its coordinator gave up on it)."""
+        if run.phase is Phase.PROPOSED:
+            self.abort_run(
+                run,
+                f"the proposal expired at {self.config.name}: no Prepare within "
+                f"{self.config.timeouts.stage:g}s",
+            )
 
     async def Prepare(
         self, request: party_pb2.PrepareRequest, context: grpc.aio.ServicerContext

@@ -4,11 +4,15 @@ certificate identity, registration that a second process cannot hijack, start-up
 from __future__ import annotations
 
 import asyncio
+import signal
+import sqlite3
+import time
+from typing import Any
 
 import grpc
 
 from party.synthetic.cluster import Cluster
-from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc
+from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage
 from tests.integration.conftest import parameters, run_and_wait
 
 S = common_pb2.Stage
@@ -67,3 +71,111 @@ def test_parties_re_register_after_the_registry_lost_them(make_cluster) -> None:
     cluster.wait_registered(cluster.parties, timeout=20.0)
     status = run_and_wait(cluster, parameters(cluster, name="p-reregistered.json"))
     assert status.stage == S.STAGE_DONE, status.reason
+
+
+def _latest_run(cluster: Cluster, after: float) -> tuple[str, int, str] | None:
+    """(run id, stage, reason) of the newest run created after ``after`` (coordinator's store)."""
+    db = sqlite3.connect(f"file:{cluster.root / 'state' / 'coordinator.sqlite'}?mode=ro", uri=True)
+    try:
+        row = db.execute(
+            "SELECT run_id, stage, reason FROM runs WHERE created_at > ? "
+            "ORDER BY created_at DESC LIMIT 1",
+            (after,),
+        ).fetchone()
+    finally:
+        db.close()
+    return None if row is None else (str(row[0]), int(row[1]), str(row[2]))
+
+
+def test_start_run_abandoned_by_its_caller_fails_with_a_reason(cluster3: Cluster) -> None:
+    """party-b is stopped, so agreement hangs; the operator's StartRun deadline passes. The run is
+    FAILED with a reason naming what it waited for (not CREATED forever with no reason), and the
+    parties that accepted the proposal are told to abort it."""
+    params = linkage.load_parameters(parameters(cluster3, name="p-abandoned.json"))
+    t0 = time.time()
+    cluster3.signal("party-b", signal.SIGSTOP)
+    try:
+
+        async def start() -> grpc.StatusCode:
+            sec = cluster3.security("coordinator")
+            async with sec.channel(
+                cluster3.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+            ) as ch:
+                try:
+                    await coordinator_pb2_grpc.CoordinatorStub(ch).StartRun(
+                        coordinator_pb2.StartRunRequest(parameters=params), timeout=3.0
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+            return grpc.StatusCode.OK
+
+        assert asyncio.run(start()) == grpc.StatusCode.DEADLINE_EXCEEDED
+        deadline = time.monotonic() + 15
+        while True:
+            run = _latest_run(cluster3, t0)
+            if run is not None and run[1] == S.STAGE_FAILED:
+                break
+            assert time.monotonic() < deadline, f"run left as {run}"
+            time.sleep(0.1)
+        run_id, _, reason = run
+        assert "cancelled by its caller" in reason and "party-b" in reason, reason
+        for name in ("party-a", "party-c"):
+            _wait_log(cluster3, name, f"run {run_id} aborted: the StartRun call was cancelled")
+    finally:
+        cluster3.signal("party-b", signal.SIGCONT)
+    cluster3.wait_healthy(cluster3.nodes["party-b"])
+    again = run_and_wait(cluster3, parameters(cluster3, name="p-after-abandoned.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
+
+
+def test_a_coordinator_stall_is_not_blamed_on_a_healthy_party(cluster3: Cluster) -> None:
+    """The coordinator is SIGSTOPped for longer than its liveness timeout (6 s) while every party
+    is healthy (party-a paused at compare, heartbeating): no party is blamed for the silence."""
+    pause = cluster3.root / "pause-stall"
+    cluster3.restart_party(
+        "party-a", {"PPRL_TEST_PAUSE_AT": "compare", "PPRL_TEST_PAUSE_FILE": str(pause)}
+    )
+    params = parameters(cluster3, name="p-stall.json")
+    try:
+
+        async def go() -> Any:
+            run_id = await cluster3.start_run(params, 90.0)
+            deadline = time.monotonic() + 60
+            while not pause.exists():
+                assert time.monotonic() < deadline, "party-a never paused"
+                await asyncio.sleep(0.05)
+            cluster3.signal("coordinator", signal.SIGSTOP)
+            try:
+                await asyncio.sleep(10.0)
+            finally:
+                cluster3.signal("coordinator", signal.SIGCONT)
+            await asyncio.sleep(3.0)  # several liveness checks after the stall
+            return await _get_run(cluster3, run_id)
+
+        status = asyncio.run(go())
+        if status.stage == S.STAGE_FAILED:  # only acceptable if it names the coordinator
+            assert status.reason.startswith("the coordinator stalled"), status.reason
+        else:
+            assert status.stage == S.STAGE_COMPARING, status
+    finally:
+        cluster3.restart_party("party-a")  # ends the paused run
+    again = run_and_wait(cluster3, parameters(cluster3, name="p-after-stall.json"))
+    assert again.stage == S.STAGE_DONE, again.reason
+
+
+async def _get_run(cluster: Cluster, run_id: str) -> Any:
+    sec = cluster.security("coordinator")
+    async with sec.channel(
+        cluster.coordinator.address, "coordinator", ["pprl.v1.Coordinator"]
+    ) as ch:
+        resp = await coordinator_pb2_grpc.CoordinatorStub(ch).GetRun(
+            coordinator_pb2.GetRunRequest(run_id=run_id), timeout=10
+        )
+    return resp.status
+
+
+def _wait_log(cluster: Cluster, name: str, needle: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while needle not in cluster.log_text(name):
+        assert time.monotonic() < deadline, f"{name} never logged: {needle}"
+        time.sleep(0.1)
