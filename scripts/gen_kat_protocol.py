@@ -3,12 +3,13 @@
     .venv/bin/python scripts/gen_kat_protocol.py            # (re)write the file
     .venv/bin/python scripts/gen_kat_protocol.py --check    # exit 1 if the file differs
 
-Everything is computed here by short reference code written from docs/protocol.md, not by the
-production engine: filters and blocking digests by the reference encoder
-(``party.encoding.reference``), and the protocol steps (common blocks, pseudonym assignment,
-segments, candidate enumeration with segment filtering and c_i, ring sums with masks, Dice,
-classification, per-party results) by plain-Python integer code in this file, where a filter is a
-Python int whose bit p is filter bit p. The test ``tests/conformance/test_kat_protocol.py`` runs
+Everything is computed here by short reference code written from docs/protocol.md and
+docs/encoding.md, importing nothing from the project: filters and blocking digests by the plain
+encoder below (only what SCHEMA uses: NFKC + casefold + punctuation removal + whitespace collapse,
+bigrams, hmac-sha256-random, HKDF keys, soundex from jellyfish and year blocking), and the protocol
+steps (common blocks, pseudonym assignment, segments, candidate enumeration with segment filtering
+and c_i, ring sums with masks, Dice, classification, per-party results) by plain-Python integer
+code, where a filter is a Python int whose bit p is filter bit p. The test ``tests/conformance/test_kat_protocol.py`` runs
 the production encoder, the PartyEngine (every kernel), the wire encoder, the parameters digest and
 the key confirmation on the same inputs and requires identical output, so the file pins behaviour.
 
@@ -30,20 +31,17 @@ import hmac as std_hmac
 import itertools
 import json
 import pathlib
+import re
 import sys
+import unicodedata
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import jellyfish
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
-
-from cryptography.hazmat.primitives import hashes  # noqa: E402
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF  # noqa: E402
-
-from party.encoding.reference import ref_block_digests, ref_encode  # noqa: E402
-from party.encoding.schema import parse_schema  # noqa: E402
-
 KAT_PATH = ROOT / "tests" / "data" / "kat_protocol.json"
 MASK64 = 2**64 - 1
 SECRET = bytes(range(100, 132))
@@ -187,14 +185,98 @@ def keep_partial(k: int, c: int, s: int, threshold: float) -> bool:
     return float(k * c) >= threshold * float(s)
 
 
+# -- the encoder, for SCHEMA only (docs/encoding.md) ---------------------------------------------
+
+
+def hkdf_key(purpose: str, name: str) -> bytes:
+    """HKDF-SHA256(secret, salt "pprl-linkage/v1", info "pprl/v1/<purpose>/<name>"), 32 bytes."""
+    info = f"pprl/v1/{purpose}/{name}".encode()
+    return HKDF(algorithm=hashes.SHA256(), length=32, salt=b"pprl-linkage/v1", info=info).derive(
+        SECRET
+    )
+
+
+def normalised(value: str) -> str:
+    """Default normalisation: NFKC, casefold, drop Unicode P*/S* characters, collapse whitespace."""
+    s = unicodedata.normalize("NFKC", value).casefold()
+    s = "".join(ch for ch in s if unicodedata.category(ch)[0] not in "PS")
+    return " ".join(s.split())
+
+
+def bigrams(value: str, padding: bool) -> list[str]:
+    """Distinct 2-grams in order of first occurrence; padding adds one "_" at each end."""
+    s = normalised(value)
+    if not s:
+        return []
+    if padding:
+        s = "_" + s + "_"
+    grams = [s] if len(s) <= 2 else [s[i : i + 2] for i in range(len(s) - 1)]
+    return list(dict.fromkeys(grams))
+
+
+def random_positions(key: bytes, gram: str, nbits: int, k: int) -> list[int]:
+    """hmac-sha256-random: big-endian 32-bit words of HMAC(key, ctr_be32 || gram), rejection below
+    the largest multiple of nbits, reduced mod nbits, until k positions."""
+    limit = 2**32 - 2**32 % nbits
+    out: list[int] = []
+    ctr = 0
+    while len(out) < k:
+        block = std_hmac.new(key, ctr.to_bytes(4, "big") + gram.encode("utf-8"), "sha256").digest()
+        words = [int.from_bytes(block[i : i + 4], "big") for i in range(0, 32, 4)]
+        out.extend(w % nbits for w in words if w < limit)
+        ctr += 1
+    return out[:k]
+
+
+def encode_filter(row: Mapping[str, str]) -> int:
+    """The record's CLK as an int (bit p = filter bit p); k from bitsPerToken, else hashing.k."""
+    assert SCHEMA["hashing"]["scheme"] == "hmac-sha256-random" and "hardening" not in SCHEMA
+    nbits = SCHEMA["l"]
+    value = 0
+    for feature in SCHEMA["features"]:
+        name = feature["identifier"]
+        assert feature["comparison"] == {"type": "ngram", "n": 2, **feature["comparison"]}
+        k = feature.get("strategy", {}).get("bitsPerToken", SCHEMA["hashing"]["k"])
+        key = hkdf_key("field/hmac-sha256-random", name)
+        for gram in bigrams(row[name], feature["comparison"].get("padding", True)):
+            for pos in random_positions(key, gram, nbits, k):
+                value |= 1 << pos
+    return value
+
+
+def blocking_digests(row: Mapping[str, str]) -> list[int]:
+    """Per blocking key: HMAC-SHA256(HKDF key of the key name, parts joined by U+001F), first 8
+    bytes little-endian, 0 -> 1; 0 when a part is empty. soundex: of the normalised value's
+    letters; year: the first stand-alone 4-digit run of the raw value."""
+    out = []
+    for spec in SCHEMA["blocking"]:
+        parts = []
+        for part in spec["parts"]:
+            raw = row[part["field"]]
+            if part["function"] == "soundex":
+                letters = "".join(re.findall(r"[^\W\d_]+", normalised(raw)))
+                parts.append(jellyfish.soundex(letters) if letters else "")
+            else:
+                assert part["function"] == "year"
+                m = re.search(r"(?<!\d)(\d{4})(?!\d)", raw.strip())
+                parts.append(m.group(1) if m else "")
+        if not all(parts):
+            out.append(0)
+            continue
+        mac = std_hmac.new(
+            hkdf_key("blocking", spec["name"]), "\x1f".join(parts).encode(), "sha256"
+        )
+        out.append(int.from_bytes(mac.digest()[:8], "little") or 1)
+    return out
+
+
 # -- one vector --------------------------------------------------------------------------------
 
 
 def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
     name = spec["name"]
     records = spec.get("records", RECORDS)
-    schema = parse_schema(SCHEMA, source="kat schema")
-    l_bits = schema.output_bits
+    l_bits = SCHEMA["l"]
     p = len(PARTIES)
     seg = l_bits // p
     params_obj = {
@@ -209,15 +291,14 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
     canonical = canonical_json(params_obj)
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
-    # Encoding (reference encoder): filters as ints, popcounts, digests.
+    # Encoding (the plain encoder above): filters as ints, popcounts, digests.
     filters: list[list[int]] = []
     digests: list[list[list[int]]] = []
     for party in PARTIES:
         fs, ds = [], []
         for row in records[party]:
-            bits = ref_encode(schema, SECRET, row)
-            fs.append(sum(b << i for i, b in enumerate(bits)))
-            ds.append(ref_block_digests(schema, SECRET, row))
+            fs.append(encode_filter(row))
+            ds.append(blocking_digests(row))
         filters.append(fs)
         digests.append(ds)
     distinct = [sorted({d for row in ds for d in row if d}) for ds in digests]

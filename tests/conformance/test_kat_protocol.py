@@ -1,7 +1,7 @@
 """The implementation against the committed protocol known-answer vectors (tests/data/kat_protocol.json).
 
-The file is written by scripts/gen_kat_protocol.py from reference code (reference encoder and
-plain-integer protocol arithmetic). These tests require the production encoder, PartyEngine (every
+The file is written by scripts/gen_kat_protocol.py from reference code that imports nothing from
+the project (its own plain encoder and plain-integer protocol arithmetic). These tests require the production encoder, PartyEngine (every
 kernel), wire encoder, parameters digest and key confirmation to reproduce it exactly, and check
 the vectors' internal consistency (masked = mask + sum mod 2^64, per-hop c_i, Dice) from the
 specification alone, so a change of any pinned behaviour fails here.
