@@ -20,9 +20,10 @@ unrelated digests.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import jellyfish
+import numpy as np
 
 from party.encoding.hashing import blocking_digest, derive_key
 from party.encoding.normalise import DEFAULT_NORMALISATION, normalise, valid_text
@@ -82,6 +83,7 @@ class BlockingKeyer:
     """Computes the digests of one blocking key, memoising part values and digests."""
 
     MAX_CACHE = 200_000
+    MAX_PACKED_KEY = 2**62  # part codes are packed into one int64 below this
 
     def __init__(self, spec: BlockingKeySpec, schema: LinkageSchema, secret: bytes) -> None:
         self.spec = spec
@@ -89,6 +91,8 @@ class BlockingKeyer:
         self._functions = [part_function(p, schema) for p in spec.parts]
         self._key = derive_key(secret, "blocking", spec.name)
         self._cache: dict[tuple[str, ...], int] = {}
+        self._part_memo: list[dict[str, str]] = [{} for _ in spec.parts]  # raw -> part value
+        self._joined: dict[str, int] = {}  # joined key value -> digest
 
     def value(self, raw: tuple[str, ...]) -> str | None:
         """The joined blocking-key value of a record's raw part columns, or None if missing."""
@@ -109,6 +113,64 @@ class BlockingKeyer:
                 self._cache.clear()
             self._cache[raw] = d
         return d
+
+    def column_digests(self, columns: Sequence[tuple[list[str], np.ndarray]]) -> np.ndarray:
+        """(n,) uint64 digests of n rows given column by column as (distinct values, each row's
+        index into them), one column per part: equal to ``digest`` of every row's raw tuple.
+
+        Each part function runs once per distinct column value (memoised across calls) and the
+        HMAC once per distinct combination of part values, so the cost follows the number of
+        distinct keys, not of rows. Raises InvalidText if any value is not valid UTF-8."""
+        codes: list[np.ndarray] = []  # per part: each row's code of its part value
+        values: list[list[str]] = []  # per part: the distinct part values
+        for i, (uniques, indices) in enumerate(columns):
+            if not all(map(valid_text, uniques)):
+                raise InvalidText("blocking-key column value is not valid UTF-8")
+            memo = self._part_memo[i]
+            if len(memo) >= self.MAX_CACHE:
+                memo.clear()
+            fn = self._functions[i]
+            part = [memo[u] if u in memo else memo.setdefault(u, fn(u)) for u in uniques]
+            seen: dict[str, int] = {}
+            ucode = np.fromiter(
+                (seen.setdefault(v, len(seen)) for v in part), dtype=np.int64, count=len(part)
+            )
+            codes.append(ucode[indices])
+            values.append(list(seen))
+        n = int(codes[0].size) if codes else 0
+        key = np.zeros(n, dtype=np.int64)
+        for c, vals in zip(codes, values, strict=True):
+            if key.size and (int(key.max()) + 1) * len(vals) >= self.MAX_PACKED_KEY:
+                return self._combo_digests(np.stack(codes, axis=1), values)
+            key = key * len(vals) + c
+        uniq, inverse = np.unique(key, return_inverse=True)
+        combos = np.empty((uniq.size, len(values)), dtype=np.int64)
+        rest = uniq.copy()
+        for i in range(len(values) - 1, -1, -1):
+            combos[:, i] = rest % len(values[i])
+            rest //= len(values[i])
+        return self._joined_digests(combos, values)[inverse.reshape(-1)]
+
+    def _combo_digests(self, row_codes: np.ndarray, values: list[list[str]]) -> np.ndarray:
+        combos, inverse = np.unique(row_codes, axis=0, return_inverse=True)
+        return self._joined_digests(combos, values)[inverse.reshape(-1)]
+
+    def _joined_digests(self, combos: np.ndarray, values: list[list[str]]) -> np.ndarray:
+        """Digest of each row of part-value codes (0 if any part value is empty), memoised."""
+        cache = self._joined
+        if len(cache) >= self.MAX_CACHE:
+            cache.clear()
+        out = np.zeros(combos.shape[0], dtype=np.uint64)
+        parts = [[vals[c] for c in combos[:, i].tolist()] for i, vals in enumerate(values)]
+        for j, tup in enumerate(zip(*parts, strict=True)):
+            if not all(tup):
+                continue
+            joined = "\x1f".join(tup)
+            d = cache.get(joined)
+            if d is None:
+                d = cache[joined] = blocking_digest(self._key, joined)
+            out[j] = d
+        return out
 
     def digests(self, raws: list[tuple[str, ...]]) -> list[int]:
         """digest() of many records, with the memo lookups done in bulk."""

@@ -781,10 +781,11 @@ class Encoder:
 
         d = np.zeros((kept.size, len(self._blockers)), dtype=np.uint64)
         for bi, keyer in enumerate(self._blockers):
-            keys, inverse = _combine([cols[c] for c in keyer.columns])
             try:
-                udig = np.asarray(keyer.digests(keys), dtype=np.uint64)
+                parts = [(cols[c].uniques, cols[c].indices) for c in keyer.columns]
+                d[:, bi] = keyer.column_digests(parts)[kept]
             except InvalidText:
+                keys, inverse = _combine([cols[c] for c in keyer.columns])
                 bad = next(i for i, key in enumerate(keys) if not all(map(valid_text, key)))
                 name = next(
                     c for c, v in zip(keyer.columns, keys[bad], strict=True) if not valid_text(v)
@@ -793,7 +794,6 @@ class Encoder:
                 raise EncodeDataError(
                     f"{source}, row {row}, field {name!r}: not valid UTF-8"
                 ) from None
-            d[:, bi] = udig[inverse[kept]]
         return kept.tolist(), out, d
 
     @staticmethod
