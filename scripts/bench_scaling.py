@@ -1,0 +1,248 @@
+#!/usr/bin/env python
+"""Scaling benchmark: speedup from 1 to all cores, time and memory exponents in N, and a 4-worker
+Dask cluster's CPU per worker against the ideal quarter.
+
+    .venv/bin/python scripts/bench_scaling.py cores   [--records 200000]
+    .venv/bin/python scripts/bench_scaling.py sizes   [--sizes 25000,50000,100000,200000,400000,1000000]
+    .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4]
+
+All on generated people (``party.synthetic.generate``: many distinct names and addresses, 20%
+corruption, 50% overlap) with the shipped schema (``party/synthetic/data/schema.json``: six
+features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, s_t = 0.8, s_m = 0.7.
+
+- ``cores``: the same work with 1 and with all cores, measured in the same run: encoding one
+  party's CSV (``encode_csv_parallel`` with 1 process, then with W worker processes; CPU seconds
+  counted in the workers) and the comparison step of the three parties (``run_in_process`` with
+  1 and W kernel threads). Checks that the outputs are identical. Prints wall-clock speedups.
+- ``sizes``: for each N (records per party) a fresh subprocess generates the data, encodes the
+  three parties (all cores) and runs the protocol in process; it reports encode and protocol
+  wall-clock seconds and its peak RSS (all three parties in one process). The exponents are
+  least-squares slopes of log(time) and log(peak RSS) against log(N).
+- ``cluster``: encodes one CSV on an embedded Dask LocalCluster of 4 worker processes (TLS) and
+  reports each worker's CPU seconds against the ideal: a quarter of the CPU one process needs for
+  the same CSV (measured in the same run). The worst worker's ratio is the figure of merit.
+
+Load matters (seven jobs may share this machine): the 1-minute load average is printed with
+every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SCHEMA = ROOT / "party" / "synthetic" / "data" / "schema.json"
+SECRET = bytes.fromhex("5ca1ab1e" * 8)
+
+
+def load() -> str:
+    return f"load {os.getloadavg()[0]:.1f}"
+
+
+def self_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def make_data(folder: Path, n: int, seed: int = 7) -> list[Path]:
+    from party.synthetic.generator import generate, write_dataset
+
+    return write_dataset(generate(3, n, seed=seed), folder)
+
+
+def schema():  # type: ignore[no-untyped-def]
+    from party.encoding.schema import parse_schema
+
+    raw = json.loads(SCHEMA.read_text())
+    raw["l"] = 1020  # P = 3 must divide l (as scripts/simulate.py does)
+    return parse_schema(raw)
+
+
+def params():  # type: ignore[no-untyped-def]
+    from party.protocol.params import ProtocolParameters
+
+    return ProtocolParameters(
+        parties=("a", "b", "c"),
+        filter_bits=schema().output_bits,
+        match_threshold=0.8,
+        segment_threshold=0.7,
+        memory_budget_bytes=2**31,
+    )
+
+
+def encode(path: Path, workers: int):  # type: ignore[no-untyped-def]
+    """(records, wall seconds, CPU seconds in this process + in the workers)."""
+    from party.encoding.encoder import Encoder
+    from party.encoding.parallel import ParallelStats, encode_csv_parallel
+
+    stats = ParallelStats()
+    c0, t0 = self_cpu(), time.perf_counter()
+    records, _ = encode_csv_parallel(
+        Encoder(schema(), SECRET), path, workers=workers, id_column="rec_id", stats=stats
+    )
+    return records, time.perf_counter() - t0, self_cpu() - c0 + stats.cpu_seconds
+
+
+def cmd_cores(args: argparse.Namespace) -> None:
+    import numpy as np
+
+    from party.encoding.parallel import available_cores
+    from party.protocol.driver import run_in_process
+    from party.protocol.kernel import warm_up
+
+    w = args.workers or available_cores()
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
+        csvs = make_data(Path(d), args.records)
+        print(f"{args.records} records per party, {w} cores; {load()}")
+        _, t1, c1 = encode(csvs[0], 1)
+        r1, _, _ = encode(csvs[0], 1)
+        rw, tw, cw = encode(csvs[0], w)
+        same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
+        print(
+            f"encoding 1 party: 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} processes {tw:.2f}s "
+            f"({cw:.2f} CPU-s): speedup {t1 / tw:.2f}x; identical: {same}; {load()}"
+        )
+        tables = [encode(p, w)[0] for p in csvs]
+        warm_up()
+        times = {}
+        sets = {}
+        for k in (1, w, 1, w):
+            t0 = time.perf_counter()
+            run = run_in_process(tables, params(), workers=k)
+            times.setdefault(k, []).append(time.perf_counter() - t0)
+            compare = run.metrics.step_seconds["compare"]
+            times.setdefault(f"compare{k}", []).append(compare)
+            sets[k] = run.classification.sets_summed
+        c_1, c_w = min(times["compare1"]), min(times[f"compare{w}"])
+        print(
+            f"comparison of 3 parties: 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
+            f"{c_1 / c_w:.2f}x (best of 2); whole protocol {min(times[1]):.2f}s vs "
+            f"{min(times[w]):.2f}s; identical summed sets: {sets[1] == sets[w]}; {load()}"
+        )
+
+
+def run_one(n: int, workers: int) -> dict[str, float]:
+    """One size in this process (called in a fresh subprocess)."""
+    from party.encoding.parallel import resolve_workers
+    from party.protocol.driver import run_in_process
+    from party.protocol.kernel import warm_up
+
+    warm_up()
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
+        t0 = time.perf_counter()
+        csvs = make_data(Path(d), n)
+        t_gen = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tables = [encode(p, workers)[0] for p in csvs]
+        t_enc = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        run = run_in_process(tables, params(), workers=resolve_workers(workers))
+        t_proto = time.perf_counter() - t0
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {
+        "n": n,
+        "generate_s": t_gen,
+        "encode_s": t_enc,
+        "protocol_s": t_proto,
+        "compare_s": run.metrics.step_seconds["compare"],
+        "candidate_sets": sum(c.candidate_sets for c in run.metrics.comparison),
+        "peak_rss_bytes": rss,
+        "load": os.getloadavg()[0],
+    }
+
+
+def slope(xs: list[float], ys: list[float]) -> float:
+    lx = [math.log(x) for x in xs]
+    ly = [math.log(max(y, 1e-9)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly, strict=True)) / sum(
+        (a - mx) ** 2 for a in lx
+    )
+
+
+def cmd_sizes(args: argparse.Namespace) -> None:
+    sizes = [int(s) for s in args.sizes.split(",")]
+    rows = []
+    for n in sizes:
+        out = subprocess.run(
+            [sys.executable, __file__, "one", "--records", str(n), "--workers", str(args.workers)],
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        row = json.loads(out.stdout.strip().splitlines()[-1])
+        rows.append(row)
+        print(
+            f"N={n:>8}: encode {row['encode_s']:7.2f}s  protocol {row['protocol_s']:6.2f}s "
+            f"(compare {row['compare_s']:.2f}s, {row['candidate_sets']:,} candidate sets)  "
+            f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB  load {row['load']:.1f}",
+            flush=True,
+        )
+    ns = [r["n"] for r in rows]
+    for key in ("encode_s", "protocol_s", "compare_s", "candidate_sets", "peak_rss_bytes"):
+        print(f"exponent of {key} in N: {slope(ns, [r[key] for r in rows]):.2f}")
+
+
+def cmd_cluster(args: argparse.Namespace) -> None:
+    from party.cluster import encode_csv_on_workers
+    from party.config import ClusterConfig
+    from party.encoding.encoder import Encoder
+    from party.encoding.parallel import ParallelStats
+
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
+        path = make_data(Path(d), args.records)[0]
+        _, t1, c1 = encode(path, 1)
+        k = args.cluster_workers
+        stats = ParallelStats()
+        t0 = time.perf_counter()
+        encode_csv_on_workers(
+            Encoder(schema(), SECRET),
+            path,
+            workers=k,
+            cluster=ClusterConfig("local"),
+            id_column="rec_id",
+            stats=stats,
+        )
+        wall = time.perf_counter() - t0
+        ideal = c1 / k
+        per = sorted(stats.cpu_by_worker.values(), reverse=True)
+        print(
+            f"one process: {t1:.2f}s wall, {c1:.2f} CPU-s; ideal per worker of {k}: "
+            f"{ideal:.2f} CPU-s; {load()}"
+        )
+        print(
+            f"{k}-worker LocalCluster: {wall:.2f}s wall (with cluster start), {stats.batches} "
+            f"batches; CPU per worker {', '.join(f'{c:.2f}' for c in per)} s; "
+            f"worst / ideal {per[0] / ideal:.2f}, total / one process "
+            f"{sum(per) / c1:.2f}; {load()}"
+        )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=["cores", "sizes", "cluster", "one"])
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--workers", type=int, default=0, help="0: every core")
+    ap.add_argument("--sizes", default="25000,50000,100000,200000,400000,1000000")
+    ap.add_argument("--cluster-workers", type=int, default=4)
+    args = ap.parse_args()
+    if args.what == "one":
+        print(json.dumps(run_one(args.records, args.workers)))
+    else:
+        {"cores": cmd_cores, "sizes": cmd_sizes, "cluster": cmd_cluster}[args.what](args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
