@@ -4,10 +4,21 @@
 Usage (from the repository root):
 
     .venv/bin/python scripts/bench_encode.py                 # 100,000 records, default scheme
-    .venv/bin/python scripts/bench_encode.py --vs-clkhash    # also clkhash, prints the ratio
+    .venv/bin/python scripts/bench_encode.py --vs-clkhash    # also clkhash, prints the ratios
     .venv/bin/python scripts/bench_encode.py --records 20000 --scheme mmh3-double
+    .venv/bin/python scripts/bench_encode.py --data simple   # only the old small-lists data set
 
-The records are simple ones generated here from small name lists (with random typos so the q-gram
+Two data sets (``--data both`` is the default):
+
+- ``generated``: one party's table from ``party.synthetic.generate`` (thousands of distinct given
+  names, surnames, streets and suburbs, 20% corruption) encoded with the shipped schema
+  (``party/synthetic/data/schema.json``: six features and two blocking keys, soundex of both names +
+  year of birth, and date of birth + postcode prefix). clkhash gets the same six features with the
+  same bits per token and l (it has no blocking keys, so it does less work). Our encoder is timed
+  with one process (records per CPU-second, the like-for-like figure against clkhash's one
+  process) and with ``--workers`` processes (wall-clock against clkhash's default process pool,
+  which uses every core). CPU seconds of our worker processes are counted in the workers.
+- ``simple``: the old data set, kept as a second case. The records are simple ones generated here from small name lists (with random typos so the q-gram
 vocabulary is not tiny): given_name, surname, dob (YYYY-MM-DD), postcode (4 digits), city. Both
 encoders read the same CSV and use equivalent schemas: the same five fields, bigrams, l = 1024 and
 the same bits per token per field (clkhash ``blakeHash`` = random hashing, like our default;
@@ -292,12 +303,72 @@ def ensure_clkhash_venv() -> Path:
     return py
 
 
-def run_clkhash(csv_path: Path, scheme: str, tmp: Path, mode: str) -> tuple[int, float, float]:
+GENERATED_FIELDS = [
+    ("given_name", 20),
+    ("surname", 20),
+    ("dob", 16),
+    ("street_address", 8),
+    ("suburb", 10),
+    ("postcode", 12),
+]
+GENERATED_COLUMNS = (
+    "rec_id",
+    "given_name",
+    "surname",
+    "sex",
+    "dob",
+    "street_address",
+    "suburb",
+    "postcode",
+    "state",
+)
+
+
+def clkhash_generated_schema(scheme: str) -> dict:
+    """clkhash's schema for the generator's columns: the shipped schema's six features."""
+    base = clkhash_schema(scheme)
+    hashing = dict(base["features"][1]["hashing"])
+    k_of = dict(GENERATED_FIELDS)
+    features = []
+    for col in GENERATED_COLUMNS:
+        if col not in k_of:
+            features.append({"identifier": col, "ignored": True})
+            continue
+        h = json.loads(json.dumps(hashing))
+        h["strategy"] = {"bitsPerToken": k_of[col]}
+        features.append(
+            {
+                "identifier": col,
+                "format": {"type": "string", "encoding": "utf-8", "case": "mixed"},
+                "hashing": h,
+            }
+        )
+    base["features"] = features
+    return base
+
+
+def write_generated(path: Path, n: int, seed: int) -> None:
+    from party.synthetic.generator import generate
+
+    table = generate(2, n, seed=seed).tables[0]
+    assert tuple(table.columns) == GENERATED_COLUMNS, tuple(table.columns)
+    table.write_csv(path)
+
+
+def generated_schema(scheme: str) -> dict:
+    raw = json.loads((ROOT / "party" / "synthetic" / "data" / "schema.json").read_text())
+    raw["hashing"] = {**raw.get("hashing", {}), "scheme": scheme}
+    return raw
+
+
+def run_clkhash(
+    csv_path: Path, scheme: str, tmp: Path, mode: str, schema: dict | None = None
+) -> tuple[int, float, float]:
     """clkhash on the CSV: mode "pool" (its default process pool) or "single" (max_workers=1,
     where the CPU time is exact). Returns (records, wall seconds, CPU seconds)."""
     py = ensure_clkhash_venv()
     schema_path = tmp / "clkhash-schema.json"
-    schema_path.write_text(json.dumps(clkhash_schema(scheme)))
+    schema_path.write_text(json.dumps(schema or clkhash_schema(scheme)))
     out = subprocess.run(
         [str(py), "-c", CLKHASH_RUNNER, str(csv_path), str(schema_path), mode],
         check=True,
@@ -308,55 +379,105 @@ def run_clkhash(csv_path: Path, scheme: str, tmp: Path, mode: str) -> tuple[int,
     return int(res["records"]), float(res["seconds"]), float(res["cpu"])
 
 
+def encode_ours(
+    csv_path: Path, schema_raw: dict, repeat: int, workers: int
+) -> tuple[int, float, float, float]:
+    """(records, best wall seconds, best CPU seconds incl. workers, fill) of our encoder."""
+    from party.encoding.parallel import ParallelStats, encode_csv_parallel
+
+    schema = parse_schema(schema_raw)
+    secret = os.urandom(32)
+    best = best_cpu = float("inf")
+    n, fill = 0, 0.0
+    for _ in range(repeat):
+        enc = Encoder(schema, secret)  # fresh memo tables each run
+        stats = ParallelStats()
+        c0, t0 = cpu_seconds(), time.perf_counter()
+        records, report = encode_csv_parallel(
+            enc, csv_path, workers=workers, id_column="rec_id", stats=stats
+        )
+        best = min(best, time.perf_counter() - t0)
+        best_cpu = min(best_cpu, cpu_seconds() - c0 + stats.cpu_seconds)
+        n, fill = len(records), report.fill_mean
+    return n, best, best_cpu, fill
+
+
+def bench_case(
+    title: str,
+    csv_path: Path,
+    ours_schema: dict,
+    theirs_schema: dict,
+    args: argparse.Namespace,
+    tmp: Path,
+) -> None:
+    from party.encoding.parallel import resolve_workers
+
+    w = resolve_workers(args.workers)
+    print(f"== {title}: {args.records} records, scheme {args.scheme}")
+    n, t1, c1, fill = encode_ours(csv_path, ours_schema, args.repeat, 1)
+    print(
+        f"pprl encoder, 1 process: {t1:.2f} s = {n / t1:,.0f} records/s; {c1:.2f} CPU-s = "
+        f"{n / c1:,.0f} records/CPU-s (fill {fill:.3f}); load {os.getloadavg()[0]:.1f}"
+    )
+    nw, tw, cw, _ = encode_ours(csv_path, ours_schema, args.repeat, w)
+    print(
+        f"pprl encoder, {w} processes: {tw:.2f} s = {nw / tw:,.0f} records/s; {cw:.2f} CPU-s; "
+        f"speedup {t1 / tw:.2f}x over 1 process; load {os.getloadavg()[0]:.1f}"
+    )
+    if not args.vs_clkhash:
+        return
+    cn, cs, _ = run_clkhash(csv_path, args.scheme, tmp, "pool", theirs_schema)
+    print(
+        f"clkhash (validate=False, default process pool): {cn} records in {cs:.2f} s "
+        f"= {cn / cs:,.0f} records/s"
+    )
+    sn, ss, sc = run_clkhash(csv_path, args.scheme, tmp, "single", theirs_schema)
+    print(
+        f"clkhash (validate=False, max_workers=1): {sn} records in {ss:.2f} s "
+        f"= {sn / ss:,.0f} records/s; {sc:.2f} CPU-s = {sn / sc:,.0f} records/CPU-s"
+    )
+    print(
+        f"ratio ours/clkhash: {(n / c1) / (sn / sc):.2f}x per CPU-second (one process each), "
+        f"{(nw / tw) / (cn / cs):.2f}x wall-clock ({w} processes vs clkhash's pool); "
+        f"load {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scheme", default="hmac-sha256-random")
     ap.add_argument("--repeat", type=int, default=1, help="encode ours N times, report the best")
+    ap.add_argument("--workers", type=int, default=0, help="processes (0: every core)")
+    ap.add_argument("--data", choices=["generated", "simple", "both"], default="both")
     ap.add_argument("--vs-clkhash", action="store_true")
     args = ap.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="bench-encode-") as d:
         tmp = Path(d)
-        csv_path = tmp / "people.csv"
-        write_records(csv_path, args.records, args.seed)
-        schema = parse_schema(our_schema(args.scheme))
-        secret = os.urandom(32)
-        best = float("inf")
-        best_cpu = float("inf")
-        n = 0
-        fill = 0.0
-        for _ in range(args.repeat):
-            enc = Encoder(schema, secret)  # fresh memo tables each run
-            c0, t0 = cpu_seconds(), time.perf_counter()
-            records, report = enc.encode_csv(csv_path, id_column="rec_id")
-            best = min(best, time.perf_counter() - t0)
-            best_cpu = min(best_cpu, cpu_seconds() - c0)
-            n, fill = len(records), report.fill_mean
-        ours = n / best
-        print(
-            f"pprl encoder ({args.scheme}): {n} records in {best:.2f} s "
-            f"= {ours:,.0f} records/s; {best_cpu:.2f} CPU-s = {n / best_cpu:,.0f} records/CPU-s "
-            f"(fill {fill:.3f})"
-        )
-        if args.vs_clkhash:
-            cn, cs, _ = run_clkhash(csv_path, args.scheme, tmp, "pool")
-            theirs = cn / cs
-            print(
-                f"clkhash (validate=False, default process pool): {cn} records in {cs:.2f} s "
-                f"= {theirs:,.0f} records/s"
+        if args.data in ("generated", "both"):
+            path = tmp / "generated.csv"
+            write_generated(path, args.records, args.seed)
+            bench_case(
+                "generated people, shipped schema (2 blocking keys)",
+                path,
+                generated_schema(args.scheme),
+                clkhash_generated_schema(args.scheme),
+                args,
+                tmp,
             )
-            sn, ss, sc = run_clkhash(csv_path, args.scheme, tmp, "single")
-            print(
-                f"clkhash (validate=False, max_workers=1): {sn} records in {ss:.2f} s "
-                f"= {sn / ss:,.0f} records/s; {sc:.2f} CPU-s = {sn / sc:,.0f} records/CPU-s"
+        if args.data in ("simple", "both"):
+            path = tmp / "people.csv"
+            write_records(path, args.records, args.seed)
+            bench_case(
+                "simple records (small name lists, 1 blocking key)",
+                path,
+                our_schema(args.scheme),
+                clkhash_schema(args.scheme),
+                args,
+                tmp,
             )
-            print(
-                f"ratio ours/clkhash: {ours / theirs:.1f}x wall-clock (vs its pool), "
-                f"{(n / best_cpu) / (sn / sc):.1f}x per CPU-second (vs one process)"
-            )
-            print(f"load average during the run: {os.getloadavg()[0]:.1f} (2 cores)")
     return 0
 
 
