@@ -285,9 +285,10 @@ def check_before_join(
         raise GateError(
             f"{len(rows)} plaintext rows given for {len(encoded.record_ids)} encoded records"
         )
-    # Without explicit options the gate runs CVPL only when the policy limits it (it is the costliest
-    # measure after the insider attack).
-    opts = options or AuditOptions(cvpl=pol.max_cvpl_lr is not None)
+    # Without explicit options (the node's call) the gate computes what the decision needs: CVPL only
+    # when the policy limits it, and no "what would pass" search (most of a small audit's time; the
+    # report of `pprl-party audit` has it).
+    opts = options or AuditOptions(cvpl=pol.max_cvpl_lr is not None, suggestions=False)
     ext: dict[str, list[str]] = {}
     for fname, path in pol.external_dictionaries.items() if run_mode != MPC3 else ():
         ext[fname] = load_value_list(path)

@@ -44,24 +44,26 @@ def gate(party: SimpleNamespace, params: Any, policy: Any, **kw: Any) -> Any:
         policy,
         rows=kw.pop("rows", party.rows),
         self_index=0,
-        options=FAST,
+        options=kw.pop("options", FAST),
         **kw,
     )
 
 
 def test_default_policy_declines_the_segments_run_and_allows_mpc3(party: SimpleNamespace) -> None:
-    seg = gate(party, 3, DEFAULT_POLICY)
+    seg = gate(party, 3, DEFAULT_POLICY, options=AuditOptions(suggestions=False))
     assert not seg.allowed
-    assert len(seg.reasons) == 1, seg.reasons
-    reason = seg.reasons[0]
-    assert reason.startswith("insider one-to-one re-identification of whole records (segment ")
-    assert reason.endswith("exceeds limit 0.0500")
+    assert len(seg.reasons) == 2, seg.reasons
+    insider, cvpl = seg.reasons
+    assert insider.startswith("insider one-to-one re-identification of whole records (segment ")
+    assert cvpl.startswith("CVPL-LR at tau=0.9 (segment ")
+    assert all(r.endswith("exceeds limit 0.0500") for r in seg.reasons)
     ins = seg.report.insider
     worst = max(s.record.one_to_one.value for s in ins.segments if s.segment != 0)
     assert worst > 0.9  # unhardened filters: nearly every record re-identified
-    mpc = gate(party, 3, DEFAULT_POLICY, mode="mpc3")
+    mpc = gate(party, 3, DEFAULT_POLICY, mode="mpc3", options=AuditOptions(suggestions=False))
     assert mpc.allowed and mpc.reasons == []
-    assert mpc.report.decision["not_applicable"] == ["max_insider_record_one_to_one"]
+    assert mpc.report.cvpl is None  # not run: nothing to link
+    assert sorted(mpc.report.decision["not_applicable"]) == sorted(DEFAULT_POLICY)
     assert seg.report.decision["not_applicable"] == []
 
 

@@ -114,7 +114,9 @@ def test_policy_environment_override(
 
 
 def test_policy_environment_clears_and_reports_bad_values(tmp_path: Path) -> None:
-    cleared = load(tmp_path, env={"PPRL_AUDIT_MAX_INSIDER_RECORD_ONE_TO_ONE": ""})
+    cleared = load(
+        tmp_path, env={"PPRL_AUDIT_MAX_INSIDER_RECORD_ONE_TO_ONE": "", "PPRL_AUDIT_MAX_CVPL_LR": ""}
+    )
     assert dict(cleared.audit_policy) == {}
     assert AuditPolicy.from_mapping(dict(cleared.audit_policy)).empty
     # an override on a party without a policy gives it one with that key only
