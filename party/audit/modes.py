@@ -22,10 +22,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from party.errors import PprlError
+from party.protocol.params import MODES
 
-SEGMENTS = "segments"
-MPC3 = "mpc3"
-MODES = (SEGMENTS, MPC3)
+SEGMENTS, MPC3 = MODES
 DEFAULT_MODE = SEGMENTS
 
 #: Audit measures that look at filter bits or segments: they run in segments mode only.

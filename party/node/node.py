@@ -433,7 +433,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             data_csv=self.config.data_csv,
             id_column=self.config.id_column,
             self_index=run.index,
-            mode=getattr(run.params, "mode", "segments"),
+            mode=run.params.mode,
         )
         reasons = [f"{self.config.name}: {r}" for r in decision.reasons]
         return bool(decision.allowed), reasons

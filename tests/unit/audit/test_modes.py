@@ -15,6 +15,7 @@ from party.audit.policy import DEFAULT_POLICY, AuditPolicy, PolicyError
 from party.audit.run import AuditOptions
 from party.encoding.encoder import Encoder
 from party.encoding.schema import parse_schema
+from party.protocol.params import ProtocolParameters
 from party.synthetic import generate
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -68,7 +69,7 @@ def test_default_policy_declines_the_segments_run_and_allows_mpc3(party: SimpleN
 
 
 def test_mode_comes_from_the_parameters_unless_given(party: SimpleNamespace) -> None:
-    as_object = SimpleNamespace(parties=("a", "b", "c"), mode="mpc3")
+    as_object = ProtocolParameters(("a", "b", "c"), 1023, 0.8, 0.0, mode="mpc3")
     assert gate(party, as_object, DEFAULT_POLICY).report.mode == "mpc3"
     assert gate(party, {"parties": 3, "mode": "mpc3"}, DEFAULT_POLICY).allowed
     # an explicit mode wins over the parameters'; no mode anywhere means segments
