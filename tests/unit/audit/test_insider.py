@@ -153,6 +153,20 @@ def test_consistency_routes_equal_reference(route: str | None) -> None:
     assert np.array_equal(got, reference_consistent(d, known0, obs))
 
 
+def attack_planted(
+    atoms: _Atoms, rows: list[dict[str, str]]
+) -> tuple[insider.InsiderResult, np.ndarray]:
+    """Attack 16-bit filters made of the atoms of each row's fields f and g (2 segments, full too)."""
+    from party.encoding.bits import rows_from_positions
+
+    def positions(r: dict[str, str]) -> list[int]:
+        return sorted({p for ch in r["f"] + r["g"] for p in atoms.table[ch]})
+
+    filters = rows_from_positions([positions(r) for r in rows], 16)
+    res = insider_attack(rows, filters, atoms, ["f", "g"], identity_map(16), 2, include_full=True)
+    return res, filters
+
+
 def test_whole_record_and_outcomes_on_planted_values() -> None:
     # two fields over disjoint atoms; a record is identified when its exact pair is the only match
     atoms = _Atoms({"a": [0, 1], "b": [2, 3], "c": [4, 5], "x": [8, 9], "y": [10, 11]})
@@ -162,13 +176,7 @@ def test_whole_record_and_outcomes_on_planted_values() -> None:
         {"f": "c", "g": "x"},
         {"f": "abc", "g": "xy"},
     ]
-    from party.encoding.bits import rows_from_positions
-
-    def positions(r: dict[str, str]) -> list[int]:
-        return sorted({p for ch in r["f"] + r["g"] for p in atoms.table[ch]})
-
-    filters = rows_from_positions([positions(r) for r in rows], 16)
-    res = insider_attack(rows, filters, atoms, ["f", "g"], identity_map(16), 2, include_full=True)
+    res, filters = attack_planted(atoms, rows)
     full = res.full
     assert full is not None
     # f: "ab" is consistent with "ab" and with... only values whose letters are all present
@@ -231,13 +239,7 @@ def test_top1_tie_between_the_true_value_and_another_is_not_a_reidentification()
     # the attacker cannot pick the true one, and top-1 must not count it. Row 1 ("cd") is unique.
     atoms = _Atoms({"a": [0, 1], "b": [2, 3], "c": [4, 5], "d": [6, 7], "x": [8, 9]})
     rows = [{"f": "ab", "g": "cd"}, {"f": "cd", "g": "x"}]
-    from party.encoding.bits import rows_from_positions
-
-    def positions(r: dict[str, str]) -> list[int]:
-        return sorted({p for ch in r["f"] + r["g"] for p in atoms.table[ch]})
-
-    filters = rows_from_positions([positions(r) for r in rows], 16)
-    res = insider_attack(rows, filters, atoms, ["f", "g"], identity_map(16), 2, include_full=True)
+    res, _ = attack_planted(atoms, rows)
     full = res.full
     assert full is not None
     f = full.fields["f"]

@@ -6,6 +6,10 @@ import numpy as np
 
 from party.encoding.bits import pack_rows
 from party.encoding.records import EncodedRecords
+from party.protocol.blocks import common_blocks
+from party.protocol.classify import Classification
+from party.protocol.engine import PartyEngine
+from party.protocol.params import ProtocolParameters
 
 
 def random_table(
@@ -59,3 +63,30 @@ def linked_tables(
         ids = tuple(f"p{j}-{i}" for i in perm)
         out.append(EncodedRecords(ids, pack_rows(bits[perm]), filter_bits, dig))
     return out
+
+
+def engines_after_compare(
+    tables: list[EncodedRecords], params: ProtocolParameters, **kw: object
+) -> list[PartyEngine]:
+    """P engines that exchanged segments and compared (steps 4-5), ready for the ring."""
+    engines = [PartyEngine(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    for e in engines:
+        e.compare()
+    return engines
+
+
+def finished_run(
+    tables: list[EncodedRecords], params: ProtocolParameters
+) -> tuple[list[PartyEngine], Classification]:
+    """The engines after the whole ring, and the initiator's classification."""
+    engines = engines_after_compare(tables, params)
+    msg = engines[0].ring_start()
+    for e in engines[1:]:
+        msg = e.ring_step(msg)
+    return engines, engines[0].ring_finish(msg)

@@ -24,7 +24,7 @@ from party.protocol.errors import (
 )
 from party.protocol.params import ProtocolParameters
 from party.protocol.segments import SegmentShare
-from tests.unit.protocol.helpers import linked_tables, random_table
+from tests.unit.protocol.helpers import finished_run, linked_tables, random_table
 
 NAMES = ("a", "b", "c")
 
@@ -165,23 +165,7 @@ def test_steps_out_of_order_are_state_errors() -> None:
 
 
 def test_results_reach_only_their_party() -> None:
-    rng = np.random.default_rng(3)
-    tables = linked_tables(rng, 3, 8, 96, shared=8, flip=0.0, blocks=1)
-    params = ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True)
-    engines = [PartyEngine(i, params, t) for i, t in enumerate(tables)]
-    common = common_blocks([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for s in e.outgoing_shares():
-            engines[s.target].receive_share(s)
-    for e in engines:
-        e.compare()
-    msg = engines[0].ring_start()
-    for e in engines[1:]:
-        msg = e.ring_step(msg)
-    cls = engines[0].ring_finish(msg)
-    assert cls.matches == 8
+    tables, engines, cls = linked_run(3, 8)
     res = engines[0].results_for(cls, 2)
     assert res.pseudonyms.shape == (8,) and np.isin(res.pseudonyms, cls.candidates[:, 2]).all()
     rows = engines[2].resolve_results(res)
@@ -204,31 +188,18 @@ def test_results_reach_only_their_party() -> None:
     )
 
 
-def finished_run(seed: int) -> tuple[list[PartyEngine], Classification]:
-    rng = np.random.default_rng(seed)
-    tables = linked_tables(rng, 3, 6, 96, shared=6, flip=0.0, blocks=1)
-    params = ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True)
-    engines = [PartyEngine(i, params, t) for i, t in enumerate(tables)]
-    common = common_blocks([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for s in e.outgoing_shares():
-            engines[s.target].receive_share(s)
-    for e in engines:
-        e.compare()
-    msg = engines[0].ring_start()
-    for e in engines[1:]:
-        msg = e.ring_step(msg)
-    cls = engines[0].ring_finish(msg)
-    assert cls.matches == 6
-    return engines, cls
+def linked_run(seed: int, n: int) -> tuple[list[EncodedRecords], list[PartyEngine], Classification]:
+    """Three parties holding the same n records (no noise), run to the end with one-to-one."""
+    tables = linked_tables(np.random.default_rng(seed), 3, n, 96, shared=n, flip=0.0, blocks=1)
+    engines, cls = finished_run(tables, ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True))
+    assert cls.matches == n
+    return tables, engines, cls
 
 
 @pytest.mark.parametrize("bad", [1.0 + 2**-52, -(2**-1074), 1.5, float("nan"), float("inf")])
 def test_results_with_a_similarity_outside_0_1_are_refused(bad: float) -> None:
     # every other field is valid (issued pseudonyms, distinct ids): only the range check can refuse
-    engines, cls = finished_run(5)
+    _, engines, cls = linked_run(5, 6)
     res = engines[0].results_for(cls, 1)
     sims = res.similarities.copy()
     sims[2] = bad
@@ -237,7 +208,7 @@ def test_results_with_a_similarity_outside_0_1_are_refused(bad: float) -> None:
 
 
 def test_results_with_similarities_at_0_and_1_are_accepted() -> None:
-    engines, cls = finished_run(6)
+    _, engines, cls = linked_run(6, 6)
     res = engines[0].results_for(cls, 1)
     sims = res.similarities.copy()
     sims[0], sims[1] = 0.0, 1.0

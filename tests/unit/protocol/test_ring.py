@@ -9,31 +9,15 @@ import numpy as np
 import pytest
 
 from party.encoding.records import EncodedRecords
-from party.protocol.blocks import common_blocks
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import RingError, StateError, SummationError
 from party.protocol.params import ProtocolParameters
 from party.protocol.ring import RingMessage, add_mod64, sub_mod64
-from tests.unit.protocol.helpers import linked_tables
+from tests.unit.protocol.helpers import engines_after_compare, linked_tables
 
 # chi-square critical value for 15 degrees of freedom at p = 1e-6 is about 53.4: a uniform source
 # fails this check about once in a million runs, a biased one (e.g. missing masks) every time.
 CHI2_15_P1E6 = 53.4
-
-
-def engines_after_compare(
-    tables: list[EncodedRecords], params: ProtocolParameters, **kw: object
-) -> list[PartyEngine]:
-    engines = [PartyEngine(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
-    common = common_blocks([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
-    for e in engines:
-        e.compare()
-    return engines
 
 
 def params3(s_t: float = 0.5, parties: int = 3) -> ProtocolParameters:
