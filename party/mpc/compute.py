@@ -27,7 +27,7 @@ The circuit per batch of candidate sets (``party.mpc.candidates``; batch b holds
    and no round is spent on it.
 4. Rounds: open the match bits (payload: lanes words); then open, for the matched sets of the batch
    only (ascending), v = c | S << cw as one uint64 each (payload may be empty). Nothing else is
-   opened. x = (K*c - 1 - S) / N; Dice = ``party.protocol.classify.dice(P, c, x)``.
+   opened. x = (K*c - S) / N; Dice = ``party.protocol.classify.dice(P, c, x)``.
 
 After the last batch the matched sets are sorted by pseudonym tuple, resolved one-to-one when asked
 (``greedy_one_to_one``) and numbered 1..k: the same ``Classification`` at all three compute parties.
@@ -301,7 +301,7 @@ class ComputeParty:
         test = self.test
         w = test.width
         signed = np.where(s_val >> (w - 1) != 0, s_val - (1 << w), s_val)
-        num = test.multiplier * common - 1 - signed
+        num = test.multiplier * common - signed
         if np.any(num < 0) or np.any(num % test.numerator):
             raise MpcError("opened values are inconsistent: a round payload was altered")
         x = num // test.numerator

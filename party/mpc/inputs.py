@@ -11,9 +11,10 @@ sorted ascending) and ``block_digests[r]`` (B uint64, 0 where not a common block
 clear; ``filters`` = (s_t, s_{t+1}) of the record's l-bit filter, each (n, ceil(l/64)) uint64 in the
 layout of ``party.encoding.bits`` (padding bits 0); ``counts`` = (s_t, s_{t+1}) of the record's
 *count term*, each (n,) uint64 holding w-bit values (higher bits 0): with x_j the record's number of
-1-bits, the term is (-N * x_j - [source == 0]) mod 2^w, where N and w come from
-``party.mpc.threshold.threshold_test(P, l, s_t)``; the compute parties add the P terms to K*c inside
-the circuit (see ``party.mpc.threshold``), and x = sum x_j is recovered only for matched sets.
+1-bits, the term is -N * x_j mod 2^w, and at data party 0 2^(w-2) less when x_0 = 0, where N and w
+come from ``party.mpc.threshold.threshold_test(P, l, s_t)`` (``ThresholdTest.count_term``); the
+compute parties add the P terms to K*c inside the circuit (see ``party.mpc.threshold``), and
+x = sum x_j is recovered only for matched sets.
 
 Random draws (fixed order, so known-answer vectors can pin them): filter share s0 (n * words * 8
 bytes, little-endian words, padding bits cleared), filter share s1 (same), count share s0 (n * 8
@@ -30,7 +31,7 @@ import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
 from party.mpc.errors import MpcError
-from party.mpc.threshold import threshold_test
+from party.mpc.threshold import ThresholdTest, threshold_test
 from party.protocol.engine import PartyEngine
 
 _U64 = np.dtype("<u8")
@@ -85,6 +86,15 @@ def share_values(
     return s0[:, 0], s1[:, 0], s2[:, 0]
 
 
+def count_terms(test: ThresholdTest, counts: np.ndarray, first: bool) -> np.ndarray:
+    """``test.count_term`` of every count, vectorised: (n,) uint64 w-bit terms."""
+    mod = 1 << test.width
+    terms = (-test.numerator * counts.astype(np.int64)) % mod
+    if first:
+        terms[counts == 0] = test.count_term(0, True)
+    return terms.astype(np.uint64)
+
+
 def input_shares(
     engine: PartyEngine, random_bytes: Callable[[int], bytes] = os.urandom
 ) -> list[InputShare]:
@@ -96,9 +106,7 @@ def input_shares(
     test = threshold_test(params.party_count, params.filter_bits, params.match_threshold)
     pseudonyms, digests, filters, counts = engine.shared_records()
     first = engine.index == 0
-    terms = (
-        (-test.numerator * counts.astype(np.int64) - (1 if first else 0)) % (1 << test.width)
-    ).astype(np.uint64)
+    terms = count_terms(test, counts, first)
     f = share_rows(filters, params.filter_bits, random_bytes)
     c = share_values(terms, test.width, random_bytes)
     return [

@@ -6,16 +6,18 @@ integer test. Reachable inputs satisfy 0 <= P*c <= x <= P*l (each party's count 
 common count c, and at most l). Correctly rounded division is monotone in the exact ratio
 r = P*c/x, so among reachable ratios the float test passes exactly for r >= q0, where q0 is the
 smallest passing ratio; let q1 be the largest failing one (for s_t > 0 the ratio 0 fails and the
-ratio 1 passes, so both exist). For any fraction N/D with q1 < N/D < q0 no reachable ratio equals
-N/D, so
+ratio 1 passes, so both exist). For any fraction N/D with q1 < N/D <= q0 no reachable ratio lies in
+[q1 < r < N/D], so for x > 0
 
-    float test passes  <=>  r >= q0  <=>  r > N/D  <=>  P*D*c - N*x >= 1,
+    float test passes  <=>  r >= q0  <=>  r >= N/D  <=>  P*D*c - N*x >= 0.
 
-which also rejects x = 0 (then c = 0 and 0 >= 1 fails), as the oracle does. We take the simplest
-such fraction (smallest denominator, via the Stern-Brocot tree), e.g. 4/5 for s_t = 0.8 at small l.
-With K = P*D the circuit evaluates S = K*c - N*x - 1 in w-bit two's complement and matches iff
-S >= 0 (its top bit is 0). For s_t = 0 every set matches (Dice >= 0 always): ``always`` is set,
-K = 0, N = 1, and S = -x - 1 still lets x be opened for the matched sets.
+We take the simplest such fraction (smallest denominator, Stern-Brocot tree): 4/5 for s_t = 0.8.
+x = 0 (all filters empty) must not match when s_t > 0, but passes ``0 >= 0``; x = 0 implies x_0 = 0
+(data party 0's count), so data party 0 subtracts 2^(w-2) from its count term when its own x_0 is 0
+(then c = 0 and the sum is negative whatever the others' counts). With K = P*D the circuit evaluates
+S = K*c + sum_j t_j in w-bit two's complement, t_j = -N*x_j (minus that offset), and matches iff
+S >= 0 (top bit 0); for a match S = K*c - N*x exactly, so x = (K*c - S) / N. For s_t = 0 every set
+matches (Dice >= 0 always): ``always`` is set, K = 0, N = 1, no offset, and S = -x opens x.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ThresholdTest:
     numerator: int  # N
     denominator: int  # D
     always: bool  # s_t == 0: every set matches
-    width: int  # w: bits of S = K*c - N*x - 1 and of the count terms
+    width: int  # w: bits of S = K*c - N*x (two's complement) and of the count terms
 
     @property
     def multiplier(self) -> int:
@@ -51,16 +53,17 @@ class ThresholdTest:
 
     def matches(self, common: int, total: int) -> bool:
         """The integer test on plain values (reference for the circuit)."""
-        return self.always or self.multiplier * common - self.numerator * total >= 1
+        return self.always or (total > 0 and self.multiplier * common - self.numerator * total >= 0)
 
-    def count_term(self, total: int, first: bool) -> int:
-        """A data party's w-bit term: -N*x_j (minus 1 more at data party 0), mod 2^w."""
-        return (-self.numerator * total - (1 if first else 0)) % (1 << self.width)
+    def count_term(self, count: int, first: bool) -> int:
+        """A data party's w-bit term: -N * x_j mod 2^w, minus 2^(w-2) at data party 0 if x_0 = 0."""
+        offset = (1 << (self.width - 2)) if first and count == 0 and not self.always else 0
+        return (-self.numerator * count - offset) % (1 << self.width)
 
     def total_from(self, common: int, s_value: int) -> int:
-        """x recovered from c and the opened w-bit S = K*c - N*x - 1 (raises if impossible)."""
+        """x of a matched set from c and the opened w-bit S = K*c - N*x (raises if impossible)."""
         s = s_value - (1 << self.width) if s_value >> (self.width - 1) else s_value
-        num = self.multiplier * common - 1 - s
+        num = self.multiplier * common - s
         if num < 0 or num % self.numerator:
             raise MpcError("opened sums are inconsistent (x is not an integer)")
         return num // self.numerator
@@ -71,13 +74,13 @@ def _passes(parties: int, common: int, total: int, threshold: float) -> bool:
 
 
 def _stern_brocot_between(lo: Fraction, hi: Fraction) -> Fraction:
-    """The fraction with the smallest denominator strictly between lo < hi (both in [0, 1])."""
+    """The fraction with the smallest denominator in (lo, hi] (0 <= lo < hi <= 1)."""
     a, b, c, d = 0, 1, 1, 0  # mediants of a/b = 0 and c/d = infinity
     while True:
         m = Fraction(a + c, b + d)
         if m <= lo:
             a, b = a + c, b + d
-        elif m >= hi:
+        elif m > hi:
             c, d = a + c, b + d
         else:
             return m
@@ -90,7 +93,7 @@ def threshold_test(parties: int, filter_bits: int, match_threshold: float) -> Th
         raise MpcError("threshold test needs P >= 2, l >= 1 and s_t in [0, 1]")
     p, l_bits, st = parties, filter_bits, float(match_threshold)
     if st == 0.0:
-        width = (p * l_bits + 1).bit_length() + 1
+        width = (p * l_bits).bit_length() + 1
         return ThresholdTest(p, l_bits, 1, 0, True, width)
     q0: Fraction | None = None  # smallest passing reachable ratio
     q1 = Fraction(0)  # largest failing reachable ratio (0 fails since s_t > 0)
@@ -112,5 +115,5 @@ def threshold_test(parties: int, filter_bits: int, match_threshold: float) -> Th
     assert q0 is not None  # the ratio 1 (c = x / P) always passes for s_t <= 1
     q = _stern_brocot_between(q1, q0)
     n, d = q.numerator, q.denominator
-    width = max(p * d * l_bits, n * p * l_bits + 1).bit_length() + 1
+    width = max((p * d * l_bits).bit_length() + 1, (n * p * l_bits).bit_length() + 2)
     return ThresholdTest(p, l_bits, n, d, False, width)

@@ -60,6 +60,7 @@ class ProtocolParameters:
             isinstance(self.parties, tuple)
             and len(self.parties) >= 2
             and self.filter_bits % len(self.parties)
+            and self.mode != "mpc3"  # mpc3 cuts no segments
         ):
             problems.append(
                 f"filter length l={self.filter_bits} is not divisible by the number of "

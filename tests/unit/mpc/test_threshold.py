@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from party.mpc.inputs import count_terms
 from party.mpc.threshold import threshold_test
 from party.protocol.classify import dice
 
@@ -25,13 +26,18 @@ def _exhaustive(p: int, l_bits: int, s_t: float) -> None:
     ok = p * c <= x
     x, c = x[ok], c[ok]
     want = dice(p, c, x) >= s_t
-    s = (t.multiplier * c - t.numerator * x - 1) % (1 << t.width)
-    top_clear = (s >> (t.width - 1)) == 0
+    assert np.array_equal(count_terms(t, x, True), [t.count_term(int(v), True) for v in x])
+    mod = 1 << t.width
     for k in range(c.size):
-        ci, xi, si = int(c[k]), int(x[k]), int(s[k])
-        assert t.matches(ci, xi) == bool(want[k]), (p, l_bits, s_t, ci, xi)
-        assert t.always or bool(top_clear[k]) == bool(want[k])
-        assert t.total_from(ci, si) == xi
+        ci, xi, wi = int(c[k]), int(x[k]), bool(want[k])
+        assert t.matches(ci, xi) == wi, (p, l_bits, s_t, ci, xi)
+        # the circuit's S when data party 0 holds all of x, and (c = 0 only) when it holds none
+        splits = [(xi, 0)] + ([(0, xi)] if ci == 0 else [])
+        for x0, rest in splits:
+            s = (t.multiplier * ci + t.count_term(x0, True) + t.count_term(rest, False)) % mod
+            assert t.always or (s >> (t.width - 1) == 0) == wi, (ci, xi, x0)
+            if wi:
+                assert t.total_from(ci, s) == xi
 
 
 @pytest.mark.parametrize("p", [2, 3, 4, 7])
@@ -62,9 +68,9 @@ def test_x_zero_is_no_match_for_positive_threshold():
 
 
 def test_simple_fraction_for_round_thresholds():
-    t = threshold_test(3, 30, 0.8)
-    assert Fraction(t.numerator, t.denominator) < Fraction(4, 5) + Fraction(1, 100)
-    assert t.denominator <= 3 * 30
+    assert Fraction(threshold_test(3, 1024, 0.8).numerator, 5) == Fraction(4, 5)
+    assert threshold_test(3, 1024, 0.8).denominator == 5
+    assert threshold_test(5, 1024, 0.75).denominator == 4
 
 
 @settings(max_examples=200, deadline=None)
