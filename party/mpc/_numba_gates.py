@@ -98,3 +98,63 @@ def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
             r = g * 64 + k
             if r < out.size:
                 out[r] = blk[k]
+
+
+@_jit
+def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, alpha, out):  # type: ignore[no-untyped-def]
+    """AND share into out (words, n), word-major: out[m, r] = word m of set r; alpha in C order.
+
+    An operand is gathered (``xg``/``yg`` true) from a row-major (records, words) share pair by
+    its index array (-1: an all-zero row), or read word-major from a (words, n) pair.
+    """
+    words, n = out.shape
+    zero = np.uint64(0)
+    for r in range(n):
+        a = ix[r]
+        b = iy[r]
+        for m in range(words):
+            if xg:
+                xa0 = x0[a, m] if a >= 0 else zero
+                xa1 = x1[a, m] if a >= 0 else zero
+            else:
+                xa0 = x0[m, r]
+                xa1 = x1[m, r]
+            if yg:
+                yb0 = y0[b, m] if b >= 0 else zero
+                yb1 = y1[b, m] if b >= 0 else zero
+            else:
+                yb0 = y0[m, r]
+                yb1 = y1[m, r]
+            out[m, r] = (xa0 & (yb0 ^ yb1)) ^ (xa1 & yb0) ^ alpha[m * n + r]
+
+
+@_jit
+def fa_and(c0, c1, f, alpha, out):  # type: ignore[no-untyped-def]
+    """Full adders on rows a = c[0:f], b = c[f:2f], cc = c[2f:3f]: AND share of (a^cc) & (b^cc)."""
+    lanes = c0.shape[1]
+    k = 0
+    for r in range(f):
+        for g in range(lanes):
+            cc0 = c0[2 * f + r, g]
+            cc1 = c1[2 * f + r, g]
+            x0 = c0[r, g] ^ cc0
+            x1 = c1[r, g] ^ cc1
+            y0 = c0[f + r, g] ^ cc0
+            y1 = c1[f + r, g] ^ cc1
+            out[r, g] = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ alpha[k]
+            k += 1
+
+
+@_jit
+def fa_finish(c0, c1, f, z0, z1, sum0, sum1, carry0, carry1, with_carry):  # type: ignore[no-untyped-def]
+    """sum = a ^ b ^ cc into sum*, carry = z ^ cc into carry* (when with_carry)."""
+    lanes = c0.shape[1]
+    for r in range(f):
+        for g in range(lanes):
+            cc0 = c0[2 * f + r, g]
+            cc1 = c1[2 * f + r, g]
+            sum0[r, g] = c0[r, g] ^ c0[f + r, g] ^ cc0
+            sum1[r, g] = c1[r, g] ^ c1[f + r, g] ^ cc1
+            if with_carry:
+                carry0[r, g] = z0[r, g] ^ cc0
+                carry1[r, g] = z1[r, g] ^ cc1

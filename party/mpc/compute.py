@@ -43,7 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.encoding.bits import words_for
-from party.mpc._numba_gates import lanes_to_values, rows_to_lanes
+from party.mpc._numba_gates import and_word_major, lanes_to_values, rows_to_lanes
 from party.mpc.candidates import candidate_sets
 from party.mpc.errors import MpcCancelled, MpcError
 from party.mpc.gates import Gates, Pair, Round
@@ -173,12 +173,13 @@ class ComputeParty:
         )
         total = int(sets.shape[0])
         words = words_for(self.params.filter_bits)
-        need = sets.nbytes + self.batch_sets * (8 * words * (2 * self.parties + 10) + 64)
+        per_batch = min(self.batch_sets, -(-total // 64) * 64)
+        need = sets.nbytes + per_batch * (8 * words * (2 * self.parties + 10) + 64)
         if need > self.budget:
             raise MemoryBudgetError(
                 f"compute party {self.index}: {total} candidate sets and a batch need about "
                 f"{need // 2**20 + 1} MiB, more than memory_budget_bytes={self.budget}; set "
-                "max_block_size, use coarser blocking off, or raise the budget"
+                "max_block_size, use finer blocking, or raise the budget"
             )
         matched_rows: list[np.ndarray] = []
         matched_c: list[np.ndarray] = []
@@ -222,42 +223,51 @@ class ComputeParty:
         lanes = padded // 64
         l_bits = self.params.filter_bits
         words = words_for(l_bits)
-        p = self.parties
-        gathered = (
-            np.zeros((p, padded, words), dtype=np.uint64),
-            np.zeros((p, padded, words), dtype=np.uint64),
-        )
+        # 1. P-way AND tree, results word-major (words, sets): operands 0 & 1, 2 & 3, ... (an odd
+        # last one passes on). An operand is (share, share, row index, gathered): gathered from a
+        # data party's (records, words) shares (index -1: the all-zero padding sets), or a
+        # previous layer's (words, sets) result.
+        operands: list[tuple[np.ndarray, np.ndarray, np.ndarray, bool]] = []
         for j, share in enumerate(inputs):
-            for s in range(2):
-                np.take(share.filters[s], rows[:, j], axis=0, out=gathered[s][j, :n])
-        # 1. P-way AND tree (row layout): pair operands 0 & 1, 2 & 3, ...; an odd last passes on
-        cur: Pair = gathered
-        count = p
-        while count > 1:
-            pairs = count // 2
-            x = (cur[0][0 : 2 * pairs : 2], cur[1][0 : 2 * pairs : 2])
-            y = (cur[0][1 : 2 * pairs : 2], cur[1][1 : 2 * pairs : 2])
-            z = yield from g.and_(x, y)
-            if count % 2:
-                z = (
-                    np.concatenate([z[0], cur[0][count - 1 : count]]),
-                    np.concatenate([z[1], cur[1][count - 1 : count]]),
-                )
-            cur = z
-            count = pairs + count % 2
-        both = (np.ascontiguousarray(cur[0][0]), np.ascontiguousarray(cur[1][0]))
-        del gathered, cur
-        # 2. transpose to lanes, popcount
-        bits = (
-            np.empty((l_bits, lanes), dtype=np.uint64),
-            np.empty((l_bits, lanes), dtype=np.uint64),
-        )
-        rows_to_lanes(both[0], bits[0])
-        rows_to_lanes(both[1], bits[1])
-        del both
+            idx = np.full(padded, -1, dtype=np.int64)
+            idx[:n] = rows[:, j]
+            operands.append((share.filters[0], share.filters[1], idx, True))
+        while len(operands) > 1:
+            pairs = len(operands) // 2
+            layer = operands
+
+            def fill(alpha: np.ndarray, z: np.ndarray, layer=layer, pairs=pairs) -> None:
+                step = padded * words
+                for q in range(pairs):
+                    x0, x1, ix, xg = layer[2 * q]
+                    y0, y1, iy, yg = layer[2 * q + 1]
+                    and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, alpha[q * step :], z[q])
+
+            z = yield from g.and_fill((pairs, words, padded), fill)
+            nxt = [(z[0][q], z[1][q], operands[0][2], False) for q in range(pairs)]
+            if len(operands) % 2:
+                nxt.append(operands[-1])
+            operands = nxt
+        both = (operands[0][0], operands[0][1])
+        del operands
+        # 2. popcount c: first full adders on whole words (each word of the (words, sets) matrix
+        # holds 64 bits of one set, all of weight 1), then the <= 2 words left per weight are
+        # transposed to lanes and the adder tree finishes there
         cw = test.count_bits
-        c = yield from g.compress([bits], cw, lanes)
-        del bits
+        word_cols = yield from g.wallace([both], cw, padded)
+        del both
+        bit_cols: list[Pair] = []
+        for c0, c1 in word_cols:
+            t = []
+            for src in (c0, c1):
+                out = np.empty((64 * src.shape[0], lanes), dtype=np.uint64)
+                for r in range(src.shape[0]):
+                    rows_to_lanes(src[r][:, None], out[64 * r : 64 * (r + 1)])
+                t.append(out)
+            bit_cols.append((t[0], t[1]))
+        del word_cols
+        c = yield from g.compress(bit_cols, cw, lanes)
+        del bit_cols
         # 3. S = K*c + sum of count terms, mod 2^w
         w = test.width
         terms = []

@@ -23,12 +23,12 @@ bits: a full adder). Columns at or above ``width`` are dropped (arithmetic mod 2
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import numpy as np
 
-from party.mpc._numba_gates import and_share
+from party.mpc._numba_gates import and_share, fa_and, fa_finish
 from party.mpc.errors import MpcError
 from party.mpc.keys import ZeroShares
 
@@ -86,19 +86,31 @@ class Gates:
         self.bytes_received += len(data)
         return np.frombuffer(incoming, dtype=_U64).reshape(payload.shape)
 
-    def and_(self, x: Pair, y: Pair) -> Steps:
-        """Shares of x & y (any equal shapes; inputs may be strided views)."""
-        shape = x[0].shape
+    def and_fill(
+        self, shape: tuple[int, ...], fill: Callable[[np.ndarray, np.ndarray], None]
+    ) -> Steps:
+        """One AND round whose local shares ``fill(alpha, out)`` writes into ``out`` (``shape``)."""
         words = int(np.prod(shape))
-        if self._alpha.size < words:
-            self._alpha = np.zeros(words, dtype=np.uint64)
+        if self._alpha.size < words + 2:
+            self._alpha = np.zeros(words + 2, dtype=np.uint64)
         alpha = self._zero.alpha(self.batch, self.number, words, self._alpha)
         z = np.empty(shape, dtype=np.uint64)
-        z3 = z.reshape(_three_d(shape))
-        and_share(*(a.reshape(_three_d(shape)) for a in (x[0], x[1], y[0], y[1])), alpha, z3)
+        fill(alpha, z)
         self.and_words += words
         nxt = yield from self._exchange(z)
         return z, nxt
+
+    def and_(self, x: Pair, y: Pair) -> Steps:
+        """Shares of x & y (any equal shapes; inputs may be strided views)."""
+        shape = x[0].shape
+        three = _three_d(shape)
+
+        def fill(alpha: np.ndarray, z: np.ndarray) -> None:
+            and_share(
+                *(a.reshape(three) for a in (x[0], x[1], y[0], y[1])), alpha, z.reshape(three)
+            )
+
+        return (yield from self.and_fill(shape, fill))
 
     def open(self, x: Pair) -> Generator[Round, bytes, np.ndarray]:
         """The plain value of a shared array (every CP learns it)."""
@@ -120,40 +132,64 @@ class Gates:
 
         ``columns[k]`` stacks the (m_k, lanes) bits of weight 2^k (m_k may be 0).
         """
+        cols = yield from self.wallace(columns, width, lanes)
+        return (yield from self._ripple(cols, width, lanes))
+
+    def wallace(
+        self, columns: list[Pair], width: int, lanes: int
+    ) -> Generator[Round, bytes, list[Pair]]:
+        """Full-adder layers until no column (< width) has 3 bits; same sum mod 2^width."""
         cols = [(c[0], c[1]) for c in columns[:width]]
         cols += [_empty(lanes)] * (width - len(cols))
         while any(c[0].shape[0] >= 3 for c in cols):
-            xs0, xs1, ys0, ys1 = [], [], [], []
-            plan: list[tuple[int, int, Pair, Pair, Pair, Pair]] = []
-            for k, (c0, c1) in enumerate(cols):
-                f = c0.shape[0] // 3
-                if f == 0:
-                    continue
-                a = (c0[:f], c1[:f])
-                b = (c0[f : 2 * f], c1[f : 2 * f])
-                c = (c0[2 * f : 3 * f], c1[2 * f : 3 * f])
-                t1 = (a[0] ^ c[0], a[1] ^ c[1])
-                t2 = (b[0] ^ c[0], b[1] ^ c[1])
-                xs0.append(t1[0])
-                xs1.append(t1[1])
-                ys0.append(t2[0])
-                ys1.append(t2[1])
-                plan.append((k, f, t1, b, c, (c0[3 * f :], c1[3 * f :])))
-            z = yield from self.and_((_cat(xs0), _cat(xs1)), (_cat(ys0), _cat(ys1)))
-            own: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([c0], [c1]) for c0, c1 in cols]
-            carries: list[tuple[list[np.ndarray], list[np.ndarray]]] = [([], []) for _ in cols]
-            off = 0
-            for k, f, t1, b, c, rest in plan:
-                own[k] = ([t1[0] ^ b[0], rest[0]], [t1[1] ^ b[1], rest[1]])
-                if k + 1 < width:
-                    carries[k + 1][0].append(z[0][off : off + f] ^ c[0])
-                    carries[k + 1][1].append(z[1][off : off + f] ^ c[1])
-                off += f
-            cols = [
-                (_cat(own[k][0] + carries[k][0]), _cat(own[k][1] + carries[k][1]))
-                for k in range(width)
-            ]
-        return (yield from self._ripple(cols, width, lanes))
+            cols = yield from self._wallace_layer(cols, width, lanes)
+        return cols
+
+    def _wallace_layer(
+        self, cols: list[Pair], width: int, lanes: int
+    ) -> Generator[Round, bytes, list[Pair]]:
+        """One layer of full adders over every column with >= 3 bits (one round)."""
+        adders = [c[0].shape[0] // 3 for c in cols]
+        offsets = np.concatenate([[0], np.cumsum(adders)]).astype(int).tolist()
+
+        def fill(alpha: np.ndarray, z: np.ndarray) -> None:
+            for k, f in enumerate(adders):
+                if f:
+                    o = offsets[k]
+                    fa_and(cols[k][0], cols[k][1], f, alpha[o * lanes :], z[o : o + f])
+
+        z = yield from self.and_fill((offsets[-1], lanes), fill)
+        sizes = [
+            cols[k][0].shape[0] - 2 * adders[k] + (adders[k - 1] if k else 0) for k in range(width)
+        ]
+        new = [
+            (np.empty((m, lanes), dtype=np.uint64), np.empty((m, lanes), dtype=np.uint64))
+            for m in sizes
+        ]
+        for k, f in enumerate(adders):
+            c0, c1 = cols[k]
+            m = c0.shape[0]
+            n0, n1 = new[k]
+            n0[f : m - 2 * f] = c0[3 * f :]
+            n1[f : m - 2 * f] = c1[3 * f :]
+            if not f:
+                continue
+            o = offsets[k]
+            carry = k + 1 < width
+            nxt = new[k + 1] if carry else new[k]
+            fa_finish(
+                c0,
+                c1,
+                f,
+                z[0][o : o + f],
+                z[1][o : o + f],
+                n0[:f],
+                n1[:f],
+                nxt[0][nxt[0].shape[0] - f :],
+                nxt[1][nxt[1].shape[0] - f :],
+                carry,
+            )
+        return new
 
     def _ripple(self, cols: list[Pair], width: int, lanes: int) -> Generator[Round, bytes, Pair]:
         out0 = np.zeros((width, lanes), dtype=np.uint64)

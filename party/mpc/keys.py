@@ -71,24 +71,24 @@ class ZeroShares:
         self._own = algorithms.AES(keys.own)
         self._received = algorithms.AES(keys.received)
         self._zeros = np.zeros(0, dtype=np.uint8)
-        self._buf = np.zeros(0, dtype=np.uint8)
-
-    def _stream(self, algorithm: algorithms.AES, block: bytes, nbytes: int) -> np.ndarray:
-        if self._zeros.size < nbytes:
-            self._zeros = np.zeros(nbytes, dtype=np.uint8)
-            self._buf = np.zeros(nbytes + 16, dtype=np.uint8)
-        enc = Cipher(algorithm, modes.CTR(block)).encryptor()
-        n = enc.update_into(self._zeros.data[:nbytes], self._buf.data)
-        assert n == nbytes
-        return self._buf[:nbytes]
+        self._buf = np.zeros(0, dtype=np.uint64)
 
     def alpha(self, batch: int, round_number: int, words: int, out: np.ndarray) -> np.ndarray:
-        """Write ``words`` uint64 of alpha_i for (batch, round) into ``out`` and return it."""
+        """Write ``words`` uint64 of alpha_i for (batch, round) into ``out`` (>= words + 2 long)."""
         block = counter_block(batch, round_number)
         nbytes = 8 * words
+        if self._zeros.size < nbytes:
+            self._zeros = np.zeros(nbytes, dtype=np.uint8)
+            self._buf = np.zeros(words + 2, dtype=np.uint64)
+        zeros = self._zeros.data[:nbytes]
+        for algorithm, target in ((self._own, out), (self._received, self._buf)):
+            enc = Cipher(algorithm, modes.CTR(block)).encryptor()
+            # update_into wants room for one more block than it writes
+            n = enc.update_into(zeros, target[: words + 2].view(np.uint8).data)
+            if n != nbytes:
+                raise MpcError("AES-CTR returned a short keystream")
         a = out[:words]
-        a[...] = self._stream(self._own, block, nbytes).view("<u8")
-        a ^= self._stream(self._received, block, nbytes).view("<u8")
+        a ^= self._buf[:words]
         return a
 
 
