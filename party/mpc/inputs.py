@@ -33,6 +33,7 @@ from party.encoding.bits import BitLayoutError, check_rows, words_for
 from party.mpc.errors import MpcError
 from party.mpc.threshold import ThresholdTest, threshold_test
 from party.protocol.engine import PartyEngine
+from party.protocol.params import ProtocolParameters
 
 _U64 = np.dtype("<u8")
 
@@ -102,16 +103,29 @@ def input_shares(
 
     Call after ``engine.set_common_blocks(common)``.
     """
-    params = engine.params
-    test = threshold_test(params.party_count, params.filter_bits, params.match_threshold)
     pseudonyms, digests, filters, counts = engine.shared_records()
-    first = engine.index == 0
-    terms = count_terms(test, counts, first)
+    return share_records(
+        engine.index, engine.params, pseudonyms, digests, filters, counts, random_bytes
+    )
+
+
+def share_records(
+    source: int,
+    params: ProtocolParameters,
+    pseudonyms: np.ndarray,
+    digests: np.ndarray,
+    filters: np.ndarray,
+    counts: np.ndarray,
+    random_bytes: Callable[[int], bytes] = os.urandom,
+) -> list[InputShare]:
+    """Input shares (targets 0, 1, 2) of data party ``source``'s shared rows (module docstring)."""
+    test = threshold_test(params.party_count, params.filter_bits, params.match_threshold)
+    terms = count_terms(test, counts, source == 0)
     f = share_rows(filters, params.filter_bits, random_bytes)
     c = share_values(terms, test.width, random_bytes)
     return [
         InputShare(
-            source=engine.index,
+            source=source,
             target=t,
             filter_bits=params.filter_bits,
             pseudonyms=pseudonyms.copy(),
