@@ -1,4 +1,4 @@
-"""Compiled (numba) kernels of the gate engine: the local AND share and 64 x 64 bit transposes.
+"""Compiled (numba) kernels of party.mpc: AND shares, full adders, bit transposes, set expansion.
 
 Layouts (see ``party.mpc.lanes``): a *row* array is (n, words) uint64 with bit p of a row in word
 p // 64 at bit p % 64 (``party.encoding.bits``); a *lane* array is (bits, n / 64) uint64 where
@@ -20,10 +20,11 @@ def _jit(fn):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def and_share(x0, x1, y0, y1, alpha, out):  # type: ignore[no-untyped-def]
-    """out = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ alpha on 3-D uint64 arrays (alpha flat, C order).
+def and_share(x0, x1, y0, y1, ka, kb, out):  # type: ignore[no-untyped-def]
+    """out = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ ka ^ kb on 3-D uint64 arrays.
 
-    The inputs may be strided views; ``out`` is C-contiguous and alpha follows its order.
+    ka, kb are the two keystreams whose XOR is the zero share alpha (flat, in out's C order); the
+    inputs may be strided views; ``out`` is C-contiguous.
     """
     a, b, c = out.shape
     k = 0
@@ -33,7 +34,7 @@ def and_share(x0, x1, y0, y1, alpha, out):  # type: ignore[no-untyped-def]
                 out[i, j, m] = (
                     (x0[i, j, m] & (y0[i, j, m] ^ y1[i, j, m]))
                     ^ (x1[i, j, m] & y0[i, j, m])
-                    ^ alpha[k]
+                    ^ (ka[k] ^ kb[k])
                 )
                 k += 1
 
@@ -101,8 +102,8 @@ def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, alpha, out):  # type: ignore[no-untyped-def]
-    """AND share into out (words, n), word-major: out[m, r] = word m of set r; alpha in C order.
+def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out):  # type: ignore[no-untyped-def]
+    """AND share into out (words, n), word-major: out[m, r] = word m of set r; ka ^ kb = alpha.
 
     An operand is gathered (``xg``/``yg`` true) from a row-major (records, words) share pair by
     its index array (-1: an all-zero row), or read word-major from a (words, n) pair.
@@ -125,11 +126,12 @@ def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, alpha, out):  # type: ignore[
             else:
                 yb0 = y0[m, r]
                 yb1 = y1[m, r]
-            out[m, r] = (xa0 & (yb0 ^ yb1)) ^ (xa1 & yb0) ^ alpha[m * n + r]
+            k = m * n + r
+            out[m, r] = (xa0 & (yb0 ^ yb1)) ^ (xa1 & yb0) ^ (ka[k] ^ kb[k])
 
 
 @_jit
-def fa_and(c0, c1, f, alpha, out):  # type: ignore[no-untyped-def]
+def fa_and(c0, c1, f, ka, kb, out):  # type: ignore[no-untyped-def]
     """Full adders on rows a = c[0:f], b = c[f:2f], cc = c[2f:3f]: AND share of (a^cc) & (b^cc)."""
     lanes = c0.shape[1]
     k = 0
@@ -141,7 +143,7 @@ def fa_and(c0, c1, f, alpha, out):  # type: ignore[no-untyped-def]
             x1 = c1[r, g] ^ cc1
             y0 = c0[f + r, g] ^ cc0
             y1 = c1[f + r, g] ^ cc1
-            out[r, g] = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ alpha[k]
+            out[r, g] = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ (ka[k] ^ kb[k])
             k += 1
 
 
@@ -158,3 +160,33 @@ def fa_finish(c0, c1, f, z0, z1, sum0, sum1, carry0, carry1, with_carry):  # typ
             if with_carry:
                 carry0[r, g] = z0[r, g] ^ cc0
                 carry1[r, g] = z1[r, g] ^ cc1
+
+
+@_jit
+def expand_blocks(flat_rows, offsets, starts, sizes, out):  # type: ignore[no-untyped-def]
+    """Every candidate set of some blocks into out (sets, P), block after block, last party fastest.
+
+    Party j's members of block b are ``flat_rows[offsets[j] + starts[j, b] + d]``, d < sizes[j, b].
+    """
+    p, m = sizes.shape
+    digit = np.zeros(p, dtype=np.int64)
+    t = 0
+    for b in range(m):
+        total = 1
+        for j in range(p):
+            total *= sizes[j, b]
+        if total == 0:
+            continue
+        for j in range(p):
+            digit[j] = 0
+        for _ in range(total):
+            for j in range(p):
+                out[t, j] = flat_rows[offsets[j] + starts[j, b] + digit[j]]
+            t += 1
+            j = p - 1
+            while j >= 0:
+                digit[j] += 1
+                if digit[j] < sizes[j, b]:
+                    break
+                digit[j] = 0
+                j -= 1

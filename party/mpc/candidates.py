@@ -15,28 +15,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from party.mpc._numba_gates import expand_blocks
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
-
-#: Candidate sets expanded at once by the vectorised enumeration (bounds its temporaries).
-_CHUNK_SETS = 1 << 21
-
 
 def _expand(
     rows: Sequence[np.ndarray], starts: np.ndarray, sizes: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
     """All sets of some blocks: (sum of products, P); the last party varies fastest."""
-    p, _ = sizes.shape
-    totals = np.prod(sizes, axis=0)
-    count = int(totals.sum())
-    out = np.empty((count, p), dtype=dtype)
-    if count == 0:
-        return out
-    blk = np.repeat(np.arange(totals.size), totals)
-    offset = np.arange(count, dtype=np.int64) - np.repeat(np.cumsum(totals) - totals, totals)
-    for j in range(p - 1, -1, -1):
-        s = sizes[j][blk]
-        out[:, j] = rows[j][starts[j][blk] + offset % s]
-        offset //= s
+    flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
+    offsets = np.cumsum([0] + [int(r.size) for r in rows[:-1]]).astype(np.int64)
+    count = int(np.prod(sizes, axis=0).sum())
+    out = np.empty((count, sizes.shape[0]), dtype=dtype)
+    expand_blocks(flat, offsets, starts.astype(np.int64), sizes.astype(np.int64), out)
     return out
 
 
@@ -71,15 +61,7 @@ def candidate_sets(
     parts: list[np.ndarray] = []
     plain = np.flatnonzero(live & ~capped)
     if plain.size:
-        totals = np.prod(sizes[:, plain].astype(np.float64), axis=0)
-        cum = np.cumsum(totals)
-        lo = 0
-        while lo < plain.size:
-            base = cum[lo - 1] if lo else 0.0
-            hi = max(lo + 1, int(np.searchsorted(cum, base + _CHUNK_SETS, side="right")))
-            ids = plain[lo:hi]
-            parts.append(_expand(rows, starts[:, ids], sizes[:, ids], dtype))
-            lo = hi
+        parts.append(_expand(rows, starts[:, plain], sizes[:, plain], dtype))
     for blk in np.flatnonzero(live & capped).tolist():
         members = [indices[j].members(blk) for j in range(p)]
         for sub in sub_blocks(members, max_block_size):

@@ -236,12 +236,15 @@ class ComputeParty:
             pairs = len(operands) // 2
             layer = operands
 
-            def fill(alpha: np.ndarray, z: np.ndarray, layer=layer, pairs=pairs) -> None:
+            def fill(
+                ka: np.ndarray, kb: np.ndarray, z: np.ndarray, layer=layer, pairs=pairs
+            ) -> None:
                 step = padded * words
                 for q in range(pairs):
                     x0, x1, ix, xg = layer[2 * q]
                     y0, y1, iy, yg = layer[2 * q + 1]
-                    and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, alpha[q * step :], z[q])
+                    o = q * step
+                    and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka[o:], kb[o:], z[q])
 
             z = yield from g.and_fill((pairs, words, padded), fill)
             nxt = [(z[0][q], z[1][q], operands[0][2], False) for q in range(pairs)]

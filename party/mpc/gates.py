@@ -58,7 +58,6 @@ class Gates:
     def __init__(self, index: int, zero: ZeroShares) -> None:
         self.index = index
         self._zero = zero
-        self._alpha = np.zeros(0, dtype=np.uint64)
         self.batch = 0
         self.number = 0
         self.rounds = 0
@@ -87,15 +86,15 @@ class Gates:
         return np.frombuffer(incoming, dtype=_U64).reshape(payload.shape)
 
     def and_fill(
-        self, shape: tuple[int, ...], fill: Callable[[np.ndarray, np.ndarray], None]
+        self,
+        shape: tuple[int, ...],
+        fill: Callable[[np.ndarray, np.ndarray, np.ndarray], None],
     ) -> Steps:
-        """One AND round whose local shares ``fill(alpha, out)`` writes into ``out`` (``shape``)."""
+        """One AND round; ``fill(ka, kb, out)`` writes the local shares (alpha = ka ^ kb) to out."""
         words = int(np.prod(shape))
-        if self._alpha.size < words + 2:
-            self._alpha = np.zeros(words + 2, dtype=np.uint64)
-        alpha = self._zero.alpha(self.batch, self.number, words, self._alpha)
+        ka, kb = self._zero.streams(self.batch, self.number, words)
         z = np.empty(shape, dtype=np.uint64)
-        fill(alpha, z)
+        fill(ka, kb, z)
         self.and_words += words
         nxt = yield from self._exchange(z)
         return z, nxt
@@ -105,10 +104,9 @@ class Gates:
         shape = x[0].shape
         three = _three_d(shape)
 
-        def fill(alpha: np.ndarray, z: np.ndarray) -> None:
-            and_share(
-                *(a.reshape(three) for a in (x[0], x[1], y[0], y[1])), alpha, z.reshape(three)
-            )
+        def fill(ka: np.ndarray, kb: np.ndarray, z: np.ndarray) -> None:
+            args = (a.reshape(three) for a in (x[0], x[1], y[0], y[1]))
+            and_share(*args, ka, kb, z.reshape(three))
 
         return (yield from self.and_fill(shape, fill))
 
@@ -152,11 +150,13 @@ class Gates:
         adders = [c[0].shape[0] // 3 for c in cols]
         offsets = np.concatenate([[0], np.cumsum(adders)]).astype(int).tolist()
 
-        def fill(alpha: np.ndarray, z: np.ndarray) -> None:
+        def fill(ka: np.ndarray, kb: np.ndarray, z: np.ndarray) -> None:
             for k, f in enumerate(adders):
                 if f:
-                    o = offsets[k]
-                    fa_and(cols[k][0], cols[k][1], f, alpha[o * lanes :], z[o : o + f])
+                    o = offsets[k] * lanes
+                    fa_and(
+                        cols[k][0], cols[k][1], f, ka[o:], kb[o:], z[offsets[k] : offsets[k] + f]
+                    )
 
         z = yield from self.and_fill((offsets[-1], lanes), fill)
         sizes = [

@@ -71,25 +71,34 @@ class ZeroShares:
         self._own = algorithms.AES(keys.own)
         self._received = algorithms.AES(keys.received)
         self._zeros = np.zeros(0, dtype=np.uint8)
-        self._buf = np.zeros(0, dtype=np.uint64)
+        self._bufs = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
 
-    def alpha(self, batch: int, round_number: int, words: int, out: np.ndarray) -> np.ndarray:
-        """Write ``words`` uint64 of alpha_i for (batch, round) into ``out`` (>= words + 2 long)."""
+    def streams(self, batch: int, round_number: int, words: int) -> tuple[np.ndarray, np.ndarray]:
+        """F(k_i) and F(k_{i+1}) for (batch, round), ``words`` uint64 each; alpha_i is their XOR.
+
+        The arrays are reused by the next call.
+        """
         block = counter_block(batch, round_number)
         nbytes = 8 * words
         if self._zeros.size < nbytes:
             self._zeros = np.zeros(nbytes, dtype=np.uint8)
-            self._buf = np.zeros(words + 2, dtype=np.uint64)
+            self._bufs = (
+                np.zeros(words + 2, dtype=np.uint64),
+                np.zeros(words + 2, dtype=np.uint64),
+            )
         zeros = self._zeros.data[:nbytes]
-        for algorithm, target in ((self._own, out), (self._received, self._buf)):
+        for algorithm, target in zip((self._own, self._received), self._bufs, strict=True):
             enc = Cipher(algorithm, modes.CTR(block)).encryptor()
             # update_into wants room for one more block than it writes
             n = enc.update_into(zeros, target[: words + 2].view(np.uint8).data)
             if n != nbytes:
                 raise MpcError("AES-CTR returned a short keystream")
-        a = out[:words]
-        a ^= self._buf[:words]
-        return a
+        return self._bufs[0][:words], self._bufs[1][:words]
+
+    def alpha(self, batch: int, round_number: int, words: int) -> np.ndarray:
+        """alpha_i for (batch, round): ``words`` uint64 (a new array)."""
+        own, received = self.streams(batch, round_number, words)
+        return own ^ received
 
 
 def keystream(key: bytes, batch: int, round_number: int, nbytes: int) -> bytes:
