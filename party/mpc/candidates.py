@@ -18,6 +18,7 @@ import numpy as np
 from party.mpc._numba_gates import expand_blocks
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
 
+
 def _expand(
     rows: Sequence[np.ndarray], starts: np.ndarray, sizes: np.ndarray, dtype: np.dtype
 ) -> np.ndarray:
