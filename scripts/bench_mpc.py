@@ -1,6 +1,6 @@
 """Benchmark the mpc3 engine (gate level, in process): AND gates/s, sets/s, bytes per set, vs segments.
 
-    .venv/bin/python scripts/bench_mpc.py [--records 3000] [--layer-words 4194304] [--parties 3]
+    .venv/bin/python scripts/bench_mpc.py [--records 20000] [--layer-words 4194304] [--parties 3]
 
 Everything runs in ONE process on one core: the three compute parties of a run take turns in one
 thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures times 3. Printed:
@@ -196,7 +196,7 @@ def _sets(run) -> set[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layer-words", type=int, default=1 << 22)
-    ap.add_argument("--records", type=int, default=3000, help="records per party (part 3)")
+    ap.add_argument("--records", type=int, default=20000, help="records per party (part 3)")
     ap.add_argument("--parties", type=int, default=3, help="P of part 3")
     ap.add_argument("--bytes-parties", default="3,5,7", help="P values of part 2")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: gates,bytes,segments")
