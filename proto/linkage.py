@@ -7,7 +7,7 @@ Parameters file (``examples/parameters.json``), a JSON object::
      "schema": {... linkage schema object ...} | "schema.json",  # inline, or a path relative to the file
      "match_threshold": 0.8,                             # s_t
      "segment_threshold": 0.7,                           # s_m (0 disables pruning)
-     "one_to_one": false,                                # optional, default false
+     "one_to_one": true,                                 # optional, default true
      "max_block_size": null}                             # optional, null/0 = no cap
 
 Canonical digest: SHA-256 (lower-case hex) of the canonical JSON of the object above with
@@ -136,7 +136,7 @@ def parameters_from_mapping(
         elif not (math.isfinite(value) and 0.0 <= value <= 1.0):
             problems.append(f"{key} must be within [0, 1]")
         thresholds[key] = float(value)
-    one_to_one = obj.get("one_to_one", False)
+    one_to_one = obj.get("one_to_one", True)
     if not isinstance(one_to_one, bool):
         problems.append("one_to_one must be true or false")
         one_to_one = False

@@ -5,7 +5,11 @@ normalised (with that field's schema normalisation when the column is an encoded
 default normalisation), then the function is applied:
 
 - ``exact``: the normalised value;
-- ``soundex`` / ``nysiis`` / ``metaphone``: the phonetic code from ``jellyfish`` (of the letters only);
+- ``soundex`` / ``nysiis`` / ``metaphone``: the phonetic code from ``jellyfish`` of the value made
+  phonetic-safe (``phonetic_letters``): accents stripped and a few non-ASCII letters transliterated
+  (so ``Émile`` and ``Emile`` share a code), digits read as the letters OCR confuses them with
+  (``9eorgia`` -> ``georgia``: ``0 o, 1 l, 2 z, 3 e, 4 a, 5 s, 6 b, 7 t, 8 b, 9 g``), then ASCII
+  letters only;
 - ``prefix``: the first ``length`` characters;
 - ``year``: the first 4-digit run in the raw value (``1987-05-03``, ``03/05/1987``, ``19870503``);
 - ``postcode_prefix``: the first ``length`` characters with whitespace removed, upper-cased.
@@ -15,26 +19,70 @@ key and its digest is 0. Otherwise the parts are joined with U+001F and the key 
 ``hashing.blocking_digest(HKDF(secret, "blocking", name), joined)``: HMAC-SHA256 truncated to 64
 bits, 0 mapped to 1. The key name is in the HKDF info, so equal values under different keys give
 unrelated digests.
+
+LSH keys (``{"name": N, "lsh": {"bands": B, "bitsPerBand": r, "fields": [...]}}``; Hamming LSH,
+Indyk & Motwani 1998, on Bloom filters as in Durham 2012 and Karapiperis & Verykios 2015). The
+sampled filter is the record's l-bit CLK before hardening and BLIP, made only of the listed
+features' bits (all features when none are listed). Positions: ``keyed_shuffle(HKDF(secret,
+"blocking", N), l, b"lsh" || round_be32)`` for round = 0, 1, ... concatenated, cut into B bands of
+r positions in order. Band b's value is the r sampled bits as an integer (bit j = the j-th position);
+its digest is ``blocking_digest(HKDF(secret, "blocking", N + "/band" + b), the value as 8
+little-endian bytes)``; a record whose sampled filter is all zero has digest 0 in every band. Two
+filters agree on a band with probability about (1 - h)^r, h the fraction of bits where they differ,
+so true matches share some band among B with high probability while unrelated records rarely do.
+
+All pairs. A schema without blocking keys gets one digest column holding
+``blocking_digest(HKDF(secret, "blocking", "*all-pairs*"), "")`` for every record: one block.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 
 import jellyfish
 import numpy as np
 
-from party.encoding.hashing import blocking_digest, derive_key
+from party.encoding import bits
+from party.encoding.hashing import blocking_digest, derive_key, keyed_shuffle
 from party.encoding.normalise import DEFAULT_NORMALISATION, normalise, valid_text
 from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
-_LETTERS = re.compile(r"[^\W\d_]+")
+_NOT_ASCII_LETTER = re.compile(r"[^a-z]+")
+# Digits as the letters OCR and typing confuse them with; letters with no NFKD decomposition.
+_PHONETIC_TRANSLATE = str.maketrans(
+    {
+        "0": "o",
+        "1": "l",
+        "2": "z",
+        "3": "e",
+        "4": "a",
+        "5": "s",
+        "6": "b",
+        "7": "t",
+        "8": "b",
+        "9": "g",
+        "ß": "ss",
+        "æ": "ae",
+        "œ": "oe",
+        "ø": "o",
+        "đ": "d",
+        "ð": "d",
+        "þ": "th",
+        "ł": "l",
+        "ı": "i",
+    }
+)
+ALL_PAIRS_KEY = "*all-pairs*"
 
 
-def _letters(s: str) -> str:
-    return "".join(_LETTERS.findall(s))
+def phonetic_letters(value: str) -> str:
+    """The ASCII letters a phonetic code is taken of (see the module docstring)."""
+    s = value.casefold().translate(_PHONETIC_TRANSLATE)
+    s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
+    return _NOT_ASCII_LETTER.sub("", s)
 
 
 def year_of(raw: str) -> str:
@@ -71,7 +119,7 @@ def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], 
 
 
 def _phonetic(code: Callable[[str], str], value: str) -> str:
-    letters = _letters(value)
+    letters = phonetic_letters(value)
     return code(letters) if letters else ""
 
 
@@ -87,7 +135,7 @@ class BlockingKeyer:
 
     def __init__(self, spec: BlockingKeySpec, schema: LinkageSchema, secret: bytes) -> None:
         self.spec = spec
-        self.columns = tuple(p.field for p in spec.parts)
+        self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
         self._functions = [part_function(p, schema) for p in spec.parts]
         self._key = derive_key(secret, "blocking", spec.name)
         self._cache: dict[tuple[str, ...], int] = {}
@@ -180,3 +228,58 @@ class BlockingKeyer:
                 if d is None:
                     out[j] = self.digest(raws[j])
         return out  # type: ignore[return-value]
+
+
+def all_pairs_digest(secret: bytes) -> int:
+    """The one digest every record gets when the schema has no blocking keys."""
+    return blocking_digest(derive_key(secret, "blocking", ALL_PAIRS_KEY), "")
+
+
+def lsh_positions(name: str, secret: bytes, nbits: int, bands: int, per_band: int) -> np.ndarray:
+    """(bands, per_band) sampled bit positions of an LSH key (see the module docstring)."""
+    key = derive_key(secret, "blocking", name)
+    need = bands * per_band
+    out: list[int] = []
+    rnd = 0
+    while len(out) < need:
+        out.extend(keyed_shuffle(key, nbits, b"lsh" + rnd.to_bytes(4, "big")))
+        rnd += 1
+    return np.asarray(out[:need], dtype=np.int64).reshape(bands, per_band)
+
+
+class LshKeyer:
+    """The B band digests of one LSH blocking key, from the records' filters before hardening."""
+
+    def __init__(self, spec: BlockingKeySpec, schema: LinkageSchema, secret: bytes) -> None:
+        assert spec.lsh is not None
+        self.spec = spec
+        lsh = spec.lsh
+        self.fields = lsh.fields or tuple(f.name for f in schema.fields)
+        self.nbits = schema.filter_bits
+        self.positions = lsh_positions(spec.name, secret, self.nbits, lsh.bands, lsh.bits_per_band)
+        self._band_keys = [
+            derive_key(secret, "blocking", f"{spec.name}/band{b}") for b in range(lsh.bands)
+        ]
+        self._weights = np.left_shift(np.uint64(1), np.arange(lsh.bits_per_band, dtype=np.uint64))
+
+    def band_values(self, filters: np.ndarray) -> np.ndarray:
+        """(n, B) uint64: each band's sampled bits as an integer (bit j = position j)."""
+        u = bits.unpack_rows(filters, self.nbits)
+        sel = u[:, self.positions].astype(np.uint64)  # (n, B, r)
+        return (sel * self._weights).sum(axis=2, dtype=np.uint64)
+
+    def digests(self, filters: np.ndarray) -> np.ndarray:
+        """(n, B) uint64 digests of (n, words_for(l)) filters; 0 for an all-zero filter."""
+        values = self.band_values(filters)
+        empty = ~filters.any(axis=1)
+        out = np.zeros(values.shape, dtype=np.uint64)
+        for b, key in enumerate(self._band_keys):
+            uniq, inverse = np.unique(values[:, b], return_inverse=True)
+            d = np.fromiter(
+                (blocking_digest(key, v.to_bytes(8, "little")) for v in uniq.tolist()),
+                dtype=np.uint64,
+                count=uniq.size,
+            )
+            out[:, b] = d[inverse.reshape(-1)]
+        out[empty] = 0
+        return out

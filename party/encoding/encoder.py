@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from party.encoding import bits
-from party.encoding.blocking import BlockingKeyer, InvalidText
+from party.encoding.blocking import BlockingKeyer, InvalidText, LshKeyer, all_pairs_digest
 from party.encoding.hashing import SCHEME_FUNCTIONS, check_secret, field_key, keyed_permutation
 from party.encoding.normalise import field_qgram_list, field_qgrams, valid_text
 from party.encoding.records import EncodedRecords
@@ -165,11 +165,15 @@ class _FieldCodec:
         self._pattern = re.compile(spec.pattern) if spec.pattern is not None else None
         self.salted = spec.salt_field is not None
 
-    def _gram(self, gram: str) -> tuple[np.ndarray, int]:
-        """(positions, bit mask) of one q-gram, memoised."""
-        entry = self._grams.get(gram)
+    def _gram(self, gram: str, k: int | None = None) -> tuple[np.ndarray, int]:
+        """(positions, bit mask) of one q-gram with k hashes (default: the field's k), memoised."""
+        if k is None or k == self.spec.k:
+            k, memo_key = self.spec.k, gram
+        else:
+            memo_key = f"{k}\x00{gram}"
+        entry = self._grams.get(memo_key)
         if entry is None:
-            pos = self._fn(self._key, gram.encode("utf-8"), self.nbits, self.spec.k)
+            pos = self._fn(self._key, gram.encode("utf-8"), self.nbits, k)
             mask = 0
             for p in pos:
                 mask |= 1 << p
@@ -177,7 +181,7 @@ class _FieldCodec:
             if len(self._grams) >= self.MAX_GRAMS:
                 self._grams.clear()
                 self._masks.clear()
-            self._grams[gram] = entry
+            self._grams[memo_key] = entry
         return entry
 
     def gram_positions(self, gram: str) -> np.ndarray:
@@ -186,15 +190,20 @@ class _FieldCodec:
 
     def value_mask(self, value: str, salt: str | None) -> int:
         """The value's filter (before hardening) as an int: bit p set = position p."""
-        return reduce(
-            or_, map(self._masks.__getitem__, field_qgram_list(self.spec, value, salt)), 0
-        )
+        grams = field_qgram_list(self.spec, value, salt)
+        if self.spec.bits_per_feature is None:
+            return reduce(or_, map(self._masks.__getitem__, grams), 0)
+        ks = self.spec.token_ks(len(grams))
+        return reduce(or_, (self._gram(g, k)[1] for g, k in zip(grams, ks, strict=True)), 0)
 
     def value_positions(self, value: str, salt: str | None) -> np.ndarray:
-        grams = field_qgrams(self.spec, value, salt)
+        grams = field_qgram_list(self.spec, value, salt)
         if not grams:
             return np.zeros(0, dtype=np.int64)
-        return np.unique(np.concatenate([self._gram(g)[0] for g in grams]))
+        ks = self.spec.token_ks(len(grams))
+        return np.unique(
+            np.concatenate([self._gram(g, k)[0] for g, k in zip(grams, ks, strict=True)])
+        )
 
     def status(self, value: str, salt: str | None) -> int:
         """1 for a usable value, else a negative code (missing / too long / no match / bad UTF-8)."""
@@ -374,20 +383,26 @@ class Encoder:
         self._secret = check_secret(secret)
         self._blip_rng = blip_rng
         self._codecs = {f.name: _FieldCodec(f, schema, self._secret) for f in schema.fields}
-        self._blockers = [BlockingKeyer(b, schema, self._secret) for b in schema.blocking]
+        self._blockers: list[BlockingKeyer | LshKeyer] = [
+            LshKeyer(b, schema, self._secret)
+            if b.lsh is not None
+            else BlockingKeyer(b, schema, self._secret)
+            for b in schema.blocking
+        ]
+        self._all_pairs = None if schema.blocking else all_pairs_digest(self._secret)
         self._perm: np.ndarray | None = None
         if schema.hardening.balance:
             half = schema.filter_bits // 2 if schema.hardening.xor_fold else schema.filter_bits
             self._perm = np.asarray(keyed_permutation(self._secret, 2 * half), dtype=np.int64)
         # Input columns in a fixed order: fields, then salt and blocking columns not among them.
-        cols: list[str] = [f.name for f in schema.fields]
+        cols: list[str] = [f.source_column for f in schema.fields]
         for f in schema.fields:
-            if f.salt_field is not None and f.salt_field not in cols:
-                cols.append(f.salt_field)
+            if f.salt_field is not None and schema.column_of(f.salt_field) not in cols:
+                cols.append(schema.column_of(f.salt_field))
         for b in schema.blocking:
             for p in b.parts:
-                if p.field not in cols:
-                    cols.append(p.field)
+                if schema.column_of(p.field) not in cols:
+                    cols.append(schema.column_of(p.field))
         self.columns: tuple[str, ...] = tuple(cols)
 
     # ----------------------------------------------------------------- single values (audit API)
@@ -415,11 +430,10 @@ class Encoder:
         codec = self._codec(field)
         return codec.value_positions(value, self._salt_of(codec.spec, row))
 
-    @staticmethod
-    def _salt_of(spec: FieldSpec, row: Mapping[str, str] | None) -> str | None:
+    def _salt_of(self, spec: FieldSpec, row: Mapping[str, str] | None) -> str | None:
         if spec.salt_field is None:
             return None
-        return (row or {}).get(spec.salt_field, "")
+        return (row or {}).get(self.schema.column_of(spec.salt_field), "")
 
     # ----------------------------------------------------------------- hardening
     def harden(self, filters: np.ndarray) -> np.ndarray:
@@ -693,7 +707,7 @@ class Encoder:
     ) -> EncodedRecords:
         t0 = time.perf_counter()
         out_words = bits.words_for(self.schema.output_bits)
-        nblock = len(self._blockers)
+        nblock = self.schema.digest_width
         cap = CHUNK_ROWS
         filters = np.zeros((cap, out_words), dtype=np.uint64)
         digests = np.zeros((cap, nblock), dtype=np.uint64)
@@ -759,12 +773,12 @@ class Encoder:
         cols = batch.columns
         code_arr = np.empty((batch.n, len(codecs)), dtype=np.int64)
         for fi, codec in enumerate(codecs):
-            col = cols[codec.spec.name]
+            col = cols[codec.spec.source_column]
             if codec.spec.salt_field is None:
                 ucodes = codec.codes_for_keys(col.uniques)
                 code_arr[:, fi] = ucodes[col.indices]
             else:
-                keys, inverse = _combine([col, cols[codec.spec.salt_field]])
+                keys, inverse = _combine([col, cols[self.schema.column_of(codec.spec.salt_field)]])
                 code_arr[:, fi] = codec.codes_for_keys(keys)[inverse]
         keep = np.ones(batch.n, dtype=bool)
         for j in np.flatnonzero((code_arr < 0).any(axis=1)).tolist():
@@ -779,8 +793,23 @@ class Encoder:
             raw |= codec.table[good[:, fi]]
         out = self.apply_blip(self.harden(raw))
 
-        d = np.zeros((kept.size, len(self._blockers)), dtype=np.uint64)
-        for bi, keyer in enumerate(self._blockers):
+        d = np.zeros((kept.size, self.schema.digest_width), dtype=np.uint64)
+        if self._all_pairs is not None:
+            d[:, 0] = self._all_pairs
+        col0 = 0
+        for keyer in self._blockers:
+            bi = col0
+            col0 += keyer.spec.width
+            if isinstance(keyer, LshKeyer):
+                if set(keyer.fields) == set(self._codecs):
+                    sub = raw
+                else:
+                    sub = np.zeros_like(raw)
+                    for fi, codec in enumerate(codecs):
+                        if codec.spec.name in keyer.fields:
+                            sub |= codec.table[good[:, fi]]
+                d[:, bi:col0] = keyer.digests(sub)
+                continue
             try:
                 parts = [(cols[c].uniques, cols[c].indices) for c in keyer.columns]
                 d[:, bi] = keyer.column_digests(parts)[kept]

@@ -90,6 +90,8 @@ def field_key(secret: bytes, scheme: str, field: str) -> bytes:
 
 def random_positions(key: bytes, data: bytes, nbits: int, k: int) -> list[int]:
     """hmac-sha256-random: k uniform positions in [0, nbits) from an HMAC counter stream."""
+    if k <= 0:
+        return []
     limit = _U32 - (_U32 % nbits)
     out: list[int] = []
     ctr = 0
@@ -156,16 +158,23 @@ def keyed_permutation(secret: bytes, nbits: int) -> list[int]:
     indistinguishable from uniform to anyone without the secret (Knuth, TAOCP 3.4.2, Algorithm P).
     Output position i takes input bit perm[i].
     """
-    key = derive_key(secret, "balance", str(nbits))
-    perm = list(range(nbits))
-    for i in range(nbits - 1, 0, -1):
-        (j,) = keyed_stream_ints(key, i + 1, 1, b"fy" + i.to_bytes(4, "big"))
+    return keyed_shuffle(derive_key(secret, "balance", str(nbits)), nbits)
+
+
+def keyed_shuffle(key: bytes, n: int, label: bytes = b"fy") -> list[int]:
+    """A permutation of [0, n): Fisher-Yates where step i draws j uniform in [0, i] as
+    ``keyed_stream_ints(key, i + 1, 1, label || i_be32)`` (same assumption as keyed_permutation)."""
+    perm = list(range(n))
+    for i in range(n - 1, 0, -1):
+        (j,) = keyed_stream_ints(key, i + 1, 1, label + i.to_bytes(4, "big"))
         perm[i], perm[j] = perm[j], perm[i]
     return perm
 
 
-def blocking_digest(key: bytes, value: str) -> int:
+def blocking_digest(key: bytes, value: str | bytes) -> int:
     """64-bit keyed digest of a blocking-key value: first 8 bytes (little-endian) of
-    HMAC-SHA256(key, UTF-8 value); a result of 0 is mapped to 1 (0 means "no value")."""
-    d = int.from_bytes(hmac.digest(key, value.encode("utf-8"), "sha256")[:8], "little")
+    HMAC-SHA256(key, value as UTF-8, or the bytes as given); a result of 0 is mapped to 1
+    (0 means "no value")."""
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    d = int.from_bytes(hmac.digest(key, data, "sha256")[:8], "little")
     return d or 1

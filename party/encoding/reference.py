@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives import hmac as chmac
 
 from party.encoding.blocking import part_function
 from party.encoding.hashing import derive_key, field_key
-from party.encoding.normalise import field_qgrams
+from party.encoding.normalise import field_qgram_list
 from party.encoding.schema import LinkageSchema
 
 
@@ -55,11 +55,13 @@ def ref_positions(scheme: str, key: bytes, gram: str, nbits: int, k: int) -> lis
     return [(h1 + i * h2) % nbits for i in range(k)]
 
 
-def ref_permutation(secret: bytes, nbits: int) -> list[int]:
-    key = derive_key(secret, "balance", str(nbits))
+def ref_permutation(
+    secret: bytes, nbits: int, key: bytes | None = None, label: bytes = b"fy"
+) -> list[int]:
+    key = derive_key(secret, "balance", str(nbits)) if key is None else key
     perm = list(range(nbits))
     for i in range(nbits - 1, 0, -1):
-        j = _uniform(key, b"fy" + i.to_bytes(4, "big"), b"", i + 1, 1)[0]
+        j = _uniform(key, label + i.to_bytes(4, "big"), b"", i + 1, 1)[0]
         perm[i], perm[j] = perm[j], perm[i]
     return perm
 
@@ -67,7 +69,7 @@ def ref_permutation(secret: bytes, nbits: int) -> list[int]:
 def ref_status(schema: LinkageSchema, row: Mapping[str, str]) -> str:
     """'ok', or 'skip' when some field's missing/invalid policy skips the record ('error' too)."""
     for f in schema.fields:
-        v = row[f.name]
+        v = row[f.source_column]
         if v.strip() in [s.strip() for s in f.missing_sentinels]:
             if f.missing_policy != "empty":
                 return "skip" if f.missing_policy == "skip" else "error"
@@ -80,18 +82,37 @@ def ref_status(schema: LinkageSchema, row: Mapping[str, str]) -> str:
     return "ok"
 
 
-def ref_filter(schema: LinkageSchema, secret: bytes, row: Mapping[str, str]) -> list[int]:
-    """The l-bit CLK of one record before hardening (assumes ref_status(row) == 'ok')."""
+def _token_ks(bits_per_feature: int | None, k: int, tokens: int) -> list[int]:
+    """clkhash's BitsPerFeatureStrategy: the budget spread over the tokens, the first get one more."""
+    if bits_per_feature is None:
+        return [k] * tokens
+    return [
+        bits_per_feature // tokens + (1 if i < bits_per_feature % tokens else 0)
+        for i in range(tokens)
+    ]
+
+
+def ref_filter(
+    schema: LinkageSchema,
+    secret: bytes,
+    row: Mapping[str, str],
+    fields: tuple[str, ...] | None = None,
+) -> list[int]:
+    """The l-bit CLK of one record before hardening (assumes ref_status(row) == 'ok'), made of
+    the listed fields only when ``fields`` is given."""
     nbits = schema.filter_bits
     out = [0] * nbits
     for f in schema.fields:
-        v = row[f.name]
+        if fields is not None and f.name not in fields:
+            continue
+        v = row[f.source_column]
         if v.strip() in [s.strip() for s in f.missing_sentinels]:
             continue
         key = field_key(secret, schema.hashing.scheme, f.name)
-        salt = row.get(f.salt_field, "") if f.salt_field else None
-        for gram in field_qgrams(f, v, salt):
-            for p in ref_positions(schema.hashing.scheme, key, gram, nbits, f.k):
+        salt = row.get(schema.column_of(f.salt_field), "") if f.salt_field else None
+        grams = field_qgram_list(f, v, salt)
+        for gram, k in zip(grams, _token_ks(f.bits_per_feature, f.k, len(grams)), strict=True):
+            for p in ref_positions(schema.hashing.scheme, key, gram, nbits, k):
                 out[p] = 1
     return out
 
@@ -108,10 +129,35 @@ def ref_harden(schema: LinkageSchema, secret: bytes, filt: list[int]) -> list[in
     return out
 
 
+def _digest(key: bytes, data: bytes) -> int:
+    return int.from_bytes(_hmac(key, data)[:8], "little") or 1
+
+
 def ref_block_digests(schema: LinkageSchema, secret: bytes, row: Mapping[str, str]) -> list[int]:
+    if not schema.blocking:
+        return [_digest(derive_key(secret, "blocking", "*all-pairs*"), b"")]
     out = []
     for b in schema.blocking:
-        parts = [part_function(p, schema)(row[p.field]) for p in b.parts]
+        if b.lsh is not None:
+            lsh = b.lsh
+            filt = ref_filter(schema, secret, row, lsh.fields or None)
+            key = derive_key(secret, "blocking", b.name)
+            pos: list[int] = []
+            rnd = 0
+            while len(pos) < lsh.bands * lsh.bits_per_band:
+                label = b"lsh" + rnd.to_bytes(4, "big")
+                pos += ref_permutation(secret, schema.filter_bits, key, label)
+                rnd += 1
+            for band in range(lsh.bands):
+                if not any(filt):
+                    out.append(0)
+                    continue
+                chosen = pos[band * lsh.bits_per_band : (band + 1) * lsh.bits_per_band]
+                value = sum(filt[p] << j for j, p in enumerate(chosen))
+                bkey = derive_key(secret, "blocking", f"{b.name}/band{band}")
+                out.append(_digest(bkey, value.to_bytes(8, "little")))
+            continue
+        parts = [part_function(p, schema)(row[schema.column_of(p.field)]) for p in b.parts]
         if not all(parts):
             out.append(0)
             continue

@@ -1,6 +1,6 @@
 """The versioned linkage schema: its JSON format, validation (every problem at once) and digest.
 
-Format (version 1). A JSON object; concepts and key names follow the clkhash v3 schema where that
+Format (version 1; version 2 adds the keys marked [v2] below). A JSON object; concepts and key names follow the clkhash v3 schema where that
 costs nothing (``features``, ``identifier``, ``comparison`` with ``n``/``positional``,
 ``strategy`` with ``bitsPerToken``, ``missingValue``), so users of that tool recognise them::
 
@@ -11,12 +11,14 @@ costs nothing (``features``, ``identifier``, ``comparison`` with ``n``/``positio
       "hardening": {"xorFold": false, "balance": false, "blip": null},
       "features": [
         {
-          "identifier": "first_name",         # CSV column
+          "identifier": "first_name",         # field name (and CSV column unless "column" is given)
+          "column": "FirstName",               # [v2] optional: the CSV column holding this field
           "normalisation": {"nfkc": true, "case": "fold", "stripAccents": false,
                             "punctuation": "remove", "whitespace": "collapse",
                             "replacements": [["ß", "ss"]]},
           "comparison": {"type": "ngram", "n": 2, "padding": true, "positional": false},
           "strategy": {"bitsPerToken": 20}     # k for this field, or {"weight": 1.5}: k = round(w * hashing.k)
+                                               # [v2] or {"bitsPerFeature": 200}: see below
           "missingValue": {"sentinels": ["", "NA"], "policy": "empty"},   # or "skip" / "error"
           "validation": {"maxLength": 100, "pattern": "^[^0-9]*$", "onInvalid": "error"},  # or "skip"
           "salt": {"field": "birth_year"}      # optional: append another column's value to each q-gram
@@ -24,9 +26,25 @@ costs nothing (``features``, ``identifier``, ``comparison`` with ``n``/``positio
       ],
       "blocking": [
         {"name": "sdx_last_yob", "parts": [{"field": "last_name", "function": "soundex"},
-                                          {"field": "dob", "function": "year"}]}
+                                          {"field": "dob", "function": "year"}]},
+        {"name": "lsh", "lsh": {"bands": 8, "bitsPerBand": 24, "fields": ["first_name"]}}   # [v2]
       ]
     }
+
+Per-feature bit budget [v2] (clkhash's ``bitsPerFeature``). A value with T q-grams (duplicates
+counted) sets ``bitsPerFeature`` hash positions in all: every q-gram gets ``bitsPerFeature // T``
+positions and the first ``bitsPerFeature % T`` q-grams one more, so a field's weight in the filter no
+longer grows with the length of its value. The positions of a q-gram with k hashes are the first k
+of its keyed hash stream. ``FieldSpec.k`` of such a field is the nominal k of a value of
+``NOMINAL_TOKENS`` q-grams (what the audit and the BLIP epsilon use).
+
+LSH blocking [v2] (``party.encoding.blocking``): ``bands`` digests per record, band b being the
+keyed digest of ``bitsPerBand`` bits of the record's filter (before hardening, restricted to the
+listed ``fields``, default all) at positions drawn by a keyed permutation. Each band is one more
+blocking pass (one more digest column).
+
+No blocking keys (``"blocking": []`` or absent) means all pairs: the encoder emits one keyed digest
+shared by every record, so every record is in one block.
 
 Defaults: ``hashing.scheme`` ``hmac-sha256-random``, ``hashing.k`` 20, normalisation as above,
 ``comparison`` bigrams with padding, ``strategy`` weight 1 (so k = hashing.k), ``missingValue``
@@ -53,7 +71,11 @@ from typing import Any
 
 from party.errors import PprlError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # the newest version; 1 is still read (and written back unchanged)
+SCHEMA_VERSIONS = (1, 2)
+NOMINAL_TOKENS = 8
+MAX_BITS_PER_FEATURE = 20_000
+MAX_LSH_BANDS = 64
 HASH_SCHEMES = ("hmac-sha256-random", "hmac-sha256-double", "mmh3-double")
 DEFAULT_SCHEME = "hmac-sha256-random"
 DEFAULT_K = 20
@@ -117,6 +139,22 @@ class FieldSpec:
     pattern: str | None = None
     on_invalid: str = "error"
     salt_field: str | None = None
+    column: str | None = None  # CSV column when it differs from the field name [v2]
+    bits_per_feature: int | None = None  # total hash positions per value [v2]
+
+    @property
+    def source_column(self) -> str:
+        """The CSV column this field is read from."""
+        return self.column if self.column is not None else self.name
+
+    def token_ks(self, tokens: int) -> list[int]:
+        """Hash count of each of a value's ``tokens`` q-grams (in order)."""
+        if self.bits_per_feature is None:
+            return [self.k] * tokens
+        if tokens == 0:
+            return []
+        base, extra = divmod(self.bits_per_feature, tokens)
+        return [base + 1] * extra + [base] * (tokens - extra)
 
 
 @dataclass(frozen=True)
@@ -140,9 +178,24 @@ class BlockingPart:
 
 
 @dataclass(frozen=True)
+class LshSpec:
+    """Hamming LSH over the filter: ``bands`` digests of ``bits_per_band`` sampled bits each."""
+
+    bands: int
+    bits_per_band: int
+    fields: tuple[str, ...] = ()  # features whose bits make the filter sampled; () = all
+
+
+@dataclass(frozen=True)
 class BlockingKeySpec:
     name: str
     parts: tuple[BlockingPart, ...]
+    lsh: LshSpec | None = None
+
+    @property
+    def width(self) -> int:
+        """Number of digest columns (blocking passes) this key contributes."""
+        return self.lsh.bands if self.lsh is not None else 1
 
 
 @dataclass(frozen=True)
@@ -170,6 +223,18 @@ class LinkageSchema:
                 return f
         raise KeyError(name)
 
+    def column_of(self, name: str) -> str:
+        """The CSV column of a field name (a name that is no feature is a column itself)."""
+        try:
+            return self.field_spec(name).source_column
+        except KeyError:
+            return name
+
+    @property
+    def digest_width(self) -> int:
+        """Columns of the block-digest matrix: one per pass, 1 for all pairs (no keys)."""
+        return max(1, sum(b.width for b in self.blocking))
+
     def to_dict(self) -> dict[str, Any]:
         """The fully resolved schema in the JSON format (parse_schema(to_dict()) == self)."""
         features = []
@@ -191,7 +256,9 @@ class LinkageSchema:
                     "padding": f.padding,
                     "positional": f.positional,
                 },
-                "strategy": {"bitsPerToken": f.k}
+                "strategy": {"bitsPerFeature": f.bits_per_feature}
+                if f.bits_per_feature is not None
+                else {"bitsPerToken": f.k}
                 if f.weight is None
                 else {"weight": f.weight, "bitsPerToken": f.k},
                 "missingValue": {
@@ -205,6 +272,8 @@ class LinkageSchema:
                 },
                 "salt": None if f.salt_field is None else {"field": f.salt_field},
             }
+            if f.column is not None:
+                feat["column"] = f.column
             features.append(feat)
         blip = self.hardening.blip_flip_probability
         return {
@@ -217,17 +286,7 @@ class LinkageSchema:
                 "blip": None if blip is None else {"flipProbability": blip},
             },
             "features": features,
-            "blocking": [
-                {
-                    "name": b.name,
-                    "parts": [
-                        {"field": p.field, "function": p.function}
-                        | ({} if p.length is None else {"length": p.length})
-                        for p in b.parts
-                    ],
-                }
-                for b in self.blocking
-            ],
+            "blocking": [_blocking_dict(b) for b in self.blocking],
         }
 
     def to_canonical_json(self) -> bytes:
@@ -238,6 +297,26 @@ class LinkageSchema:
     def digest(self) -> str:
         """SHA-256 hex of the canonical JSON: the identity every party checks."""
         return hashlib.sha256(self.to_canonical_json()).hexdigest()
+
+
+def _blocking_dict(b: BlockingKeySpec) -> dict[str, Any]:
+    if b.lsh is not None:
+        return {
+            "name": b.name,
+            "lsh": {
+                "bands": b.lsh.bands,
+                "bitsPerBand": b.lsh.bits_per_band,
+                "fields": list(b.lsh.fields),
+            },
+        }
+    return {
+        "name": b.name,
+        "parts": [
+            {"field": p.field, "function": p.function}
+            | ({} if p.length is None else {"length": p.length})
+            for p in b.parts
+        ],
+    }
 
 
 class _Checker:
@@ -335,6 +414,7 @@ def _jsonable(value: Any) -> bool:
 _TOP_KEYS = ("version", "l", "hashing", "hardening", "features", "blocking")
 _FEATURE_KEYS = (
     "identifier",
+    "column",
     "normalisation",
     "comparison",
     "strategy",
@@ -402,10 +482,17 @@ def _parse_feature(c: _Checker, raw: Any, index: int, default_k: int) -> FieldSp
         positional = c.boolean(comp, "positional", cw, False)
 
     k, weight = default_k, None
+    bits_per_feature: int | None = None
     strat = c.obj(raw.get("strategy"), f"{where} strategy")
     if strat is not None:
         sw = f"{where} strategy"
-        c.known_keys(strat, sw, ("bitsPerToken", "weight"))
+        c.known_keys(strat, sw, ("bitsPerToken", "weight", "bitsPerFeature"))
+        if "bitsPerFeature" in strat:
+            bits_per_feature = c.integer(strat, "bitsPerFeature", sw, None, 1, MAX_BITS_PER_FEATURE)
+            if "weight" in strat or "bitsPerToken" in strat:
+                c.add(sw, "give one of bitsPerFeature, bitsPerToken and weight")
+            elif bits_per_feature is not None:
+                k = max(1, round(bits_per_feature / NOMINAL_TOKENS))
         raw_w = strat.get("weight")
         if raw_w is not None:
             if isinstance(raw_w, bool) or not isinstance(raw_w, int | float):
@@ -459,6 +546,14 @@ def _parse_feature(c: _Checker, raw: Any, index: int, default_k: int) -> FieldSp
                     c.add(f"{vw}.pattern", f"is not a valid regular expression ({exc})")
         on_invalid = c.choice(val, "onInvalid", vw, "error", INVALID_POLICIES)
 
+    column = None
+    if "column" in raw:
+        raw_col = raw.get("column")
+        if not isinstance(raw_col, str) or not raw_col.strip():
+            c.add(f"{where}.column", "must be a non-empty string (a CSV column name)")
+        elif raw_col != name:
+            column = raw_col
+
     salt_field = None
     salt = c.obj(raw.get("salt"), f"{where} salt")
     if salt:
@@ -485,6 +580,8 @@ def _parse_feature(c: _Checker, raw: Any, index: int, default_k: int) -> FieldSp
         pattern=pattern,
         on_invalid=on_invalid,
         salt_field=salt_field,
+        column=column,
+        bits_per_feature=bits_per_feature,
     )
 
 
@@ -498,7 +595,13 @@ def _parse_blocking(c: _Checker, raw: Any, index: int) -> BlockingKeySpec | None
         c.add(f"{label}.name", "must be a non-empty string")
         name = f"#{index}"
     where = f"blocking key {name!r}"
-    c.known_keys(raw, where, ("name", "parts"))
+    c.known_keys(raw, where, ("name", "parts", "lsh"))
+    if "lsh" in raw:
+        if "parts" in raw:
+            c.add(where, "give either parts or lsh, not both")
+            return None
+        lsh = _parse_lsh(c, raw.get("lsh"), f"{where} lsh")
+        return None if lsh is None else BlockingKeySpec(name, (), lsh)
     raw_parts = raw.get("parts")
     if not isinstance(raw_parts, list) or not raw_parts:
         c.add(f"{where}.parts", "must be a non-empty array")
@@ -528,6 +631,42 @@ def _parse_blocking(c: _Checker, raw: Any, index: int) -> BlockingKeySpec | None
     return BlockingKeySpec(name, tuple(parts))
 
 
+def _parse_lsh(c: _Checker, raw: Any, where: str) -> LshSpec | None:
+    obj = c.obj(raw, where)
+    if obj is None:
+        return None
+    c.known_keys(obj, where, ("bands", "bitsPerBand", "fields"))
+    before = len(c.problems)
+    bands = c.integer(obj, "bands", where, 8, 1, MAX_LSH_BANDS) or 8
+    per_band = c.integer(obj, "bitsPerBand", where, 24, 1, 64) or 24
+    raw_fields = obj.get("fields", [])
+    if not isinstance(raw_fields, list) or not all(isinstance(f, str) and f for f in raw_fields):
+        c.add(f"{where}.fields", "must be an array of feature names")
+        raw_fields = []
+    if len(c.problems) > before:
+        return None
+    return LshSpec(bands, per_band, tuple(raw_fields))
+
+
+_V2_ONLY = "needs schema version 2"
+
+
+def _check_v2(
+    c: _Checker, version: int, fields: Sequence[FieldSpec], blocking: Sequence[BlockingKeySpec]
+) -> None:
+    """Version-2 keys in a version-1 schema are an error (a v1 file reads as it always did)."""
+    if version >= 2:
+        return
+    for f in fields:
+        if f.column is not None:
+            c.add(f"field {f.name!r}.column", _V2_ONLY)
+        if f.bits_per_feature is not None:
+            c.add(f"field {f.name!r} strategy.bitsPerFeature", _V2_ONLY)
+    for b in blocking:
+        if b.lsh is not None:
+            c.add(f"blocking key {b.name!r}.lsh", _V2_ONLY)
+
+
 def parse_schema(obj: Mapping[str, Any], source: str = "<schema>") -> LinkageSchema:
     """Validate a decoded JSON schema; raise SchemaError listing every problem."""
     c = _Checker()
@@ -535,8 +674,9 @@ def parse_schema(obj: Mapping[str, Any], source: str = "<schema>") -> LinkageSch
         raise SchemaError(source, [f"top level: must be an object, got {_type_name(obj)}"])
     c.known_keys(obj, "top level", _TOP_KEYS)
     version = obj.get("version")
-    if version != SCHEMA_VERSION:
-        c.add("version", f"must be {SCHEMA_VERSION}, got {_short(version)}")
+    if isinstance(version, bool) or version not in SCHEMA_VERSIONS:
+        c.add("version", f"must be 1 or {SCHEMA_VERSION}, got {_short(version)}")
+        version = SCHEMA_VERSION
     if "l" not in obj:
         c.add("l", "is required (filter length in bits)")
     filter_bits = c.integer(obj, "l", "schema", 1024, 8, MAX_FILTER_BITS) or 1024
@@ -605,10 +745,23 @@ def parse_schema(obj: Mapping[str, Any], source: str = "<schema>") -> LinkageSch
             names.add(spec_b.name)
             blocking.append(spec_b)
 
+    feature_names = {f.name for f in fields}
+    for b in blocking:
+        if b.lsh is not None:
+            for fname in b.lsh.fields:
+                if fname not in feature_names:
+                    c.add(f"blocking key {b.name!r} lsh.fields", f"{fname!r} is not a feature")
+    users: dict[str, set[str]] = {}
+    for f in fields:
+        users.setdefault(f.source_column, set()).add(f.name)
+    for col, names_of in sorted(users.items()):
+        if len(names_of) > 1:
+            c.add("features", f"column {col!r} is read by more than one field")
+    _check_v2(c, int(version), fields, blocking)
     if c.problems:
         raise SchemaError(source, c.problems)
     return LinkageSchema(
-        version=SCHEMA_VERSION,
+        version=int(version),
         fields=tuple(fields),
         filter_bits=filter_bits,
         hashing=hashing,

@@ -157,16 +157,56 @@ def load(
     return ExternalDataset(paths, tuple(headers), id_column, truth)
 
 
-def load_folder(folder: str | Path, **kwargs: object) -> ExternalDataset:
-    """Load `party-0.csv`, `party-1.csv`, ... and `truth.csv` from a folder (as write_dataset makes)."""
+def party_files_in(
+    folder: str | Path,
+    party_files: Sequence[str | Path] | None = None,
+    truth_file: str | Path = "truth.csv",
+) -> list[Path]:
+    """The party data files of a dataset folder, in party order.
+
+    ``party_files`` (names relative to the folder, or paths) are taken as given. Otherwise the
+    folder's ``party-0.csv``, ``party-1.csv``, ... when ``party-0.csv`` exists (as write_dataset
+    makes), else every ``*.csv`` in it except the truth file, sorted by name.
+    """
     folder = Path(folder)
     if not folder.is_dir():
         raise DatasetError(f"dataset folder {folder} does not exist")
-    files = []
-    i = 0
-    while (folder / f"party-{i}.csv").exists():
-        files.append(folder / f"party-{i}.csv")
-        i += 1
-    if not files:
-        raise DatasetError(f"{folder}: no party-0.csv found")
-    return load(files, folder / "truth.csv", **kwargs)  # type: ignore[arg-type]
+    if party_files:
+        files = [folder / p for p in party_files]
+        for f in files:
+            if not f.is_file():
+                raise DatasetError(f"party file {f} does not exist")
+        if len(set(files)) != len(files):
+            raise DatasetError("a party file is listed more than once")
+        return files
+    if (folder / "party-0.csv").exists():
+        files = []
+        i = 0
+        while (folder / f"party-{i}.csv").exists():
+            files.append(folder / f"party-{i}.csv")
+            i += 1
+        return files
+    truth = (folder / truth_file).resolve()
+    files = sorted(p for p in folder.glob("*.csv") if p.resolve() != truth)
+    if len(files) < 2:
+        raise DatasetError(
+            f"{folder}: found {len(files)} party CSV file(s) besides the truth file; "
+            "name them with --party-files"
+        )
+    return files
+
+
+def load_folder(
+    folder: str | Path,
+    *,
+    party_files: Sequence[str | Path] | None = None,
+    truth_file: str | Path = "truth.csv",
+    **kwargs: object,
+) -> ExternalDataset:
+    """Load a dataset folder: the party files (``party_files_in``) and the truth file (a name in
+    the folder, or a path); other keywords go to ``load`` (id column, truth column names)."""
+    files = party_files_in(folder, party_files, truth_file)
+    truth = Path(folder) / truth_file
+    if not truth.is_file():
+        raise DatasetError(f"truth file {truth} does not exist")
+    return load(files, truth, **kwargs)  # type: ignore[arg-type]

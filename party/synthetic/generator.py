@@ -8,7 +8,12 @@ suburb with its postcode and state. round(overlap * n) people are present at EVE
 party only (as in Vatsalan & Christen's experiments). Of the common entities, round(corruption *
 common) are chosen at random to be corrupted; for each, k parties are chosen at random, k uniform in
 1..P-1 (so at least one copy stays as generated), and each chosen party's copy gets 1..max_errors
-errors (uniform) from `Corruptor`. Each party's rows are then shuffled. Everything is deterministic
+errors (uniform) from `Corruptor`. Each party's rows are then shuffled.
+
+Households (``households = h``): about a fraction h of all people live with others: they are cut into
+groups of 2-4 (sizes uniform) and every member takes the first member's surname and whole address
+(street address, suburb, postcode, state), as a family does. Such people differ only in given
+name, sex and date of birth, which is what makes household data hard to link. Everything is deterministic
 given the seed (numpy PCG64 and `random.Random` streams derived from it).
 
 Output (`write_dataset`): `party-<i>.csv` for i = 0..P-1 with header
@@ -103,7 +108,23 @@ class SyntheticDataset:
         return len(self.tables)
 
 
-def _people(rng: np.random.Generator, count: int) -> dict[str, np.ndarray]:
+HOUSEHOLD_SHARED = ("surname", "street_address", "suburb", "postcode", "state")
+
+
+def _households(rng: np.random.Generator, people: dict[str, np.ndarray], share: float) -> None:
+    """Put about ``share`` of the people into households of 2-4 (see the module docstring)."""
+    count = people["surname"].size
+    members = rng.permutation(count)[: round(share * count)]
+    i = 0
+    while i + 1 < members.size:
+        size = min(int(rng.integers(2, 5)), members.size - i)
+        group = members[i : i + size]
+        for col in HOUSEHOLD_SHARED:
+            people[col][group[1:]] = people[col][group[0]]
+        i += size
+
+
+def _people(rng: np.random.Generator, count: int, households: float = 0.0) -> dict[str, np.ndarray]:
     """`count` clean people as object arrays of str (no rec_id)."""
     lists = load_lists()
     female = rng.random(count) < 0.5
@@ -122,7 +143,7 @@ def _people(rng: np.random.Generator, count: int) -> dict[str, np.ndarray]:
     stype = lists.street_types.values[lists.street_types.sample(rng, count)]
     address = number + " " + street + " " + stype
     sub = lists.suburbs.sample(rng, count)
-    return {
+    people = {
         "given_name": given,
         "surname": surname,
         "sex": sex,
@@ -132,6 +153,9 @@ def _people(rng: np.random.Generator, count: int) -> dict[str, np.ndarray]:
         "postcode": lists.suburbs.extra["postcode"][sub],
         "state": lists.suburbs.extra["state"][sub],
     }
+    if households > 0:
+        _households(rng, people, households)
+    return people
 
 
 def generate(
@@ -142,11 +166,12 @@ def generate(
     seed: int = 0,
     *,
     max_errors: int = 2,
+    households: float = 0.0,
 ) -> SyntheticDataset:
     """Generate P parties' person tables with known overlap and corruption (see module docstring).
 
-    Raises GenerationError for parties < 2, records_per_party < 1, overlap or corruption outside
-    [0, 1], or max_errors < 1.
+    Raises GenerationError for parties < 2, records_per_party < 1, overlap, corruption or
+    households outside [0, 1], or max_errors < 1.
     """
     problems = []
     if not isinstance(parties, int) or parties < 2:
@@ -157,6 +182,8 @@ def generate(
         problems.append(f"overlap must be in [0, 1], got {overlap!r}")
     if not 0.0 <= corruption <= 1.0:
         problems.append(f"corruption must be in [0, 1], got {corruption!r}")
+    if not 0.0 <= households <= 1.0:
+        problems.append(f"households must be in [0, 1], got {households!r}")
     if not isinstance(max_errors, int) or max_errors < 1:
         problems.append(f"max_errors must be an integer >= 1, got {max_errors!r}")
     if problems:
@@ -169,7 +196,7 @@ def generate(
     n_own = n - n_common
     total = n_common + parties * n_own
     log.debug("generating %d people for %d parties", total, parties)
-    people = _people(np.random.default_rng(people_ss), total)
+    people = _people(np.random.default_rng(people_ss), total, households)
 
     # Corruption plan: which common entities, at which parties, how many errors.
     crng = np.random.default_rng(overlap_ss)
@@ -224,6 +251,7 @@ def generate(
         "corruption": corruption,
         "seed": seed,
         "max_errors": max_errors,
+        "households": households,
         "common_entities": n_common,
         "corrupted_entities": n_corrupt,
         "corrupted_records_per_party": [int(f.sum()) for f in corrupted],

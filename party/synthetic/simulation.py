@@ -41,6 +41,7 @@ from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema, parse_schema
 from party.errors import PprlError
 from party.protocol.params import DEFAULT_SEGMENT_MARGIN, ProtocolParameters
+from party.synthetic.blocking_recall import blocking_recall
 from party.synthetic.external import load_folder
 from party.synthetic.generator import generate, write_dataset
 from party.synthetic.metrics import LinkageQuality, evaluate, evaluate_sets
@@ -69,11 +70,15 @@ class SimulationConfig:
     seed: int = 0
     match_threshold: float = 0.8
     segment_threshold: float | None = None  # None: s_t - DEFAULT_SEGMENT_MARGIN
-    one_to_one: bool = False
+    one_to_one: bool = True
     max_block_size: int | None = None
     memory_budget_mib: int = 256  # the engine's memory budget per party (ProtocolParameters)
     schema_path: Path | None = None  # None: the shipped party/synthetic/data/schema.json
-    data_dir: Path | None = None  # external dataset folder (party-<i>.csv + truth.csv)
+    data_dir: Path | None = None  # external dataset folder (party CSVs + a truth CSV)
+    party_files: tuple[str, ...] | None = None  # names in data_dir, in party order (None: found)
+    truth_file: str = "truth.csv"
+    truth_columns: tuple[str, str, str] = ("entity_id", "party", "rec_id")
+    households: float = 0.0  # generated data: share of people living in households
     id_column: str = "rec_id"
     out_dir: Path = Path("results/simulation")
     oracle: str = "auto"  # "auto" | "full" | "sm0" | "none"
@@ -174,7 +179,13 @@ def prepare_data(cfg: SimulationConfig, progress: Progress | None = None) -> Pre
     """Generate (and write) the dataset, or load the external one; returns CSV paths + truth."""
     t0 = time.perf_counter()
     if cfg.data_dir is not None:
-        ext = load_folder(cfg.data_dir, id_column=cfg.id_column)
+        ext = load_folder(
+            cfg.data_dir,
+            party_files=cfg.party_files,
+            truth_file=cfg.truth_file,
+            id_column=cfg.id_column,
+            truth_columns=cfg.truth_columns,
+        )
         if ext.parties != cfg.parties:
             raise SimulationError(
                 f"{cfg.data_dir} holds {ext.parties} party files, but parties={cfg.parties}"
@@ -185,7 +196,12 @@ def prepare_data(cfg: SimulationConfig, progress: Progress | None = None) -> Pre
     if progress:
         progress("generate", 0, 1)
     ds = generate(
-        cfg.parties, cfg.records, overlap=cfg.overlap, corruption=cfg.corruption, seed=cfg.seed
+        cfg.parties,
+        cfg.records,
+        overlap=cfg.overlap,
+        corruption=cfg.corruption,
+        seed=cfg.seed,
+        households=cfg.households,
     )
     paths = write_dataset(ds, cfg.out_dir / "data")
     if progress:
@@ -399,7 +415,19 @@ def run_in_process_simulation(
     if progress:
         progress("oracle", 1, 1)
 
+    blocking = blocking_recall(enc.tables, enc.data.truth)
     totals = {
+        "true_sets_lost_to_blocking": blocking.lost,
+        "true_sets_lost_to_blocking_fraction": round(blocking.lost_fraction, 6),
+        "blocking_passes": [
+            {
+                "pass": b.column,
+                "records_in_common_blocks": list(b.records_in_common_blocks),
+                "candidate_sets": b.candidate_sets,
+                "true_sets_kept": b.true_sets_kept,
+            }
+            for b in blocking.passes
+        ],
         "sets_summed": run.metrics.sets_summed,
         "above_threshold": run.metrics.above_threshold,
         "matches": run.metrics.matches,
@@ -504,7 +532,21 @@ def write_report(r: SimulationResult) -> None:
     lines += ["", "## Time per step (wall seconds)", "", "| step | seconds |", "|---|---:|"]
     lines += [f"| {k} | {v:.2f} |" for k, v in r.steps.items()]
     lines += ["", "## Totals", ""]
-    lines += [f"- {k}: {v}" for k, v in r.totals.items()]
+    lines += [f"- {k}: {v}" for k, v in r.totals.items() if k != "blocking_passes"]
+    passes = r.totals.get("blocking_passes") or []
+    if passes:
+        lines += [
+            "",
+            "## Blocking passes (true sets kept: all P records share that pass's block)",
+            "",
+            "| pass | records in common blocks (per party) | candidate sets | true sets kept |",
+            "|---:|---|---:|---:|",
+        ]
+        lines += [
+            f"| {b['pass']} | {b['records_in_common_blocks']} | {b['candidate_sets']} | "
+            f"{b['true_sets_kept']} |"
+            for b in passes
+        ]
     if r.notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in r.notes]
     lines += ["", "Matches: " + ", ".join(str(p) for p in r.matches_paths()), ""]

@@ -83,7 +83,7 @@ def test_weight_sets_k_and_output_bits_follow_hardening():
 
 def test_every_problem_is_reported_at_once_with_its_field():
     bad = {
-        "version": 2,
+        "version": 3,
         "l": 3,
         "hashing": {"scheme": "md5", "k": 0},
         "hardening": {"xorFold": "yes", "blip": {"flipProbability": 0.7}, "extra": 1},
@@ -113,7 +113,7 @@ def test_every_problem_is_reported_at_once_with_its_field():
     problems = _problems(bad)
     expected = [
         "top level: unknown key 'unknown'",
-        "version: must be 1, got 2",
+        "version: must be 1 or 2, got 3",
         "schema.l: must be between 8 and",
         "hashing.scheme: must be one of",
         "hashing.k: must be between 1 and",

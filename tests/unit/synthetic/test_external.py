@@ -1,5 +1,7 @@
 """External dataset loader: a good dataset round-trips; each kind of bad input names the problem."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -84,5 +86,35 @@ def test_missing_files(tmp_path):
         load(files[:1], t)
     with pytest.raises(DatasetError, match="does not exist"):
         load_folder(tmp_path / "nothing")
-    with pytest.raises(DatasetError, match="no party-0.csv"):
-        load_folder(tmp_path)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "only.csv").write_text("rec_id\n1\n")
+    with pytest.raises(DatasetError, match="found 1 party CSV"):
+        load_folder(empty)
+    with pytest.raises(DatasetError, match="party file .*nope.csv does not exist"):
+        load_folder(empty, party_files=["only.csv", "nope.csv"])
+    (empty / "other.csv").write_text("rec_id\n1\n")
+    with pytest.raises(DatasetError, match="truth file .*truth.csv does not exist"):
+        load_folder(empty)
+
+
+def test_folder_of_any_csv_names_with_named_truth_columns(tmp_path):
+    """A user's own folder: arbitrary file names, a truth file with its own column names."""
+    (tmp_path / "hospital_b.csv").write_text("pid,name\nb1,x\nb2,y\n")
+    (tmp_path / "hospital_a.csv").write_text("pid,name\na1,x\na2,z\n")
+    (tmp_path / "links.csv").write_text(
+        "person,source,record\nP1,hospital_a,a1\nP1,hospital_b,b1\n"
+    )
+    kwargs: dict[str, Any] = {
+        "truth_file": "links.csv",
+        "id_column": "pid",
+        "truth_columns": ("person", "source", "record"),
+    }
+    ext = load_folder(tmp_path, **kwargs)  # files found: every CSV but the truth file, by name
+    assert [p.name for p in ext.data_files] == ["hospital_a.csv", "hospital_b.csv"]
+    assert ext.truth.complete_entities().size == 1
+    ordered = load_folder(tmp_path, party_files=["hospital_b.csv", "hospital_a.csv"], **kwargs)
+    assert [p.name for p in ordered.data_files] == ["hospital_b.csv", "hospital_a.csv"]
+    assert ordered.truth.record_ids[0] == ("b1", "b2")
+    with pytest.raises(DatasetError, match="listed more than once"):
+        load_folder(tmp_path, party_files=["hospital_a.csv", "hospital_a.csv"], **kwargs)

