@@ -36,7 +36,7 @@ class ProtocolParameters:
     filter_bits: int
     match_threshold: float
     segment_threshold: float
-    one_to_one: bool = True  # greedy one-to-one resolution, on by default (issue 13)
+    one_to_one: bool = False
     max_block_size: int | None = None
     memory_budget_bytes: int = 256 * 2**20
     mode: str = "segments"

@@ -84,7 +84,7 @@ def parameters_message(obj: Mapping[str, Any]) -> common_pb2.LinkageParameters:
         schema_json=canonical_json(obj["schema"]).decode("utf-8"),
         match_threshold=float(obj["match_threshold"]),
         segment_threshold=float(obj["segment_threshold"]),
-        one_to_one=bool(obj.get("one_to_one", False)),
+        one_to_one=bool(obj.get("one_to_one", True)),  # the parameters file default
         max_block_size=int(obj.get("max_block_size") or 0),
     )
 

@@ -79,7 +79,7 @@ def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool
     )
     _same(ref, got)
     _same_report(ref_report, report)
-    assert len(ref) == 3000 and ref.block_digests.shape[1] == 2
+    assert len(ref) == 3000 and ref.block_digests.shape[1] == schema.digest_width
     assert sum(ticks) == 3000 and len(ticks) > 4  # many batches went through the pool
     assert stats.batches == len(ticks) and stats.cpu_seconds > 0
     # the default row-number ids too, with a pool the function starts itself
