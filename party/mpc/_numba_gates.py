@@ -110,10 +110,10 @@ def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out):  # type: ignore
     """
     words, n = out.shape
     zero = np.uint64(0)
-    for r in range(n):
-        a = ix[r]
-        b = iy[r]
-        for m in range(words):
+    for m in range(words):  # word-major loop: sequential writes and keystream reads
+        for r in range(n):
+            a = ix[r]
+            b = iy[r]
             if xg:
                 xa0 = x0[a, m] if a >= 0 else zero
                 xa1 = x1[a, m] if a >= 0 else zero
