@@ -142,6 +142,10 @@ def load_coordinator_config(
         raise ConfigError(str(path), [f"cannot read the file ({exc.strerror})"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML ({exc})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            str(path), [f"not UTF-8 text (invalid byte at offset {exc.start}); TOML is UTF-8"]
+        ) from None
     env = os.environ if env is None else env
     base = path.resolve().parent
     problems: list[str] = []

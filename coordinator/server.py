@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 
 import grpc
 
 from coordinator.config import CoordinatorConfig
+from coordinator.errors import ConfigError
 from coordinator.service import CoordinatorService
 from coordinator.store import Store
 from proto import coordinator_pb2
+from proto.startup import bind_problem, listen_problems, tls_problems
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
@@ -32,11 +35,30 @@ def security_for(config: CoordinatorConfig, insecure: bool) -> Security:
     return Security.for_node(config.name, insecure, config.read_tls)
 
 
+def open_store(config: CoordinatorConfig) -> Store:
+    """The run-state store; ConfigError naming coordinator.state_db when it cannot be used."""
+    path = config.state_db
+    try:
+        return Store(path)
+    except sqlite3.OperationalError:
+        problem = "is a directory" if path.is_dir() else "cannot be opened as an SQLite database"
+    except sqlite3.DatabaseError:
+        problem = "is not an SQLite database"
+    except OSError as exc:
+        problem = f"cannot be created ({exc.strerror})"
+    raise ConfigError(config.source, [f"coordinator.state_db: {path} {problem}"])
+
+
 async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float = 5.0) -> None:
     if insecure:
         log.warning(INSECURE_WARNING)
+    problems = listen_problems(config.listen, "coordinator.listen")
+    if not insecure and config.tls_ca and config.tls_cert and config.tls_key:
+        problems += tls_problems(config.tls_ca, config.tls_cert, config.tls_key, config.name)
+    if problems:
+        raise ConfigError(config.source, problems)
     security = security_for(config, insecure)
-    store = Store(config.state_db)
+    store = open_store(config)
     service = CoordinatorService(config, security, store)
     service.stalls.start()
     server = grpc.aio.server(options=SERVER_OPTIONS)
@@ -44,7 +66,13 @@ async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float 
         server, service, coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"], insecure
     )
     health = add_health_and_reflection(server, [COORDINATOR_SERVICE])
-    port = bind(server, config.listen, security)
+    try:
+        port = bind(server, config.listen, security)
+    except RuntimeError:
+        store.close()
+        raise ConfigError(
+            config.source, [bind_problem(config.listen, "coordinator.listen")]
+        ) from None
     await server.start()
     recovered = store.recover()
     for run_id, parties in recovered:

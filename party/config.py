@@ -245,6 +245,10 @@ def _load_toml(path: pathlib.Path) -> dict[str, Any]:
         raise ConfigError(str(path), [f"cannot read the file ({exc.strerror})"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(str(path), [f"not valid TOML ({exc})"]) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            str(path), [f"not UTF-8 text (invalid byte at offset {exc.start}); TOML is UTF-8"]
+        ) from None
 
 
 def apply_env(

@@ -9,11 +9,12 @@ import logging
 
 import grpc
 
-from party.config import PartyConfig
+from party.config import ConfigError, PartyConfig
 from party.node.hooks import Hooks
 from party.node.node import PartyNode
 from party.node.probe import security_for
 from proto import party_pb2
+from proto.startup import bind_problem, listen_problems, tls_problems
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
@@ -89,6 +90,12 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     """Serve until SIGINT/SIGTERM."""
     if insecure:
         log.warning(INSECURE_WARNING)
+    problems = listen_problems(config.listen, "node.listen")
+    if not insecure and config.tls.complete:
+        assert config.tls.ca and config.tls.cert and config.tls.key
+        problems += tls_problems(config.tls.ca, config.tls.cert, config.tls.key, config.name)
+    if problems:
+        raise ConfigError(config.source, problems)
     security = security_for(config, insecure)
     node = PartyNode(config, security, Hooks())
     if config.audit_policy is not None:
@@ -104,7 +111,10 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_service(server, node, party_pb2.DESCRIPTOR.services_by_name["Party"], insecure)
     health = add_health_and_reflection(server, [PARTY_SERVICE])
-    port = bind(server, config.listen, security)
+    try:
+        port = bind(server, config.listen, security)
+    except RuntimeError:
+        raise ConfigError(config.source, [bind_problem(config.listen, "node.listen")]) from None
     await server.start()
     await set_serving(health, [PARTY_SERVICE], True)
     advertise = advertised_address(config, port)

@@ -4,8 +4,13 @@ certificate identity, registration that a second process cannot hijack, start-up
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
+import os
+import pathlib
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -14,6 +19,7 @@ import grpc
 from party.synthetic.cluster import Cluster
 from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage
 from tests.integration.conftest import parameters, run_and_wait
+from tests.x509_factory import issue
 
 S = common_pb2.Stage
 
@@ -179,3 +185,142 @@ def _wait_log(cluster: Cluster, name: str, needle: str, timeout: float = 20.0) -
     while needle not in cluster.log_text(name):
         assert time.monotonic() < deadline, f"{name} never logged: {needle}"
         time.sleep(0.1)
+
+
+def test_start_up_problems_stop_the_node_with_one_clear_message(
+    cluster3: Cluster, tmp_path: pathlib.Path
+) -> None:
+    """Each broken deployment stops `serve` at once: exit status 2, a message naming the key and
+    file, no traceback (nodes started in parallel as real processes)."""
+    certs = cluster3.certs
+    now = dt.datetime.now(dt.UTC)
+    expired = issue(
+        certs,
+        tmp_path,
+        "expired",
+        ["party-a"],
+        dns_name="party-a",
+        not_before=now - dt.timedelta(days=3),
+        not_after=now - dt.timedelta(days=1),
+    )
+    future = issue(
+        certs,
+        tmp_path,
+        "future",
+        ["party-a"],
+        dns_name="party-a",
+        not_before=now + dt.timedelta(days=1),
+        not_after=now + dt.timedelta(days=3),
+    )
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text(
+        "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n"
+    )
+    passphrase = tmp_path / "passphrase.key"
+    passphrase.write_text("correct horse battery staple, long enough to pass 32\n")
+    bad_toml = tmp_path / "latin1.toml"
+    bad_toml.write_bytes(cluster3.nodes["party-a"].config.read_bytes() + b"\n# caf\xe9\n")
+    not_sqlite = tmp_path / "state.txt"
+    not_sqlite.write_text("this is not a database\n")
+    busy = cluster3.nodes["party-b"].address
+    party_cfg = cluster3.nodes["party-a"].config
+    coord_cfg = cluster3.coordinator.config
+    cases: dict[str, tuple[str, pathlib.Path, dict[str, str], list[str]]] = {
+        "port in use": ("party", party_cfg, {"PPRL_LISTEN": busy}, ["node.listen", busy]),
+        "unresolvable host": (
+            "party",
+            party_cfg,
+            {"PPRL_LISTEN": "no-such-host.invalid:0"},
+            ["node.listen", "resolved"],
+        ),
+        "garbage certificate": (
+            "party",
+            party_cfg,
+            {"PPRL_TLS_CERT": str(garbage)},
+            ["tls.cert", str(garbage)],
+        ),
+        "key of another certificate": (
+            "party",
+            party_cfg,
+            {"PPRL_TLS_KEY": str(certs / "party-b.key")},
+            ["tls.key", "party-b.key", "not the private key"],
+        ),
+        "expired certificate": (
+            "party",
+            party_cfg,
+            {"PPRL_TLS_CERT": str(expired[0]), "PPRL_TLS_KEY": str(expired[1])},
+            ["tls.cert", "expired.pem", "expired on"],
+        ),
+        "not yet valid certificate": (
+            "party",
+            party_cfg,
+            {"PPRL_TLS_CERT": str(future[0]), "PPRL_TLS_KEY": str(future[1])},
+            ["tls.cert", "future.pem", "not valid yet"],
+        ),
+        "certificate of another name": (
+            "party",
+            party_cfg,
+            {
+                "PPRL_TLS_CERT": str(certs / "party-b.pem"),
+                "PPRL_TLS_KEY": str(certs / "party-b.key"),
+            },
+            ["tls.cert", "party-b.pem", "not issued to this node's name party-a"],
+        ),
+        "passphrase secret": (
+            "party",
+            party_cfg,
+            {"PPRL_SECRET_FILE": str(passphrase)},
+            ["passphrase.key", "passphrase", "32 random bytes"],
+        ),
+        "TOML not UTF-8": ("party", bad_toml, {}, ["latin1.toml", "not UTF-8"]),
+        "state_db a directory": (
+            "coordinator",
+            coord_cfg,
+            {"PPRL_STATE_DB": str(tmp_path)},
+            ["coordinator.state_db", "is a directory"],
+        ),
+        "state_db not SQLite": (
+            "coordinator",
+            coord_cfg,
+            {"PPRL_STATE_DB": str(not_sqlite)},
+            ["coordinator.state_db", "state.txt", "not an SQLite database"],
+        ),
+        "coordinator port in use": (
+            "coordinator",
+            coord_cfg,
+            {"PPRL_LISTEN": busy, "PPRL_STATE_DB": str(tmp_path / "s.db")},
+            ["coordinator.listen", busy],
+        ),
+    }
+    procs: dict[str, subprocess.Popen[str]] = {}
+    for what, (kind, cfg, env, _) in cases.items():
+        module = "party.cli" if kind == "party" else "coordinator.cli"
+        full_env = {
+            **os.environ,
+            "PPRL_PORT_FILE": str(tmp_path / f"{len(procs)}.port"),
+            "PPRL_COORDINATOR": cluster3.coordinator.address,
+            **env,
+        }
+        procs[what] = subprocess.Popen(
+            [sys.executable, "-m", module, "serve", "--config", str(cfg)],
+            cwd=cluster3.root,
+            env=full_env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+    failures = []
+    for what, proc in procs.items():
+        try:
+            out, err = proc.communicate(timeout=90)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, err = proc.communicate()
+            failures.append(f"{what}: still running")
+            continue
+        text = out + err
+        words = cases[what][3]
+        if proc.returncode != 2 or "Traceback" in text or not all(w in text for w in words):
+            failures.append(f"{what}: exit {proc.returncode}: {text[-600:]}")
+    assert not failures, "\n".join(failures)
+    assert asyncio.run(cluster3.health("party-b")) == "SERVING"
