@@ -5,6 +5,7 @@
 #   scripts/conformance.sh HOST:PORT --ca CA.pem --cert OPERATOR.pem --key OPERATOR.key \
 #       [--coordinator-name NAME] [--probe-cert P.pem --probe-key P.key --probe-host IP] \
 #       [--other-cert X.pem --other-key X.key] [--parameters parameters.json] [--expect-matches N] \
+#       [--secret-hex HEX] \
 #       [any pytest option, e.g. -k identity -x]
 #
 # Exit status is pytest's: 0 when every check passed (checks lacking the material they need are
