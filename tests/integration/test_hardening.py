@@ -12,12 +12,20 @@ import sqlite3
 import subprocess
 import sys
 import time
+import uuid
 from typing import Any
 
 import grpc
 
 from party.synthetic.cluster import Cluster
-from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage
+from proto import (
+    common_pb2,
+    coordinator_pb2,
+    coordinator_pb2_grpc,
+    linkage,
+    party_pb2,
+    party_pb2_grpc,
+)
 from tests.integration.conftest import parameters, run_and_wait
 from tests.x509_factory import issue
 
@@ -324,3 +332,38 @@ def test_start_up_problems_stop_the_node_with_one_clear_message(
             failures.append(f"{what}: exit {proc.returncode}: {text[-600:]}")
     assert not failures, "\n".join(failures)
     assert asyncio.run(cluster3.health("party-b")) == "SERVING"
+
+
+def test_a_proposal_without_prepare_expires_at_the_party(make_cluster) -> None:  # type: ignore[no-untyped-def]
+    """A party that accepted a proposal (its coordinator then gave up or lost it) fails the run
+    after its stage timeout instead of keeping it PROPOSED."""
+    cluster = make_cluster(2, 20, stage_timeout=2.0)
+    msg = linkage.load_parameters(parameters(cluster, name="p-expire.json"))
+    digest = linkage.parameters_digest(msg)
+    run_id = uuid.uuid4().hex
+    directory = [
+        common_pb2.PartyAddress(name=n, address=cluster.nodes[n].address) for n in cluster.parties
+    ]
+
+    async def go() -> grpc.StatusCode:
+        sec = cluster.security("coordinator")
+        async with sec.channel(
+            cluster.nodes["party-a"].address, "party-a", ["pprl.v1.Party"]
+        ) as ch:
+            stub = party_pb2_grpc.PartyStub(ch)
+            await stub.Propose(
+                party_pb2.ProposeRequest(
+                    run_id=run_id, parameters=msg, parameters_digest=digest, directory=directory
+                ),
+                timeout=10,
+            )
+            await asyncio.sleep(3.0)
+            ref = common_pb2.RunRef(run_id=run_id, parameters_digest=digest)
+            try:
+                await stub.Prepare(party_pb2.PrepareRequest(run=ref), timeout=10)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code()
+        return grpc.StatusCode.OK
+
+    assert asyncio.run(go()) == grpc.StatusCode.FAILED_PRECONDITION
+    _wait_log(cluster, "party-a", f"run {run_id} aborted: the proposal expired at party-a")
