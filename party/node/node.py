@@ -49,6 +49,7 @@ from party.node.errors import (
     UnknownRun,
     WrongStage,
     abort_with,
+    status_for,
 )
 from party.node.hooks import Hooks
 from party.node.keyconfirm import key_confirmation, peer_confirmation
@@ -56,9 +57,9 @@ from party.node.peers import PeerClients
 from party.node.results import remove_run, write_matches
 from party.node.trust import check_recipients
 from party.protocol.blocks import common_blocks
+from party.protocol.classify import PartyResults
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
-from party.protocol.ring import validate_message
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
 from proto.transport import Security, address_problem, caller_identity
 
@@ -103,8 +104,9 @@ class Run:
     blocks_in: dict[int, np.ndarray] = field(default_factory=dict)
     shares_in: set[int] = field(default_factory=set)  # accepted by the engine
     shares_seen: set[int] = field(default_factory=set)  # being received or accepted
-    ring_in: Any = None
-    results_in: Any = None
+    ring_in: bool = False  # a ring message is being (or was) received
+    results_in: bool = False  # results are being (or were) received
+    ring_out_rows: int = 0  # non-initiator: rows to pass on after ring_step_end
     stage: common_pb2.Stage = S.STAGE_UNSPECIFIED
     reason: str = ""
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -115,6 +117,7 @@ class Run:
     # Messages for the coordinator's Execute stream; task_done() once each has been written.
     outbox: asyncio.Queue[party_pb2.ExecuteResponse] | None = None
     comparison: ComparisonStats | None = None  # counts of the local comparison, once it ran
+    ring_counts: tuple[int, int, int] = (0, 0, 0)  # initiator: sets summed, above s_t, matches
 
     def event(self, name: str) -> asyncio.Event:
         ev = self.events.get(name)
@@ -244,10 +247,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         Drops the engine (encodings, shares, survivors, spill folder) and every peer buffer, and
         closes the run's account in the node's buffer budget (later streams for it are refused).
         """
+        if run.engine is not None:
+            run.engine.close()  # stores, spill folder, shares
         run.engine = None
         run.blocks_in.clear()
-        run.ring_in = None
-        run.results_in = None
         freed = self.budget.close_run(run.run_id)
         if freed:
             log.debug("run %s ended: released %d buffered bytes", run.run_id, freed)
@@ -394,7 +397,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         run.records_count = len(records.record_ids)
         if allowed:
             run.engine = PartyEngine(
-                run.index, run.params, records, workers=resolve_workers(self.config.workers)
+                run.index,
+                run.params,
+                records,
+                workers=resolve_workers(self.config.workers),
+                memory=self.budget.account(run.run_id),
+                spill_dir=self.spill_dir(),
             )
         run.stage_seconds["audited"] = time.perf_counter() - t0
         log.info(
@@ -643,21 +651,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"ring message hop {first.hop} does not match its sender's position"
                 )
-            msg = await wire.ring_from_chunks(
-                first, request_iterator, account=self.budget.account(run.run_id)
-            )
-            nbytes = msg.candidates.nbytes + msg.c_masked.nbytes + msg.x_masked.nbytes
-            with self._kept(run, nbytes):
-                # Reject a malformed ring (unsorted or duplicate rows, wrong width) to the sender
-                # now, with INVALID_ARGUMENT, rather than failing the run later at ring_step.
-                validate_message(
-                    msg, parties=len(run.parties), expected_hop=first.source, receiver=run.index
-                )
-                if run.ring_in is not None:
-                    raise AlreadyExists(f"run {run.run_id}: ring message already received")
-                run.ring_in = msg
+            if run.ring_in:
+                raise AlreadyExists(f"run {run.run_id}: ring message already received")
+            run.ring_in = True
+            received = await self._receive_stream(run, who, "ring message", first, request_iterator)
             run.event("ring").set()
-            return self._respond(party_pb2.PassRingResponse(received=msg.candidates.shape[0]))
+            return self._respond(party_pb2.PassRingResponse(received=received))
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
             raise
@@ -676,18 +675,71 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"results for party index {first.target} sent to {self.config.name}"
                 )
-            arrays = await wire.results_from_chunks(
-                first, request_iterator, account=self.budget.account(run.run_id)
-            )
-            with self._kept(run, sum(a.nbytes for a in arrays)):
-                if run.results_in is not None:
-                    raise AlreadyExists(f"run {run.run_id}: results already received")
-                run.results_in = arrays
+            if run.results_in:
+                raise AlreadyExists(f"run {run.run_id}: results already received")
+            run.results_in = True
+            received = await self._receive_stream(run, who, "results", first, request_iterator)
             run.event("results").set()
-            return self._respond(party_pb2.DeliverResultsResponse(received=arrays[0].shape[0]))
+            return self._respond(party_pb2.DeliverResultsResponse(received=received))
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
             raise
+
+    async def _receive_stream(
+        self, run: Run, who: str, what: str, first: Any, rest: AsyncIterator[Any]
+    ) -> int:
+        """Feed a ring message or results into the engine chunk by chunk; return the rows.
+
+        Waits (holding the sender's stream, so gRPC flow control stops it) until this party's
+        own comparison is done (initiator: until its ring went out), because the declared total is
+        checked against what the run allows: no more rows than the candidate sets every party
+        enumerated (initiator: than the sets it sent). Each chunk counts against the node's buffer
+        budget only while it is processed; what the engine keeps goes to its spilling stores. A
+        stream refused half-way leaves the engine's ring or results state unusable, so the run
+        fails (with a reason naming the sender) as well as the stream.
+        """
+        if run.phase is not Phase.EXECUTING:
+            # no party can have compared before this one executes (it needs this one's segments)
+            raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what} yet")
+        ready = "ring_sent" if what == "ring message" and run.index == 0 else "compared"
+        await self._wait(run, run.event(ready), "its own comparison", "summing")
+        engine = run.engine
+        if engine is None or run.aborted:
+            raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+        account = self.budget.account(run.run_id)
+        received = 0
+        try:
+            if what == "ring message":
+                initiator = run.index == 0
+                bound = engine.ring_rows_sent if initiator else engine.candidate_set_bound
+                feed = engine.ring_finish_feed if initiator else engine.ring_step_feed
+                async for part in wire.ring_chunks(first, rest, account=account, max_rows=bound):
+                    await self._engine(run, feed, part)
+                    received += len(part)
+                if initiator:
+                    run.ring_counts = await self._engine(run, engine.ring_finish_end)
+                else:
+                    run.ring_out_rows = await self._engine(run, engine.ring_step_end)
+            else:
+                bound = engine.candidate_set_bound
+                async for lids, sims, ps in wire.results_chunks(
+                    first, rest, account=account, max_rows=bound
+                ):
+                    results = PartyResults(run.index, lids, sims, ps)
+                    await self._engine(run, engine.receive_results_chunk, results)
+                    received += lids.shape[0]
+                await self._engine(run, engine.results_end)
+        except Exception as exc:
+            _, message = status_for(exc)
+            self.abort_run(run, f"{self.config.name} refused the {what} from {who}: {message}")
+            raise
+        return received
+
+    def spill_dir(self) -> pathlib.Path:
+        """Parent of the runs' private spill folders: ``<results>/.spill`` (0700)."""
+        path = self.config.results_dir / ".spill"
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return path
 
     # -- the run driver ------------------------------------------------------------------------
 
@@ -854,12 +906,14 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
 
             run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
+            run.event("compared").set()
 
             enter(S.STAGE_SUMMING)
             successor = (run.index + 1) % len(run.parties)
             predecessor = run.parties[(run.index - 1) % len(run.parties)]
+            p = len(run.parties)
             if run.index == 0:
-                out = await self._engine(run, engine.ring_start)
+                rows_out, chunks = await self._engine(run, engine.ring_start_chunks)
                 await self._pause_hook(run, "ring")
                 await self._send(
                     run,
@@ -867,27 +921,26 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     "the ring",
                     "summing",
                     "PassRing",
-                    wire.ring_to_chunks(run.ref, run.index, out),
+                    wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
                 )
+                run.event("ring_sent").set()
                 await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                classification = await self._engine(run, engine.ring_finish, run.ring_in)
-                own = None
-                for j in range(len(run.parties)):
-                    res = await self._engine(run, engine.results_for, classification, j)
-                    if j == run.index:
-                        own = res
-                        continue
+                for j in run.others:
+                    parts = (
+                        (r.linkage_ids, r.similarities, r.pseudonyms)
+                        for r in engine.result_chunks(j)
+                    )
                     await self._send(
                         run,
                         j,
                         "results",
                         "summing",
                         "DeliverResults",
-                        wire.results_to_chunks(run.ref, run.index, j, *results_arrays(res)),
+                        wire.results_stream_to_chunks(run.ref, 0, j, engine.match_count, parts),
                     )
+                own = engine.result_chunks(0)
             else:
                 await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                out = await self._engine(run, engine.ring_step, run.ring_in)
                 await self._pause_hook(run, "ring")
                 await self._send(
                     run,
@@ -895,16 +948,23 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     "the ring",
                     "summing",
                     "PassRing",
-                    wire.ring_to_chunks(run.ref, run.index, out),
+                    wire.ring_stream_to_chunks(
+                        run.ref,
+                        run.index,
+                        run.index,
+                        run.ring_out_rows,
+                        p,
+                        engine.ring_out_chunks(),
+                    ),
                 )
                 what = f"results from {run.parties[0]}"
                 await self._wait(run, run.event("results"), what, "summing")
-                own = results_from_arrays(run, *run.results_in)
-            rows = await self._engine(run, engine.resolve_results, own)
+                own = engine.received_results()
             if run.aborted:
                 raise RunAborted(run.reason or "aborted")
-            path, matches = await asyncio.to_thread(
-                write_matches, self.config.results_dir, run.run_id, rows
+            # results are resolved to record ids and written chunk by chunk
+            path, matches = await self._engine(
+                run, write_matches, self.config.results_dir, run.run_id, engine.resolved_rows(own)
             )
             result_path = str(path)
             enter(None)
@@ -964,18 +1024,3 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
 def wire_run_id_ok(run_id: str) -> bool:
     return len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
-
-
-def results_arrays(res: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(linkage ids uint64, similarities float64, pseudonyms uint64) of a PartyResults."""
-    return (
-        np.asarray(res.linkage_ids, dtype=np.uint64),
-        np.asarray(res.similarities, dtype=np.float64),
-        np.asarray(res.pseudonyms, dtype=np.uint64),
-    )
-
-
-def results_from_arrays(run: Run, lids: np.ndarray, sims: np.ndarray, pseud: np.ndarray) -> Any:
-    from party.protocol.classify import PartyResults
-
-    return PartyResults(party=run.index, linkage_ids=lids, similarities=sims, pseudonyms=pseud)

@@ -6,6 +6,7 @@ config (proto/transport.py). Channels are created inside the running loop and ca
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator, Iterable
 from typing import TypeVar
@@ -46,9 +47,16 @@ class PeerClients:
         )
 
     async def _counted(self, chunks: Iterable[T]) -> AsyncIterator[T]:
-        for chunk in chunks:
+        # Chunks may be produced by disk reads and engine work (streamed ring and results):
+        # produce each one in a worker thread so the event loop stays responsive.
+        it = iter(chunks)
+        done = object()
+        while True:
+            chunk = await asyncio.to_thread(next, it, done)
+            if chunk is done:
+                return
             self.hooks.sent(chunk)  # type: ignore[arg-type]
-            yield chunk
+            yield chunk  # type: ignore[misc]
 
     async def stream(self, method, chunks: Iterable[T], timeout: float):  # type: ignore[no-untyped-def]
         """Call a client-streaming ``method`` with ``chunks``; returns the response."""

@@ -19,7 +19,7 @@ An empty object is sent as one chunk with zero rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -258,21 +258,40 @@ def ring_to_chunks(
     run: common_pb2.RunRef, source: int, msg: RingMessage
 ) -> Iterator[party_pb2.PassRingRequest]:
     cand = np.asarray(msg.candidates)
-    m, p = int(cand.shape[0]), int(cand.shape[1])
-    step = _rows_per_chunk(8 * (p + 2))
-    for start in range(0, max(1, m), step):
-        sl = slice(start, start + step)
-        rows = len(range(m)[sl])
+    return ring_stream_to_chunks(run, source, msg.hop, cand.shape[0], cand.shape[1], [msg])
+
+
+def ring_stream_to_chunks(
+    run: common_pb2.RunRef,
+    source: int,
+    hop: int,
+    total: int,
+    parties: int,
+    parts: Iterable[RingMessage],
+) -> Iterator[party_pb2.PassRingRequest]:
+    """Chunks of a ring message of ``total`` rows produced piece by piece (``parts``)."""
+    step = _rows_per_chunk(8 * (parties + 2))
+    sent = False
+    for msg in parts:
+        cand = np.asarray(msg.candidates)
+        m = int(cand.shape[0])
+        for start in range(0, m, step):
+            sl = slice(start, start + step)
+            sent = True
+            yield party_pb2.PassRingRequest(
+                run=run,
+                source=source,
+                hop=hop,
+                total_rows=total,
+                parties=parties,
+                rows=len(range(m)[sl]),
+                candidates=_pack(cand[sl], _U64),
+                c_masked=_pack(msg.c_masked[sl], _U64),
+                x_masked=_pack(msg.x_masked[sl], _U64),
+            )
+    if not sent:
         yield party_pb2.PassRingRequest(
-            run=run,
-            source=source,
-            hop=msg.hop,
-            total_rows=m,
-            parties=p,
-            rows=rows,
-            candidates=_pack(cand[sl], _U64),
-            c_masked=_pack(msg.c_masked[sl], _U64),
-            x_masked=_pack(msg.x_masked[sl], _U64),
+            run=run, source=source, hop=hop, total_rows=total, parties=parties
         )
 
 
@@ -387,18 +406,40 @@ def results_to_chunks(
     k = int(np.asarray(pseudonyms).shape[0])
     if np.asarray(linkage_ids).shape[0] != k or np.asarray(similarities).shape[0] != k:
         raise Malformed("results: linkage_ids, similarities and pseudonyms differ in length")
+    return results_stream_to_chunks(
+        run, source, target, k, [(linkage_ids, similarities, pseudonyms)]
+    )
+
+
+def results_stream_to_chunks(
+    run: common_pb2.RunRef,
+    source: int,
+    target: int,
+    total: int,
+    parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+) -> Iterator[party_pb2.DeliverResultsRequest]:
+    """Chunks of ``total`` result rows produced piece by piece: (linkage ids, similarities,
+    pseudonyms) per piece."""
     step = _rows_per_chunk(24)
-    for start in range(0, max(1, k), step):
-        sl = slice(start, start + step)
+    sent = False
+    for linkage_ids, similarities, pseudonyms in parts:
+        k = int(np.asarray(pseudonyms).shape[0])
+        for start in range(0, k, step):
+            sl = slice(start, start + step)
+            sent = True
+            yield party_pb2.DeliverResultsRequest(
+                run=run,
+                source=source,
+                target=target,
+                total_rows=total,
+                rows=len(range(k)[sl]),
+                linkage_ids=_pack(np.asarray(linkage_ids)[sl], _U64),
+                similarities=_pack(np.asarray(similarities)[sl], _F64),
+                pseudonyms=_pack(np.asarray(pseudonyms)[sl], _U64),
+            )
+    if not sent:
         yield party_pb2.DeliverResultsRequest(
-            run=run,
-            source=source,
-            target=target,
-            total_rows=k,
-            rows=len(range(k)[sl]),
-            linkage_ids=_pack(np.asarray(linkage_ids)[sl], _U64),
-            similarities=_pack(np.asarray(similarities)[sl], _F64),
-            pseudonyms=_pack(np.asarray(pseudonyms)[sl], _U64),
+            run=run, source=source, target=target, total_rows=total
         )
 
 

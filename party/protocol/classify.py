@@ -9,6 +9,7 @@ are sent. A party maps its pseudonyms back to record ids locally (``MatchRow``).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,15 +41,22 @@ def greedy_one_to_one(candidates: np.ndarray, similarity: np.ndarray) -> np.ndar
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((*candidates.T[::-1], -similarity))
     used: list[set[int]] = [set() for _ in range(parties)]
+    kept = greedy_keep(candidates[order].tolist(), used)
+    return np.sort(order[np.array(kept, dtype=np.int64)])
+
+
+def greedy_keep(rows: Iterable[Sequence[int]], used: list[set[int]]) -> list[int]:
+    """The greedy one-to-one step over rows already in visiting order (decreasing similarity, ties
+    by pseudonym tuple): positions of the rows kept, given the records in ``used`` (updated)."""
     kept: list[int] = []
-    rows = candidates[order].tolist()
-    for i, row in zip(order.tolist(), rows, strict=True):
+    parties = len(used)
+    for i, row in enumerate(rows):
         if any(row[j] in used[j] for j in range(parties)):
             continue
         for j in range(parties):
             used[j].add(row[j])
         kept.append(i)
-    return np.sort(np.array(kept, dtype=np.int64))
+    return kept
 
 
 @dataclass(frozen=True)

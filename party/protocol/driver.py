@@ -6,6 +6,7 @@ here "sending" an object is handing the same (immutable) arrays to the receiving
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -54,9 +55,14 @@ def run_in_process(
     cancel: threading.Event | None = None,
     kernel: str = DEFAULT_KERNEL,
     workers: int = 1,
+    spill_dir: str | os.PathLike[str] | None = None,
+    spill_limit_bytes: int | None = None,
 ) -> InProcessRun:
     """Run steps 4-7 for P in-process parties; ``progress(party, done, total)`` during compare;
-    each party's comparison uses ``workers`` kernel threads."""
+    each party's comparison uses ``workers`` kernel threads.
+
+    ``spill_dir``/``spill_limit_bytes``: where the engines spill and how much (PartyEngine).
+    """
     p = params.party_count
     if len(tables) != p:
         raise ProtocolError(f"{len(tables)} tables for {p} parties")
@@ -64,35 +70,64 @@ def run_in_process(
     steps = metrics.step_seconds
 
     t0 = time.perf_counter()
-    engines = [PartyEngine(i, params, tables[i], kernel=kernel, workers=workers) for i in range(p)]
-    common = common_blocks([e.block_digests() for e in engines])
-    metrics.block_stats = [e.set_common_blocks(common) for e in engines]
-    steps["blocks"] = time.perf_counter() - t0
+    engines = [
+        PartyEngine(
+            i,
+            params,
+            tables[i],
+            kernel=kernel,
+            workers=workers,
+            spill_dir=spill_dir,
+            spill_limit_bytes=spill_limit_bytes,
+        )
+        for i in range(p)
+    ]
+    try:
+        common = common_blocks([e.block_digests() for e in engines])
+        metrics.block_stats = [e.set_common_blocks(common) for e in engines]
+        steps["blocks"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
-    steps["segments"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for e in engines:
+            for share in e.outgoing_shares():
+                engines[share.target].receive_share(share)
+        steps["segments"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    for e in engines:
-        cb = None
-        if progress is not None:
-            cb = _bind(progress, e.index)
-        metrics.comparison.append(e.compare(progress=cb, cancel=cancel))
-    steps["compare"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        for e in engines:
+            cb = None
+            if progress is not None:
+                cb = _bind(progress, e.index)
+            metrics.comparison.append(e.compare(progress=cb, cancel=cancel))
+        steps["compare"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    msg = engines[0].ring_start()
-    for e in engines[1:]:
-        msg = e.ring_step(msg)
-    classification = engines[0].ring_finish(msg)
-    steps["ring_and_classify"] = time.perf_counter() - t0
+        # Ring and results stream chunk by chunk, as over the network: no party holds a whole
+        # message, and survivors, masks, ring output and matches spill beyond the budget.
+        t0 = time.perf_counter()
+        _, stream = engines[0].ring_start_chunks()
+        for e in engines[1:]:
+            for chunk in stream:
+                e.ring_step_feed(chunk)
+            e.ring_step_end()
+            stream = e.ring_out_chunks()
+        for chunk in stream:
+            engines[0].ring_finish_feed(chunk)
+        engines[0].ring_finish_end()
+        classification = engines[0].classification()
+        steps["ring_and_classify"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    matches = [e.resolve_results(engines[0].results_for(classification, e.index)) for e in engines]
-    steps["results"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        matches = [list(engines[0].resolved_rows(engines[0].result_chunks(0)))]
+        for e in engines[1:]:
+            for part in engines[0].result_chunks(e.index):
+                e.receive_results_chunk(part)
+            e.results_end()
+            matches.append(list(e.resolved_rows(e.received_results())))
+        steps["results"] = time.perf_counter() - t0
+        pseudonyms = [e.record_pseudonyms for e in engines]
+    finally:
+        for e in engines:
+            e.close()  # frees stores and removes spill folders, also on failure
     metrics.sets_summed = classification.sets_summed
     metrics.above_threshold = classification.above_threshold
     metrics.matches = classification.matches
@@ -100,7 +135,7 @@ def run_in_process(
         matches=matches,
         metrics=metrics,
         classification=classification,
-        pseudonyms=[e.record_pseudonyms for e in engines],
+        pseudonyms=pseudonyms,
     )
 
 

@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import logging
 import os
+import pathlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -42,12 +43,11 @@ from party.protocol.classify import (
     MatchRow,
     PartyResults,
     dice,
-    greedy_one_to_one,
+    greedy_keep,
     linkage_label,
 )
 from party.protocol.errors import (
     ComparisonCancelled,
-    MemoryBudgetError,
     ProtocolError,
     ResultsError,
     RingError,
@@ -66,18 +66,28 @@ from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
     RingMessage,
     add_mod64,
-    intersect_sorted_rows,
     random_masks,
+    sort_rows,
     sub_mod64,
-    unique_sorted_rows,
     validate_message,
 )
 from party.protocol.segments import SegmentShare, new_pseudonyms, validate_share
+from party.protocol.spill import (
+    LocalGauge,
+    MemoryGauge,
+    RowStore,
+    SortedCursor,
+    SpillFolder,
+    count_at_most,
+)
 
 logger = logging.getLogger(__name__)
 
 #: Blocks with at most this many candidate sets are compared in vectorised batches of many blocks.
 SMALL_BLOCK_SETS = 4096
+#: Rows of survivors, ring messages and results are produced and consumed about this many bytes at
+#: a time (the wire's chunk size).
+CHUNK_BYTES = 2**20
 
 
 @dataclass
@@ -97,6 +107,7 @@ class ComparisonStats:
     survived_per_stage: list[int] = field(default_factory=list)
     survivors_with_duplicates: int = 0
     survivors: int = 0  # distinct candidate sets kept by this party
+    spilled_bytes: int = 0  # survivor bytes written to the spill folder (0: all in memory)
     seconds: float = 0.0
 
     @property
@@ -119,6 +130,13 @@ class PartyEngine:
     ``random_bytes`` (pseudonyms and masks; default ``os.urandom``) is replaceable only so tests can
     inject edge-case masks; ``kernel`` picks the comparison kernel ("numba" or "numpy");
     ``workers`` is the number of kernel threads (the results do not depend on it).
+
+    Memory: the comparison's working set stays within about half of ``memory_budget_bytes``;
+    survivors, masks, the ring's output and the matches are kept in row stores
+    (``party.protocol.spill``) that hold at most a quarter of it in memory, also charged to
+    ``memory`` (the node's buffer account) when given, and spill the rest to a private folder
+    under ``spill_dir`` (default: the system temporary folder), at most ``spill_limit_bytes``
+    (default: 80% of its free space) before MemoryBudgetError. ``close()`` frees them all.
     """
 
     def __init__(
@@ -130,6 +148,9 @@ class PartyEngine:
         random_bytes: Callable[[int], bytes] = os.urandom,
         kernel: str = DEFAULT_KERNEL,
         workers: int = 1,
+        memory: MemoryGauge | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+        spill_limit_bytes: int | None = None,
     ) -> None:
         if not isinstance(params, ProtocolParameters):
             raise ProtocolError("params must be ProtocolParameters")
@@ -158,11 +179,22 @@ class PartyEngine:
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
         self._shares: dict[int, SegmentShare] = {}
         self._known: list[np.ndarray] = []  # sorted pseudonyms per party (after compare)
-        self._survivors: np.ndarray | None = None
-        self._survivor_c: np.ndarray | None = None
-        self._sent: np.ndarray | None = None
-        self._mask_c: np.ndarray | None = None
-        self._mask_x: np.ndarray | None = None
+        self._gauge = LocalGauge(params.memory_budget_bytes // 4, outer=memory)
+        self._folder = SpillFolder(spill_dir, spill_limit_bytes)
+        self._stores: list[RowStore] = []
+        self._survivors: RowStore | None = None  # (pseudonyms..., c), sorted by pseudonyms
+        self._sent: RowStore | None = None  # initiator: (pseudonyms..., mask_c, mask_x)
+        self._sent_rows = 0
+        self._sent_cursor: SortedCursor | None = None
+        self._own_cursor: SortedCursor | None = None
+        self._ring_out: RowStore | None = None  # (pseudonyms..., c_masked, x_masked)
+        self._ring_last: np.ndarray | None = None  # last incoming ring row (order check)
+        self._above: RowStore | None = None
+        self._matches: RowStore | None = None  # initiator: (pseudonyms..., Dice bits)
+        self._sets_summed = 0
+        self._above_count = 0
+        self._results_in: RowStore | None = None  # (linkage id, Dice bits, own pseudonym)
+        self._last_result_id: int | None = None
         self._finished = False
         self.timings: dict[str, float] = {}
         self.comparison_stats: ComparisonStats | None = None
@@ -366,29 +398,25 @@ class PartyEngine:
 
         counts = StageCounts.zeros(p)
         budget = self.params.memory_budget_bytes
-        bytes_per_set = 8 * (p + 1)
-        limit = budget // 4
-        kept_rows: list[np.ndarray] = []
-        kept_c: list[np.ndarray] = []
-        held = 0
+        store = RowStore(
+            p + 1,
+            gauge=self._gauge,
+            folder=self._folder,
+            key_columns=p,
+            name="survivors",
+            merge_bytes=budget // 8,
+        )
         if progress is not None:
             progress(0, total)
         seg_pops = [popcount_rows(s) for s in segs]
 
         def keep(rows: np.ndarray, c: np.ndarray) -> None:
-            nonlocal held
-            held += int(rows.shape[0])
-            if held * bytes_per_set > limit:
-                raise MemoryBudgetError(
-                    f"party {self.index}: more than {held} candidate sets survive the segment "
-                    f"filter, which exceeds memory_budget_bytes={budget}; raise the segment "
-                    "threshold s_m, set max_block_size, or raise the budget"
-                )
-            found = np.empty(rows.shape, dtype=np.uint64)
+            # survivors as (pseudonym of party 0..P-1, c), spilled to disk beyond the budget
+            found = np.empty((rows.shape[0], p + 1), dtype=np.uint64)
             for k in range(p):
                 found[:, join[k]] = pseud[k][rows[:, k]]
-            kept_rows.append(found)
-            kept_c.append(c)
+            found[:, p] = c
+            store.append(found)
 
         # Small blocks go through the vectorised many-blocks path in batches; large ones through
         # the chunked kernel one at a time.
@@ -414,71 +442,66 @@ class PartyEngine:
             tick(batch_total)
             batch, batch_total = [], 0
 
-        cum = np.cumsum(fast_sets)
-        lo = 0
-        while lo < fast_ids.size:
-            if cancel is not None and cancel.is_set():
-                raise ComparisonCancelled("comparison cancelled")
-            base = int(cum[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
-            ids = fast_ids[lo:hi]
-            rows, c = compare_block_batch(
-                segs,
-                seg_pops,
-                [ix.rows for ix in indices],
-                np.stack([ix.starts[ids] for ix in indices]),
-                sizes[:, ids],
-                self.segment_bits,
-                self.params.segment_threshold,
-                counts=counts,
-                workers=self.workers,
-            )
-            keep(rows, c)
-            tick(int(cum[hi - 1]) - base)
-            lo = hi
+        try:
+            cum = np.cumsum(fast_sets)
+            lo = 0
+            while lo < fast_ids.size:
+                if cancel is not None and cancel.is_set():
+                    raise ComparisonCancelled("comparison cancelled")
+                base = int(cum[lo - 1]) if lo else 0
+                hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
+                ids = fast_ids[lo:hi]
+                rows, c = compare_block_batch(
+                    segs,
+                    seg_pops,
+                    [ix.rows for ix in indices],
+                    np.stack([ix.starts[ids] for ix in indices]),
+                    sizes[:, ids],
+                    self.segment_bits,
+                    self.params.segment_threshold,
+                    counts=counts,
+                    workers=self.workers,
+                )
+                keep(rows, c)
+                tick(int(cum[hi - 1]) - base)
+                lo = hi
 
-        for sub, size in plan():
-            if size <= SMALL_BLOCK_SETS:
-                batch.append(sub)
-                batch_total += size
-                if batch_total >= batch_sets:
-                    flush()
-                continue
-            block_segs = [segs[j][sub[j]] for j in range(p)]
-            block_pops = [seg_pops[j][sub[j]] for j in range(p)]
-            for idx, c in iter_block(
-                block_segs,
-                self.segment_bits,
-                self.params.segment_threshold,
-                kernel=self.kernel,
-                budget_bytes=budget // 2,
-                counts=counts,
-                cancel=cancel,
-                tick=tick,
-                pops=block_pops,
-                workers=self.workers,
-            ):
-                glob = np.empty(idx.shape, dtype=np.int64)
-                for j in range(p):
-                    glob[:, j] = sub[j][idx[:, j]]
-                keep(glob, c)
-        if batch:
-            flush()
-        if kept_rows:
-            all_rows = np.concatenate(kept_rows)
-            all_c = np.concatenate(kept_c)
-        else:
-            all_rows = np.zeros((0, p), dtype=np.uint64)
-            all_c = np.zeros(0, dtype=np.int64)
-        stats.survivors_with_duplicates = int(all_rows.shape[0])
-        if all_rows.shape[0]:
-            first = unique_sorted_rows(all_rows)
-            all_rows, all_c = all_rows[first], all_c[first]
-        self._survivors = all_rows
-        self._survivor_c = all_c
+            for sub, size in plan():
+                if size <= SMALL_BLOCK_SETS:
+                    batch.append(sub)
+                    batch_total += size
+                    if batch_total >= batch_sets:
+                        flush()
+                    continue
+                block_segs = [segs[j][sub[j]] for j in range(p)]
+                block_pops = [seg_pops[j][sub[j]] for j in range(p)]
+                for idx, c in iter_block(
+                    block_segs,
+                    self.segment_bits,
+                    self.params.segment_threshold,
+                    kernel=self.kernel,
+                    budget_bytes=budget // 2,
+                    counts=counts,
+                    cancel=cancel,
+                    tick=tick,
+                    pops=block_pops,
+                    workers=self.workers,
+                ):
+                    glob = np.empty(idx.shape, dtype=np.int64)
+                    for j in range(p):
+                        glob[:, j] = sub[j][idx[:, j]]
+                    keep(glob, c)
+            if batch:
+                flush()
+        except BaseException:
+            store.close()  # cancelled or failed: nothing is kept
+            raise
+        self._survivors = store.finish()
+        stats.survivors_with_duplicates = store.appended
         stats.evaluated_per_stage = counts.evaluated
         stats.survived_per_stage = counts.survived
-        stats.survivors = int(all_rows.shape[0])
+        stats.survivors = store.rows
+        stats.spilled_bytes = self._folder.bytes_written
         stats.seconds = time.perf_counter() - t0
         self.timings["compare"] = stats.seconds
         self.comparison_stats = stats
@@ -508,76 +531,187 @@ class PartyEngine:
             if not np.all(known[pos] == col):
                 raise RingError(f"ring message names an unknown pseudonym of party {j}")
 
-    def ring_start(self) -> RingMessage:
-        """Initiator only: mask c_0 and x_0 of every surviving set with fresh CSPRNG masks."""
+    def _store(self, width: int, name: str, key_columns: int | None = None) -> RowStore:
+        store = RowStore(
+            width,
+            gauge=self._gauge,
+            folder=self._folder,
+            key_columns=key_columns,
+            name=name,
+            merge_bytes=self.params.memory_budget_bytes // 8,
+        )
+        self._stores.append(store)
+        return store
+
+    def _chunk_rows(self, width: int) -> int:
+        return max(1, CHUNK_BYTES // (8 * width))
+
+    @property
+    def candidate_set_bound(self) -> int:
+        """After compare: no honest ring message or result list has more rows than this (every
+        party enumerates the same candidate sets; the count includes duplicates)."""
+        if self.comparison_stats is None:
+            raise StateError("compare must run first")
+        return self.comparison_stats.candidate_sets
+
+    @property
+    def ring_rows_sent(self) -> int:
+        """Initiator: the number of sets it sent around the ring (what may come back)."""
+        if self._sent is None:
+            raise StateError("ring_start must run first")
+        return self._sent_rows
+
+    def _check_ring_chunk(self, msg: RingMessage, expected_hop: int) -> None:
+        """Validate one chunk of the incoming ring: well formed, above the previous chunk, naming
+        only known pseudonyms (the initiator checks more: every set is one it sent). Changes no
+        state (a refused chunk leaves the engine as it was)."""
+        validate_message(msg, parties=self.parties, expected_hop=expected_hop, receiver=self.index)
+        cand = msg.candidates
+        if cand.shape[0] == 0:
+            return
+        if self._ring_last is not None and count_at_most(cand[:1], self._ring_last) > 0:
+            raise RingError("ring message candidate list is not sorted and unique")
+        if self.index != 0:
+            self._check_known(cand)
+
+    def _advance_ring(self, msg: RingMessage) -> None:
+        if msg.candidates.shape[0]:
+            self._ring_last = msg.candidates[-1].copy()
+
+    def ring_start_chunks(self) -> tuple[int, Iterator[RingMessage]]:
+        """Initiator only: (rows, chunks) of the hop-0 message; masks c_0 and x_0 of every
+        surviving set with fresh CSPRNG masks, chunk by chunk (the masks are kept, spilled to disk
+        beyond the budget, for ring_finish)."""
         if self.index != 0:
             raise StateError(
                 f"party {self.index} is not the initiator; only party 0 starts the ring"
             )
-        if self._survivors is None or self._survivor_c is None:
+        if self._survivors is None:
             raise StateError("compare must run before ring_start")
         if self._sent is not None:
             raise StateError("ring_start already ran for this run (masks are used once)")
-        t0 = time.perf_counter()
-        m = self._survivors.shape[0]
-        self._mask_c = random_masks(m, self._random_bytes)
-        self._mask_x = random_masks(m, self._random_bytes)
-        self._sent = self._survivors
-        x0 = self._own_x(self._survivors[:, 0])
-        msg = RingMessage(
-            hop=0,
-            candidates=self._survivors.copy(),
-            c_masked=add_mod64(self._mask_c, self._survivor_c.astype(np.uint64)),
-            x_masked=add_mod64(self._mask_x, x0),
-        )
-        self.timings["ring"] = time.perf_counter() - t0
-        return msg
+        p = self.parties
+        survivors = self._survivors
+        sent = self._sent = self._store(p + 2, "sent")
+        self._sent_rows = survivors.rows
 
-    def ring_step(self, incoming: RingMessage) -> RingMessage:
-        """Non-initiator: keep the sets it also kept, add its own c_i and x_i, pass on."""
+        def chunks() -> Iterator[RingMessage]:
+            t0 = time.perf_counter()
+            empty = True
+            for rows in survivors.chunks(self._chunk_rows(p + 2)):
+                empty = False
+                m = rows.shape[0]
+                cand = np.ascontiguousarray(rows[:, :p])
+                mask_c = random_masks(m, self._random_bytes)
+                mask_x = random_masks(m, self._random_bytes)
+                sent.append(np.column_stack([cand, mask_c, mask_x]))
+                yield RingMessage(
+                    hop=0,
+                    candidates=cand,
+                    c_masked=add_mod64(mask_c, rows[:, p]),
+                    x_masked=add_mod64(mask_x, self._own_x(cand[:, 0])),
+                )
+            sent.finish()
+            survivors.close()  # the initiator needs its survivors no more
+            self._sent_cursor = SortedCursor(sent.chunks(self._chunk_rows(p + 2)), p)
+            if empty:
+                yield _empty_ring(0, p)
+            self.timings["ring"] = time.perf_counter() - t0
+
+        return self._sent_rows, chunks()
+
+    def ring_start(self) -> RingMessage:
+        """Initiator only: the whole hop-0 message in memory (see ring_start_chunks)."""
+        _, chunks = self.ring_start_chunks()
+        return _concat_ring(list(chunks), self.parties)
+
+    def ring_step_feed(self, incoming: RingMessage) -> None:
+        """Non-initiator, per incoming chunk (in order): keep the sets it also kept, add its own
+        c_i and x_i; the outgoing rows are kept (spilled beyond the budget) for ring_out_chunks."""
         if self.index == 0:
             raise StateError("the initiator calls ring_finish, not ring_step")
-        if self._survivors is None or self._survivor_c is None:
+        if self._survivors is None:
             raise StateError("compare must run before ring_step")
+        if self._ring_out is not None and self._ring_out.finished:
+            raise StateError("ring_step already ran for this run")
         t0 = time.perf_counter()
-        validate_message(
-            incoming, parties=self.parties, expected_hop=self.index - 1, receiver=self.index
-        )
-        self._check_known(incoming.candidates)
-        ia, ib = intersect_sorted_rows(incoming.candidates, self._survivors)
+        p = self.parties
+        if self._ring_out is None:
+            self._ring_out = self._store(p + 2, "ring-out")
+            self._own_cursor = SortedCursor(self._survivors.chunks(self._chunk_rows(p + 1)), p)
+        assert self._own_cursor is not None
+        self._check_ring_chunk(incoming, self.index - 1)
+        ia, own = self._own_cursor.match(incoming.candidates)
+        self._advance_ring(incoming)
         cand = incoming.candidates[ia]
-        xi = self._own_x(cand[:, self.index])
-        out = RingMessage(
-            hop=self.index,
-            candidates=cand,
-            c_masked=add_mod64(incoming.c_masked[ia], self._survivor_c[ib].astype(np.uint64)),
-            x_masked=add_mod64(incoming.x_masked[ia], xi),
-        )
-        self.timings["ring"] = time.perf_counter() - t0
-        return out
+        out = np.empty((ia.size, p + 2), dtype=np.uint64)
+        out[:, :p] = cand
+        out[:, p] = add_mod64(incoming.c_masked[ia], own[:, p]) if ia.size else 0
+        out[:, p + 1] = add_mod64(incoming.x_masked[ia], self._own_x(cand[:, self.index]))
+        self._ring_out.append(out)
+        self.timings["ring"] = self.timings.get("ring", 0.0) + time.perf_counter() - t0
 
-    def ring_finish(self, incoming: RingMessage) -> Classification:
-        """Initiator: unmask the sums, compute Dice, apply s_t and optional one-to-one."""
+    def ring_step_end(self) -> int:
+        """Non-initiator: the incoming message is complete; return the rows to pass on."""
+        if self._ring_out is None:
+            raise StateError("ring_step received no ring message")
+        self._ring_out.finish()
+        if self._survivors is not None:
+            self._survivors.close()
+        return self._ring_out.rows
+
+    def ring_out_chunks(self) -> Iterator[RingMessage]:
+        """Non-initiator: the outgoing message (hop = own index), chunk by chunk."""
+        if self._ring_out is None or not self._ring_out.finished:
+            raise StateError("ring_step must complete before passing the ring on")
+        p = self.parties
+        empty = True
+        for rows in self._ring_out.chunks(self._chunk_rows(p + 2)):
+            empty = False
+            yield RingMessage(
+                hop=self.index,
+                candidates=np.ascontiguousarray(rows[:, :p]),
+                c_masked=rows[:, p].copy(),
+                x_masked=rows[:, p + 1].copy(),
+            )
+        if empty:
+            yield _empty_ring(self.index, p)
+
+    def ring_step(self, incoming: RingMessage) -> RingMessage:
+        """Non-initiator, whole message in memory (see ring_step_feed)."""
+        self.ring_step_feed(incoming)
+        self.ring_step_end()
+        return _concat_ring(list(self.ring_out_chunks()), self.parties)
+
+    def ring_finish_feed(self, incoming: RingMessage) -> None:
+        """Initiator, per returning chunk (in order): unmask the sums, compute Dice, keep the sets
+        with Dice >= s_t (spilled beyond the budget)."""
         if self.index != 0:
             raise StateError(
                 f"party {self.index} is not the initiator; only party 0 finishes the ring"
             )
-        if self._sent is None or self._mask_c is None or self._mask_x is None:
+        if self._sent_cursor is None:
             raise StateError("ring_start must run before ring_finish")
         if self._finished:
             raise StateError("ring_finish already ran for this run")
         t0 = time.perf_counter()
         p = self.parties
-        validate_message(incoming, parties=p, expected_hop=p - 1, receiver=0)
+        if self._above is None:
+            # one-to-one visits sets by decreasing Dice: key (~Dice bits, tuple); else tuple order
+            one = self.params.one_to_one
+            self._above = self._store(p + 1, "above", p + 1 if one else None)
+        self._check_ring_chunk(incoming, p - 1)
         m = incoming.candidates.shape[0]
-        ia, ib = intersect_sorted_rows(incoming.candidates, self._sent)
+        ia, sent = self._sent_cursor.match(incoming.candidates)
+        self._advance_ring(incoming)
         if ia.size != m:
+            self._finished = True  # the sent sets were consumed: this run cannot be finished
             raise RingError(
                 f"mismatched candidate list: {m - ia.size} of {m} returned sets were never sent"
             )
-        cand = incoming.candidates[ia]
-        sum_c = sub_mod64(incoming.c_masked[ia], self._mask_c[ib])
-        sum_x = sub_mod64(incoming.x_masked[ia], self._mask_x[ib])
+        cand = incoming.candidates
+        sum_c = sub_mod64(incoming.c_masked, sent[:, p]) if m else np.zeros(0, np.uint64)
+        sum_x = sub_mod64(incoming.x_masked, sent[:, p + 1]) if m else np.zeros(0, np.uint64)
         l_bits = self.params.filter_bits
         bad = (sum_c > np.uint64(l_bits)) | (sum_x > np.uint64(p * l_bits))
         if np.any(bad):
@@ -593,21 +727,106 @@ class PartyEngine:
             )
         sim = dice(p, c64, x64)
         above = np.flatnonzero(sim >= self.params.match_threshold)
-        chosen = above
-        if self.params.one_to_one and above.size:
-            chosen = above[greedy_one_to_one(cand[above], sim[above])]
+        self._sets_summed += m
+        rows = np.empty((above.size, p + 1), dtype=np.uint64)
+        bits = sim[above].view(np.uint64)
+        if self.params.one_to_one:
+            rows[:, 0] = ~bits  # Dice >= 0: bit patterns order like values; ~ reverses
+            rows[:, 1:] = cand[above]
+        else:
+            rows[:, :p] = cand[above]
+            rows[:, p] = bits
+        self._above.append(rows)
+        self.timings["classify"] = self.timings.get("classify", 0.0) + time.perf_counter() - t0
+
+    def ring_finish_end(self) -> tuple[int, int, int]:
+        """Initiator: the returning message is complete; apply one-to-one; return
+        (sets summed, sets with Dice >= s_t, matches). Matches are then read by result_chunks."""
+        if self._sent_cursor is None:
+            raise StateError("ring_start must run before ring_finish")
+        if self._finished:
+            raise StateError("ring_finish already ran for this run")
+        t0 = time.perf_counter()
+        p = self.parties
+        if self._above is None:
+            self._above = self._store(p + 1, "above", p + 1 if self.params.one_to_one else None)
+        above = self._above.finish()
+        above_count = self._above_count = above.rows
+        if self.params.one_to_one:
+            used: list[set[int]] = [set() for _ in range(p)]
+            chosen: list[np.ndarray] = []
+            for rows in above.chunks(self._chunk_rows(p + 1)):
+                kept = greedy_keep(rows[:, 1:].tolist(), used)
+                chosen.append(rows[np.array(kept, dtype=np.int64)])
+            above.close()
+            picked = np.concatenate(chosen) if chosen else np.zeros((0, p + 1), np.uint64)
+            # matches in pseudonym-tuple order, as (tuple, Dice bits); at most one per record
+            flat = np.empty_like(picked)
+            flat[:, :p] = picked[:, 1:]
+            flat[:, p] = ~picked[:, 0]
+            matches = self._store(p + 1, "matches")
+            matches.append(flat[sort_rows(flat[:, :p])])
+            self._matches = matches.finish()
+        else:
+            self._matches = above
         self._finished = True
-        self.timings["classify"] = time.perf_counter() - t0
+        if self._sent is not None:
+            self._sent.close()
+        self.timings["classify"] = self.timings.get("classify", 0.0) + time.perf_counter() - t0
+        return self._sets_summed, above_count, self._matches.rows
+
+    def ring_finish(self, incoming: RingMessage) -> Classification:
+        """Initiator, whole message in memory: unmask, Dice, s_t, optional one-to-one."""
+        self.ring_finish_feed(incoming)
+        self.ring_finish_end()
+        return self.classification()
+
+    def classification(self) -> Classification:
+        """Initiator, after ring_finish_end: the matches as in-memory arrays."""
+        if self._matches is None:
+            raise StateError("ring_finish must run first")
+        p = self.parties
+        rows = list(self._matches.chunks(self._chunk_rows(p + 1)))
+        flat = np.concatenate(rows) if rows else np.zeros((0, p + 1), np.uint64)
         return Classification(
-            candidates=cand[chosen],
-            similarities=sim[chosen],
-            linkage_ids=np.arange(1, chosen.size + 1, dtype=np.uint64),
-            sets_summed=int(m),
-            above_threshold=int(above.size),
-            matches=int(chosen.size),
+            candidates=np.ascontiguousarray(flat[:, :p]),
+            similarities=flat[:, p].view(np.float64).copy(),
+            linkage_ids=np.arange(1, flat.shape[0] + 1, dtype=np.uint64),
+            sets_summed=self._sets_summed,
+            above_threshold=self._above_count,
+            matches=self._matches.rows,
         )
 
     # ----------------------------------------------------------------- results
+    @property
+    def match_count(self) -> int:
+        if self._matches is None:
+            raise StateError("ring_finish must run first")
+        return self._matches.rows
+
+    def result_chunks(self, party: int) -> Iterator[PartyResults]:
+        """Initiator -> party ``party``, chunk by chunk in linkage-id order: linkage ids (numbered
+        1.. in pseudonym-tuple order), similarities and that party's pseudonyms only."""
+        if isinstance(party, bool) or not isinstance(party, int) or not 0 <= party < self.parties:
+            raise ResultsError(f"party index must be in 0..{self.parties - 1}, got {party!r}")
+        if self._matches is None:
+            raise StateError("ring_finish must run first")
+        p = self.parties
+        next_id = 1
+        empty = True
+        for rows in self._matches.chunks(self._chunk_rows(3)):
+            empty = False
+            k = rows.shape[0]
+            yield PartyResults(
+                party=party,
+                linkage_ids=np.arange(next_id, next_id + k, dtype=np.uint64),
+                similarities=rows[:, p].view(np.float64).copy(),
+                pseudonyms=rows[:, party].copy(),
+            )
+            next_id += k
+        if empty:
+            yield _no_results(party)
+
     def results_for(self, classification: Classification, party: int) -> PartyResults:
         """Initiator -> party ``party``: linkage ids, similarities and that party's pseudonyms only."""
         if isinstance(party, bool) or not isinstance(party, int) or not 0 <= party < self.parties:
@@ -619,8 +838,8 @@ class PartyEngine:
             pseudonyms=classification.candidates[:, party].copy(),
         )
 
-    def resolve_results(self, results: PartyResults) -> list[MatchRow]:
-        """Map this party's pseudonyms in ``results`` back to its record ids."""
+    def _check_results(self, results: PartyResults) -> np.ndarray:
+        """Validate results for this party; return the table rows of its pseudonyms."""
         if not isinstance(results, PartyResults):
             raise ResultsError("expected PartyResults")
         if int(results.party) != self.index:
@@ -648,18 +867,117 @@ class PartyEngine:
         if k and not np.all(np.isfinite(sims) & (sims >= 0) & (sims <= 1)):
             raise ResultsError("results contain a similarity outside [0, 1]")
         if k == 0:
-            return []
+            return np.zeros(0, dtype=np.int64)
         if self._pseudonyms.size == 0:
             raise ResultsError("results name pseudonyms this party never issued")
         pos = np.minimum(np.searchsorted(self._pseudonyms, ps), self._pseudonyms.size - 1)
         if not np.all(self._pseudonyms[pos] == ps):
             raise ResultsError("results name pseudonyms this party never issued")
-        rows = self._shared_rows[pos]
+        return self._shared_rows[pos]
+
+    def _match_rows(self, ids: np.ndarray, sims: np.ndarray, rows: np.ndarray) -> list[MatchRow]:
         rid = self._records.record_ids
-        order = np.argsort(ids, kind="stable")
         return [
             MatchRow(linkage_label(lid), sim, rid[row])
-            for lid, sim, row in zip(
-                ids[order].tolist(), sims[order].tolist(), rows[order].tolist(), strict=True
-            )
+            for lid, sim, row in zip(ids.tolist(), sims.tolist(), rows.tolist(), strict=True)
         ]
+
+    def resolve_results(self, results: PartyResults) -> list[MatchRow]:
+        """Map this party's pseudonyms in ``results`` back to its record ids (sorted by id)."""
+        rows = self._check_results(results)
+        order = np.argsort(results.linkage_ids, kind="stable")
+        return self._match_rows(
+            results.linkage_ids[order], results.similarities[order], rows[order]
+        )
+
+    def receive_results_chunk(self, results: PartyResults) -> None:
+        """Validate one chunk of the results sent to this party (linkage ids strictly increasing
+        across chunks) and keep it (spilled beyond the budget) for resolved_rows."""
+        if self._results_in is not None and self._results_in.finished:
+            raise StateError("results were already received")
+        self._check_results(results)
+        ids = results.linkage_ids
+        if ids.size:
+            if np.any(ids[1:] <= ids[:-1]) or (
+                self._last_result_id is not None and int(ids[0]) <= self._last_result_id
+            ):
+                raise ResultsError("results are not in increasing linkage-id order")
+            self._last_result_id = int(ids[-1])
+        if self._results_in is None:
+            self._results_in = self._store(3, "results")
+        self._results_in.append(
+            np.column_stack([ids, results.similarities.view(np.uint64), results.pseudonyms])
+        )
+
+    def results_end(self) -> int:
+        """The results stream is complete; return the number of rows received."""
+        if self._results_in is None:
+            self._results_in = self._store(3, "results")
+        return self._results_in.finish().rows
+
+    def received_results(self) -> Iterator[PartyResults]:
+        """The results received through receive_results_chunk, chunk by chunk."""
+        if self._results_in is None or not self._results_in.finished:
+            raise StateError("results_end must run first")
+        for rows in self._results_in.chunks(self._chunk_rows(3)):
+            yield PartyResults(
+                party=self.index,
+                linkage_ids=rows[:, 0].copy(),
+                similarities=rows[:, 1].view(np.float64).copy(),
+                pseudonyms=rows[:, 2].copy(),
+            )
+
+    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[MatchRow]:
+        """MatchRows of result chunks in linkage-id order (result_chunks or received_results)."""
+        for results in chunks:
+            rows = self._check_results(results)
+            yield from self._match_rows(results.linkage_ids, results.similarities, rows)
+
+    # ----------------------------------------------------------------- memory
+    @property
+    def memory_held(self) -> int:
+        """Bytes this engine's stores hold in memory (survivors, masks, ring, matches, results)."""
+        return self._gauge.held
+
+    @property
+    def spill_folder(self) -> pathlib.Path | None:
+        return self._folder.path
+
+    def close(self) -> None:
+        """Free every store and remove the run's spill folder (call when the run ends)."""
+        for store in self._stores:
+            store.close()
+        if self._survivors is not None:
+            self._survivors.close()
+        self._stores.clear()
+        self._folder.close()
+        self._shares.clear()
+
+
+def _empty_ring(hop: int, parties: int) -> RingMessage:
+    return RingMessage(
+        hop=hop,
+        candidates=np.zeros((0, parties), dtype=np.uint64),
+        c_masked=np.zeros(0, dtype=np.uint64),
+        x_masked=np.zeros(0, dtype=np.uint64),
+    )
+
+
+def _concat_ring(parts: list[RingMessage], parties: int) -> RingMessage:
+    if not parts:
+        return _empty_ring(0, parties)
+    return RingMessage(
+        hop=parts[0].hop,
+        candidates=np.concatenate([m.candidates for m in parts]),
+        c_masked=np.concatenate([m.c_masked for m in parts]),
+        x_masked=np.concatenate([m.x_masked for m in parts]),
+    )
+
+
+def _no_results(party: int) -> PartyResults:
+    return PartyResults(
+        party=party,
+        linkage_ids=np.zeros(0, dtype=np.uint64),
+        similarities=np.zeros(0, dtype=np.float64),
+        pseudonyms=np.zeros(0, dtype=np.uint64),
+    )

@@ -1,20 +1,26 @@
-"""A co-party cannot make a node buffer more than its budget: a stream whose first chunk declares
-more than the node can hold is refused at that chunk (RESOURCE_EXHAUSTED), before the sender has
-sent anything else, and the node keeps serving."""
+"""A co-party cannot make a node buffer more than its budget or the run can contain: a stream
+whose first chunk declares more is refused at that chunk, before the sender has sent anything
+else, and the node keeps serving. Segments and digests are buffered whole, so their declared
+bytes must fit the node's buffer budget (RESOURCE_EXHAUSTED); the ring and results stream through
+the engine, so their declared rows must not exceed the candidate sets the run enumerated
+(INVALID_ARGUMENT), which the receiver knows once it has compared."""
 
 from __future__ import annotations
 
 import asyncio
+import pathlib
 import uuid
 
 import grpc
 import pytest
 
+from party.node.hooks import Hooks
 from party.node.keyconfirm import peer_confirmation
-from party.synthetic.cluster import Cluster
+from party.synthetic.cluster import Cluster, write_parameters
 from proto import common_pb2, linkage, party_pb2
 from proto.party_pb2_grpc import PartyStub
-from tests.integration.conftest import parameters
+from tests.integration.conftest import build_cluster, parameters
+from tests.integration.inprocess import InProcessParties
 
 Code = grpc.StatusCode
 
@@ -36,7 +42,7 @@ async def _first_then_stall(method, first):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("rpc", ["PushBlocks", "PushShare", "PassRing", "DeliverResults"])
-async def test_huge_declared_streams_are_refused_at_the_first_chunk(
+async def test_huge_declared_streams_are_refused_at_the_first_chunk_before_executing(
     cluster3: Cluster, rpc: str
 ) -> None:
     msg = linkage.load_parameters(parameters(cluster3, name="p-bounds.json"))
@@ -80,10 +86,62 @@ async def test_huge_declared_streams_are_refused_at_the_first_chunk(
             ),
         }[rpc]
         code, text = await _first_then_stall(getattr(PartyStub(as_a), rpc), first)
-        assert code in (Code.RESOURCE_EXHAUSTED, Code.INVALID_ARGUMENT), (code, text)
-        assert str(rows) in text.replace(",", "")
+        if rpc in ("PushBlocks", "PushShare"):
+            # buffered whole: the declared bytes must fit the node's buffer budget
+            assert code == Code.RESOURCE_EXHAUSTED, (code, text)
+            assert f"{rows} declared rows" in text
+        else:
+            # no party can send a ring or results before this one executes
+            assert code == Code.FAILED_PRECONDITION and "not accepting" in text, (code, text)
         await as_coord.Abort(party_pb2.AbortRequest(run_id=run_id, reason="test"), timeout=10)
     finally:
         await coord.close()
         await as_a.close()
     assert await cluster3.health("party-b") == "SERVING"
+
+
+@pytest.mark.slow
+async def test_ring_and_results_beyond_the_candidate_sets_are_refused_at_once(
+    tmp_path: pathlib.Path,
+) -> None:
+    cluster = build_cluster(tmp_path, 3, 120)
+    params = write_parameters(tmp_path / "params.json", cluster.parties, cluster.schema)
+    pause = tmp_path / "b-paused"
+    hooks = {"party-b": Hooks({"PPRL_TEST_PAUSE_AT": "ring", "PPRL_TEST_PAUSE_FILE": str(pause)})}
+    parties = InProcessParties(cluster, hooks)
+    await parties.start()
+    try:
+        ref = await parties.propose_and_prepare(params)
+        execution = asyncio.create_task(parties.execute(ref))
+        for _ in range(600):  # party-b has compared and holds the ring (test hook)
+            if pause.exists():
+                break
+            await asyncio.sleep(0.05)
+        assert pause.exists()
+        rows = 2**31 - 1
+        as_a = cluster.security("party-a").channel(
+            parties.addresses["party-b"], "party-b", ["pprl.v1.Party"]
+        )
+        as_b = cluster.security("party-b").channel(
+            parties.addresses["party-c"], "party-c", ["pprl.v1.Party"]
+        )
+        try:
+            results = party_pb2.DeliverResultsRequest(run=ref, source=0, target=1, total_rows=rows)
+            code, text = await _first_then_stall(PartyStub(as_a).DeliverResults, results)
+            assert code == Code.INVALID_ARGUMENT and "exceeds what this run can contain" in text
+            ring = party_pb2.PassRingRequest(run=ref, source=1, hop=1, total_rows=rows, parties=3)
+            code, text = await _first_then_stall(PartyStub(as_b).PassRing, ring)
+            assert code == Code.INVALID_ARGUMENT and "exceeds what this run can contain" in text
+        finally:
+            await as_a.close()
+            await as_b.close()
+        for name in cluster.parties:
+            await parties.stub(name).Abort(
+                party_pb2.AbortRequest(run_id=ref.run_id, reason="test"), timeout=10
+            )
+        summaries = await execution
+        assert all(s.reason for s in summaries.values())
+        for node in parties.nodes.values():
+            assert node.budget.held_total() == 0
+    finally:
+        await parties.stop()

@@ -15,7 +15,6 @@ from party.protocol.driver import run_in_process
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import (
     ComparisonCancelled,
-    MemoryBudgetError,
     ParameterError,
     ProtocolError,
     ResultsError,
@@ -216,15 +215,6 @@ def test_results_with_similarities_at_0_and_1_are_accepted() -> None:
     by_id = {r.linkage_id: r.similarity for r in rows}
     assert by_id[linkage_label(int(res.linkage_ids[0]))] == 0.0
     assert by_id[linkage_label(int(res.linkage_ids[1]))] == 1.0
-
-
-def test_survivors_beyond_the_budget_fail_cleanly() -> None:
-    rng = np.random.default_rng(4)
-    # one block of 40 x 40 x 40 = 64,000 sets at s_m = 0; 1 MiB budget holds ~8,000
-    tables = [random_table(rng, 40, 48, blocks=1, prefix=f"t{j}") for j in range(3)]
-    params = ProtocolParameters(NAMES, 48, 0.5, 0.0, memory_budget_bytes=2**20)
-    with pytest.raises(MemoryBudgetError, match="raise the segment threshold"):
-        run_in_process(tables, params)
 
 
 def test_compare_reports_progress_and_can_be_cancelled() -> None:

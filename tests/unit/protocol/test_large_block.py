@@ -59,12 +59,13 @@ def test_block_of_8_billion_sets_stays_within_budget() -> None:
     assert finals[-1] == 2000**3
 
 
-def test_huge_block_fails_fast_when_survivors_exceed_the_budget() -> None:
+def test_huge_block_fails_cleanly_when_survivors_exceed_the_spill_space() -> None:
     rng = np.random.default_rng(1)
     tables = one_block_tables(rng, 3, 1000, 96)
     params = ProtocolParameters(("a", "b", "c"), 96, 0.8, 0.0, memory_budget_bytes=BUDGET)
-    with pytest.raises(MemoryBudgetError):
-        run_in_process(tables, params)
+    # 10^9 survivors at s_m = 0 spill past the memory budget, then past the spill space
+    with pytest.raises(MemoryBudgetError, match="spill space"):
+        run_in_process(tables, params, spill_limit_bytes=16 * 2**20)
 
 
 def test_huge_block_can_be_cancelled_from_progress() -> None:

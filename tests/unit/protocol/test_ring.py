@@ -70,10 +70,10 @@ def test_masks_are_fresh_and_never_repeat() -> None:
     for _ in range(3):  # three runs on identical inputs
         engines = engines_after_compare(tables, params3())
         init = engines[0]
+        assert init._survivors is not None
+        surv_c = np.concatenate(list(init._survivors.chunks(10**6)))[:, 3]  # (pseudonyms, c)
         msg = init.ring_start()
-        surv_c = init._survivor_c
-        assert surv_c is not None
-        masks.append(sub_mod64(msg.c_masked, surv_c.astype(np.uint64)))
+        masks.append(sub_mod64(msg.c_masked, surv_c))
         x0 = init._x[init._shared_rows[np.searchsorted(init._pseudonyms, msg.candidates[:, 0])]]
         masks.append(sub_mod64(msg.x_masked, x0.astype(np.uint64)))
         with pytest.raises(StateError, match="masks are used once"):
@@ -311,12 +311,14 @@ def test_ring_steps_drop_sets_pruned_elsewhere() -> None:
     tables = linked_tables(rng, 3, 12, 90, shared=6, flip=0.05, blocks=1)
     params = ProtocolParameters(("a", "b", "c"), 90, 0.6, 0.5)
     engines = engines_after_compare(tables, params)
+    from party.protocol.ring import row_keys
+
+    # survivors are stored as (pseudonyms..., c) rows; read them before the ring consumes them
+    survivors = [np.concatenate(list(e._survivors.chunks(10**6)))[:, :3] for e in engines]  # type: ignore[union-attr]
+    kept_by = [set(row_keys(rows).tolist()) for rows in survivors]
     msg = engines[0].ring_start()
     assert len(msg) == engines[0].comparison_stats.survivors  # type: ignore[union-attr]
     msg1 = engines[1].ring_step(msg)
-    from party.protocol.ring import row_keys
-
-    kept_by = [set(row_keys(e._survivors).tolist()) for e in engines]  # type: ignore[arg-type]
     assert set(row_keys(msg1.candidates).tolist()) == kept_by[0] & kept_by[1]
     final = engines[2].ring_step(msg1)
     assert set(row_keys(final.candidates).tolist()) == kept_by[0] & kept_by[1] & kept_by[2]
