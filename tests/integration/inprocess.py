@@ -5,6 +5,7 @@ coordinator's certificate), so a test can read a node's state such as its buffer
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import pathlib
 import uuid
 from collections.abc import AsyncIterator
@@ -24,9 +25,15 @@ from proto.transport import SERVER_OPTIONS, Security, bind
 class InProcessParties:
     """The cluster's party nodes served in this event loop, driven as the coordinator."""
 
-    def __init__(self, cluster: Cluster, hooks: dict[str, Hooks] | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        hooks: dict[str, Hooks] | None = None,
+        budget_mib: int | None = None,
+    ) -> None:
         self.cluster = cluster
         self.hooks = hooks or {}
+        self.budget_mib = budget_mib  # below the config's minimum: tests force spilling
         self.nodes: dict[str, PartyNode] = {}
         self.addresses: dict[str, str] = {}
         self.servers: list[grpc.aio.Server] = []
@@ -37,6 +44,8 @@ class InProcessParties:
             cfg = load_party_config(
                 self.cluster.nodes[name].config, env={"PPRL_COORDINATOR": "127.0.0.1:1"}
             )
+            if self.budget_mib is not None:
+                cfg = dataclasses.replace(cfg, memory_budget_mib=self.budget_mib)
             security = Security.for_node(name, False, cfg.tls.read)
             node = PartyNode(cfg, security, self.hooks.get(name, Hooks({})))
             server = grpc.aio.server(options=SERVER_OPTIONS)
