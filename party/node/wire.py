@@ -19,8 +19,8 @@ An empty object is sent as one chunk with zero rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -261,6 +261,19 @@ def ring_to_chunks(
     return ring_stream_to_chunks(run, source, msg.hop, cand.shape[0], cand.shape[1], [msg])
 
 
+P = TypeVar("P")
+
+
+def _pieces(
+    parts: Iterable[P], rows_of: Callable[[P], Any], step: int
+) -> Iterator[tuple[P, slice, int]]:
+    """(part, slice, rows) for wire chunks of at most ``step`` rows cut from each part in turn."""
+    for part in parts:
+        m = int(np.asarray(rows_of(part)).shape[0])
+        for start in range(0, m, step):
+            yield part, slice(start, min(m, start + step)), min(m, start + step) - start
+
+
 def ring_stream_to_chunks(
     run: common_pb2.RunRef,
     source: int,
@@ -270,26 +283,19 @@ def ring_stream_to_chunks(
     parts: Iterable[RingMessage],
 ) -> Iterator[party_pb2.PassRingRequest]:
     """Chunks of a ring message of ``total`` rows produced piece by piece (``parts``)."""
-    step = _rows_per_chunk(8 * (parties + 2))
-    sent = False
-    for msg in parts:
-        cand = np.asarray(msg.candidates)
-        m = int(cand.shape[0])
-        for start in range(0, m, step):
-            sl = slice(start, start + step)
-            sent = True
-            yield party_pb2.PassRingRequest(
-                run=run,
-                source=source,
-                hop=hop,
-                total_rows=total,
-                parties=parties,
-                rows=len(range(m)[sl]),
-                candidates=_pack(cand[sl], _U64),
-                c_masked=_pack(msg.c_masked[sl], _U64),
-                x_masked=_pack(msg.x_masked[sl], _U64),
-            )
-    if not sent:
+    for msg, sl, rows in _pieces(parts, lambda m: m.candidates, _rows_per_chunk(8 * (parties + 2))):
+        yield party_pb2.PassRingRequest(
+            run=run,
+            source=source,
+            hop=hop,
+            total_rows=total,
+            parties=parties,
+            rows=rows,
+            candidates=_pack(np.asarray(msg.candidates)[sl], _U64),
+            c_masked=_pack(msg.c_masked[sl], _U64),
+            x_masked=_pack(msg.x_masked[sl], _U64),
+        )
+    if total == 0:
         yield party_pb2.PassRingRequest(
             run=run, source=source, hop=hop, total_rows=total, parties=parties
         )
@@ -420,24 +426,20 @@ def results_stream_to_chunks(
 ) -> Iterator[party_pb2.DeliverResultsRequest]:
     """Chunks of ``total`` result rows produced piece by piece: (linkage ids, similarities,
     pseudonyms) per piece."""
-    step = _rows_per_chunk(24)
-    sent = False
-    for linkage_ids, similarities, pseudonyms in parts:
-        k = int(np.asarray(pseudonyms).shape[0])
-        for start in range(0, k, step):
-            sl = slice(start, start + step)
-            sent = True
-            yield party_pb2.DeliverResultsRequest(
-                run=run,
-                source=source,
-                target=target,
-                total_rows=total,
-                rows=len(range(k)[sl]),
-                linkage_ids=_pack(np.asarray(linkage_ids)[sl], _U64),
-                similarities=_pack(np.asarray(similarities)[sl], _F64),
-                pseudonyms=_pack(np.asarray(pseudonyms)[sl], _U64),
-            )
-    if not sent:
+    for (linkage_ids, similarities, pseudonyms), sl, rows in _pieces(
+        parts, lambda part: part[2], _rows_per_chunk(24)
+    ):
+        yield party_pb2.DeliverResultsRequest(
+            run=run,
+            source=source,
+            target=target,
+            total_rows=total,
+            rows=rows,
+            linkage_ids=_pack(np.asarray(linkage_ids)[sl], _U64),
+            similarities=_pack(np.asarray(similarities)[sl], _F64),
+            pseudonyms=_pack(np.asarray(pseudonyms)[sl], _U64),
+        )
+    if total == 0:
         yield party_pb2.DeliverResultsRequest(
             run=run, source=source, target=target, total_rows=total
         )

@@ -683,9 +683,7 @@ class PartyEngine:
         self.ring_step_end()
         return _concat_ring(list(self.ring_out_chunks()), self.parties)
 
-    def ring_finish_feed(self, incoming: RingMessage) -> None:
-        """Initiator, per returning chunk (in order): unmask the sums, compute Dice, keep the sets
-        with Dice >= s_t (spilled beyond the budget)."""
+    def _require_unfinished_ring(self) -> SortedCursor:
         if self.index != 0:
             raise StateError(
                 f"party {self.index} is not the initiator; only party 0 finishes the ring"
@@ -694,6 +692,12 @@ class PartyEngine:
             raise StateError("ring_start must run before ring_finish")
         if self._finished:
             raise StateError("ring_finish already ran for this run")
+        return self._sent_cursor
+
+    def ring_finish_feed(self, incoming: RingMessage) -> None:
+        """Initiator, per returning chunk (in order): unmask the sums, compute Dice, keep the sets
+        with Dice >= s_t (spilled beyond the budget)."""
+        sent_cursor = self._require_unfinished_ring()
         t0 = time.perf_counter()
         p = self.parties
         if self._above is None:
@@ -702,7 +706,7 @@ class PartyEngine:
             self._above = self._store(p + 1, "above", p + 1 if one else None)
         self._check_ring_chunk(incoming, p - 1)
         m = incoming.candidates.shape[0]
-        ia, sent = self._sent_cursor.match(incoming.candidates)
+        ia, sent = sent_cursor.match(incoming.candidates)
         self._advance_ring(incoming)
         if ia.size != m:
             self._finished = True  # the sent sets were consumed: this run cannot be finished
@@ -742,10 +746,7 @@ class PartyEngine:
     def ring_finish_end(self) -> tuple[int, int, int]:
         """Initiator: the returning message is complete; apply one-to-one; return
         (sets summed, sets with Dice >= s_t, matches). Matches are then read by result_chunks."""
-        if self._sent_cursor is None:
-            raise StateError("ring_start must run before ring_finish")
-        if self._finished:
-            raise StateError("ring_finish already ran for this run")
+        self._require_unfinished_ring()
         t0 = time.perf_counter()
         p = self.parties
         if self._above is None:
