@@ -11,9 +11,10 @@ Two kinds of store:
   sorted lexicographically by their first k columns, keeping the first row of each key (rows with
   equal keys carry equal payloads here: the same candidate set found in several blocks). In memory
   this is one lexsort. When rows were spilled, each spilled batch is a sorted run on disk and
-  ``finish`` merges the runs by streaming: it reads a bounded block of every run and emits, sorted,
-  every row whose key is at most the smallest last key among blocks whose run has more rows on
-  disk; rows above that bound stay for the next round. Any key equal to the bound is therefore
+  ``finish`` merges the runs by streaming (at most MAX_FAN_IN at once, in rounds beyond that): it
+  reads a bounded block of every run and emits, sorted, every row whose key is at most the
+  smallest last key among blocks whose run has more rows on disk; rows above that bound stay for
+  the next round. Any key equal to the bound is therefore
   emitted in one batch, so de-duplication within batches is complete.
 - sequential (``key_columns=None``): rows keep their append order (callers append sorted chunks).
 
@@ -42,6 +43,9 @@ from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows
 
 _U64 = np.dtype("<u8")
+#: At most this many sorted runs are merged at once (more are merged in rounds), so the merge's
+#: memory (one block per run) stays bounded even when every append had to spill on its own.
+MAX_FAN_IN = 32
 
 
 class MemoryGauge(Protocol):
@@ -281,6 +285,14 @@ class RowStore:
         return self
 
     def _merge(self, files: list[tuple[pathlib.Path, int]]) -> tuple[pathlib.Path, int]:
+        while len(files) > MAX_FAN_IN:
+            files = [
+                self._merge_runs(files[a : a + MAX_FAN_IN])
+                for a in range(0, len(files), MAX_FAN_IN)
+            ]
+        return self._merge_runs(files)
+
+    def _merge_runs(self, files: list[tuple[pathlib.Path, int]]) -> tuple[pathlib.Path, int]:
         assert self.key_columns is not None
         k = self.key_columns
         runs = [_FileRun(p, n, self.width) for p, n in files]

@@ -40,8 +40,8 @@ def test_sorted_store_equals_a_plain_sort_whatever_it_spills(
     rows[:, 2] = rows[:, 0] * 10 + rows[:, 1]  # payload determined by the key, as for survivors
     folder = SpillFolder(tmp_path)
     store = RowStore(3, gauge=LocalGauge(gauge_bytes), folder=folder, key_columns=2, merge_bytes=64)
-    for a in range(0, 3000, 97):
-        store.append(rows[a : a + 97])
+    for a in range(0, 3000, 11):  # 273 appends: with no memory, more runs than one merge takes
+        store.append(rows[a : a + 11])
     store.finish()
     assert store.spilled == (gauge_bytes < rows.nbytes)
     got = np.concatenate(list(store.chunks(7)))
