@@ -18,6 +18,9 @@ It prints, per size, candidate sets, peak RSS growth of both, their ratio, spill
 seconds; and checks that both configurations found the same matches.
 
 Usage: ``.venv/bin/python scripts/bench_memory.py [--sizes 4000,6000,8600] [--budget-mib 64]``
+(``--schema``, ``--s-t``, ``--s-m``, ``--one-to-one``, ``--overlap``, ``--corruption`` change the
+setting, e.g. the compose demo's: ``--sizes 20000 --schema docker/config/schema.json --s-t 0.85
+--s-m 0.7 --one-to-one --overlap 0.5 --corruption 0.2 --budget-mib 256``)
 """
 
 from __future__ import annotations
@@ -42,28 +45,44 @@ def _rss_bytes() -> int:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-def encodings(parties: int, records: int, seed: int) -> list[Path]:
-    """Generate and encode the parties' data once per size (cached under .bench/memory)."""
+def encodings(
+    parties: int,
+    records: int,
+    seed: int,
+    schema_path: Path | None = None,
+    overlap: float = 0.8,
+    corruption: float = 0.4,
+) -> list[Path]:
+    """Generate and encode the parties' data once per setting (cached under .bench/memory)."""
     from party.encoding.encoder import Encoder
     from party.encoding.store import save_encodings
     from party.synthetic.generator import generate, write_dataset
     from party.synthetic.simulation import coarse_schema_path, load_schema_for
 
-    folder = BENCH / f"p{parties}-n{records}-s{seed}"
+    schema_path = schema_path or coarse_schema_path()
+    tag = f"{schema_path.stem}-o{overlap}-c{corruption}"
+    folder = BENCH / f"p{parties}-n{records}-s{seed}-{tag}"
     paths = [folder / f"party-{j}.enc" for j in range(parties)]
     if all(p.exists() for p in paths):
         return paths
     folder.mkdir(parents=True, exist_ok=True)
-    ds = generate(parties, records, overlap=0.8, corruption=0.4, seed=seed)
+    ds = generate(parties, records, overlap=overlap, corruption=corruption, seed=seed)
     csvs = write_dataset(ds, folder / "data")
-    schema, _, _ = load_schema_for(coarse_schema_path(), parties)  # l divisible by P
+    schema, _, _ = load_schema_for(schema_path, parties)  # l divisible by P
     for csv_path, enc_path in zip(csvs, paths, strict=True):
         records_enc, _ = Encoder(schema, SECRET).encode_csv(csv_path, id_column="rec_id")
         save_encodings(enc_path, records_enc, schema.digest())
     return paths
 
 
-def child(paths: list[str], budget_mib: int, spill_dir: str) -> dict[str, Any]:
+def child(
+    paths: list[str],
+    budget_mib: int,
+    spill_dir: str,
+    s_t: float = 0.8,
+    s_m: float = 0.0,
+    one_to_one: bool = False,
+) -> dict[str, Any]:
     """One run in this process; returns its figures (printed as JSON by main)."""
     from party.encoding.store import load_encodings
     from party.protocol.driver import run_in_process
@@ -75,8 +94,9 @@ def child(paths: list[str], budget_mib: int, spill_dir: str) -> dict[str, Any]:
     params = ProtocolParameters(
         parties=tuple(f"party-{j}" for j in range(len(tables))),
         filter_bits=tables[0].filter_bits,
-        match_threshold=0.8,
-        segment_threshold=0.0,
+        match_threshold=s_t,
+        segment_threshold=s_m,
+        one_to_one=one_to_one,
         memory_budget_bytes=budget_mib * 2**20,
     )
     before = _rss_bytes()
@@ -112,7 +132,7 @@ def child(paths: list[str], budget_mib: int, spill_dir: str) -> dict[str, Any]:
     }
 
 
-def run_child(paths: list[Path], budget_mib: int) -> dict[str, Any]:
+def run_child(paths: list[Path], budget_mib: int, args: argparse.Namespace) -> dict[str, Any]:
     spill = BENCH / "spill"
     spill.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
@@ -120,7 +140,15 @@ def run_child(paths: list[Path], budget_mib: int) -> dict[str, Any]:
             sys.executable,
             __file__,
             "--child",
-            json.dumps({"paths": [str(p) for p in paths], "budget": budget_mib}),
+            json.dumps(
+                {
+                    "paths": [str(p) for p in paths],
+                    "budget": budget_mib,
+                    "s_t": args.s_t,
+                    "s_m": args.s_m,
+                    "one_to_one": args.one_to_one,
+                }
+            ),
             "--spill-dir",
             str(spill),
         ],
@@ -140,12 +168,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--parties", type=int, default=3)
     ap.add_argument("--budget-mib", type=int, default=64)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--schema", type=Path, help="schema JSON (default: the coarse schema)")
+    ap.add_argument("--s-t", type=float, default=0.8, help="match threshold")
+    ap.add_argument("--s-m", type=float, default=0.0, help="segment threshold (0: no filter)")
+    ap.add_argument("--one-to-one", action="store_true")
+    ap.add_argument("--overlap", type=float, default=0.8)
+    ap.add_argument("--corruption", type=float, default=0.4)
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--spill-dir", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
         spec = json.loads(args.child)
-        print(json.dumps(child(spec["paths"], spec["budget"], args.spill_dir)))
+        extra = {k: spec[k] for k in ("s_t", "s_m", "one_to_one") if k in spec}
+        print(json.dumps(child(spec["paths"], spec["budget"], args.spill_dir, **extra)))
         return 0
 
     from rich.console import Console
@@ -154,24 +189,27 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(width=160)
     load = os.getloadavg()
     table = Table(
-        title=f"P = {args.parties}, coarse schema, s_m = 0, spill budget {args.budget_mib} MiB "
+        title=f"P = {args.parties}, {(args.schema or Path('schema_coarse')).stem}, "
+        f"s_t = {args.s_t}, s_m = {args.s_m}{', one-to-one' if args.one_to_one else ''}, "
+        f"spill budget {args.budget_mib} MiB "
         f"(load {load[0]:.1f} {load[1]:.1f} {load[2]:.1f})"
     )
     for col in (
         "records/party",
         "candidate sets",
+        "survivors (party 0)",
         "peak RSS growth, spill",
         "peak RSS growth, reference",
         "reference / spill",
-        "spilled (all parties)",
+        "survivors spilled (all parties)",
         "seconds spill / ref",
         "same matches",
     ):
         table.add_column(col, justify="right")
     for n in [int(x) for x in args.sizes.split(",")]:
-        paths = encodings(args.parties, n, args.seed)
-        spill = run_child(paths, args.budget_mib)
-        ref = run_child(paths, 64 * 1024)
+        paths = encodings(args.parties, n, args.seed, args.schema, args.overlap, args.corruption)
+        spill = run_child(paths, args.budget_mib, args)
+        ref = run_child(paths, 64 * 1024, args)
         same = (spill["matches"], spill["matches_digest"]) == (
             ref["matches"],
             ref["matches_digest"],
@@ -179,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_row(
             f"{n:,}",
             f"{spill['candidate_sets']:,}",
+            f"{spill['survivors']:,}",
             f"{spill['peak_growth'] / 2**20:,.0f} MiB",
             f"{ref['peak_growth'] / 2**20:,.0f} MiB",
             f"{ref['peak_growth'] / max(1, spill['peak_growth']):.1f}",
