@@ -290,8 +290,9 @@ def check_before_join(
     # report of `pprl-party audit` has it).
     opts = options or AuditOptions(cvpl=pol.max_cvpl_lr is not None, suggestions=False)
     ext: dict[str, list[str]] = {}
-    for fname, path in pol.external_dictionaries.items() if run_mode != MPC3 else ():
-        ext[fname] = load_value_list(path)
+    if run_mode != MPC3:  # the value lists serve the insider attack, which mpc3 does not run
+        for fname, path in pol.external_dictionaries.items():
+            ext[fname] = load_value_list(path)
     opts = AuditOptions(
         **{
             **opts.__dict__,

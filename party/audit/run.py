@@ -4,9 +4,10 @@ Inputs: the party's plaintext rows (optional: without them only the plaintext-fr
 EncodedRecords it would reveal (filters after its hardening, blocking digests), the Encoder (the
 attacker's view: q-grams, atom filters, deterministic hardening), the number of parties and the
 protocol mode (party.audit.modes: in mpc3 no segment leaves the party, so only the blocking and
-plaintext measures run and the report says why the others did not). Outputs an AuditReport. Suggestions ("what would pass") come from re-running the insider attack on a small sample
-with more parties or with simulated hardening of the same unhardened filters (the unhardened filters
-are rebuilt from the encoder's per-value atom filters, so no secret is needed here).
+plaintext measures run and the report says why the others did not). Outputs an AuditReport.
+Suggestions ("what would pass") come from re-running the insider attack on a small sample with more
+parties or with simulated hardening of the same unhardened filters (the unhardened filters are
+rebuilt from the encoder's per-value atom filters, so no secret is needed here).
 """
 
 from __future__ import annotations

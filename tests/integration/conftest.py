@@ -155,3 +155,17 @@ def run_and_wait(cluster: Cluster, params_path: pathlib.Path, timeout: float = 9
         return await cluster.wait_run(run_id, timeout + 30)
 
     return asyncio.run(go())
+
+
+def declined_run(cluster: Cluster, name: str, party: str, timeout: float = 60.0) -> tuple[str, str]:
+    """Run `pprl-coordinator run` on fresh parameters ``name``; it must fail because ``party``'s
+    self-audit declined. Returns (the CLI's output with rich's line wrapping undone, run id) and
+    checks that no party kept results."""
+    proc = cluster.run(parameters(cluster, name=name), timeout=timeout)
+    out = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert f"run failed: {party} declined in stage audited (self-audit)" in out, out
+    run_id = out.split("run ", 1)[1].split(" ", 1)[0]
+    for node in cluster.parties:
+        assert not cluster.result_dir(node, run_id).exists(), f"{node} kept results"
+    return out, run_id
