@@ -78,10 +78,11 @@ def revealed_statement(mode: str, parties: int, self_index: int | None) -> list[
     """What this party reveals, and to whom, in ``mode`` (plain sentences for the report)."""
     if mode == MPC3:
         return [
-            "Blocking-key digests (keyed HMAC) of every record, to the co-parties and to the three "
-            "compute parties: they learn which pseudonymous records share blocks (block structure), "
-            "and a party holding the linkage secret can digest candidate values and so learn a "
-            "record's blocking-key values (e.g. a Soundex code).",
+            "Blocking-key digests (keyed HMAC): the set of blocks this party has, to every "
+            "co-party; and, with a pseudonym, the digests of each record in a common block, to the "
+            "three compute parties: they learn which pseudonymous records share blocks (block "
+            "structure), and one holding the linkage secret can digest candidate values and so "
+            "learn a record's blocking-key values (e.g. a Soundex code).",
             "Filters and 1-bit counts of records in common blocks leave this party only as "
             "replicated secret shares to the three compute parties; one compute party's view is "
             "uniformly random. Two colluding compute parties could reconstruct every input.",
@@ -94,7 +95,8 @@ def revealed_statement(mode: str, parties: int, self_index: int | None) -> list[
         ]
     others = [j for j in range(parties) if j != self_index]
     return [
-        "Blocking-key digests (keyed HMAC) of every record in a common block, to every co-party.",
+        "Blocking-key digests (keyed HMAC): the set of blocks this party has, to every co-party; "
+        "and, with a pseudonym, the digests of each record in a common block, to every co-party.",
         f"Segment j of each such record's filter (1/{parties} of its bits) to party j, for "
         f"j in {{{', '.join(map(str, others))}}}; a co-party holding the hashing key can decode "
         "what it receives (the insider attack measures how much).",
