@@ -3,14 +3,16 @@
     .venv/bin/python scripts/gen_kat_mpc.py            # (re)write the file
     .venv/bin/python scripts/gen_kat_mpc.py --check    # exit 1 if the file differs
 
-An independent reference: nothing from the project is imported (only ``cryptography`` for AES).
+An independent reference: nothing from the project is imported (only ``cryptography`` for AES, and the
+random stream of scripts/gen_kat_protocol.py).
 Everything is re-derived here from the layouts documented in party/mpc/*.py docstrings, by plain
 Python integer code. A shared bit vector is three Python ints (x0, x1, x2), compute party (CP) i
 holding (x_i, x_{i+1}); a row of ``n`` uint64 words is the int whose bytes are the words
 little-endian (word r = bits 64 r .. 64 r + 63).
 
 Vector "shares": the three input shares each data party sends (filters and count terms), for a
-fixed random stream ``SHA-256(seed || ctr_be32)``, ctr = 0, 1, ..., seed = "kat-mpc/<party>".
+fixed random stream ``SHA-256(seed || ctr_be32)``, ctr = 0, 1, ..., seed = "kat-mpc/<party>"
+(``Stream`` of scripts/gen_kat_protocol.py).
 Vector "circuit": a whole run of the three CPs with fixed PRF keys on those shares: every round
 payload each CP sends (hex), and the outcome (matched sets by pseudonym, Dice, linkage ids).
 The test tests/unit/mpc/test_kat.py runs party.mpc on the same inputs and requires identical bytes.
@@ -20,7 +22,7 @@ Regenerate only for a deliberate format change.
 from __future__ import annotations
 
 import argparse
-import hashlib
+import importlib.util
 import itertools
 import json
 import math
@@ -31,6 +33,18 @@ from typing import Any
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
+
+def _protocol_generator():  # type: ignore[no-untyped-def]
+    """scripts/gen_kat_protocol.py (its deterministic random stream is shared by both vectors)."""
+    path = pathlib.Path(__file__).resolve().parent / "gen_kat_protocol.py"
+    spec = importlib.util.spec_from_file_location("gen_kat_protocol", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+Stream = _protocol_generator().Stream
 OUT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "kat_mpc.json"
 P = 3
 L_BITS = 20
@@ -47,22 +61,6 @@ RECORD_BITS = [
 
 
 # ------------------------------------------------------------------ randomness and threshold
-class Stream:
-    """SHA-256(seed || ctr_be32) blocks, read sequentially."""
-
-    def __init__(self, seed: str) -> None:
-        self.seed = seed.encode()
-        self.buf = b""
-        self.ctr = 0
-
-    def __call__(self, n: int) -> bytes:
-        while len(self.buf) < n:
-            self.buf += hashlib.sha256(self.seed + self.ctr.to_bytes(4, "big")).digest()
-            self.ctr += 1
-        out, self.buf = self.buf[:n], self.buf[n:]
-        return out
-
-
 def threshold(p: int, l_bits: int, s_t: float) -> tuple[int, int, int]:
     """(N, D, w): simplest N/D in (largest failing, smallest passing reachable P*c/x]."""
     passing, failing = [], [Fraction(0)]

@@ -80,38 +80,47 @@ def run_mpc3_in_process(
 
     t0 = time.perf_counter()
     engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
-    common = common_blocks([e.block_digests() for e in engines])
-    metrics.block_stats = [e.set_common_blocks(common) for e in engines]
-    steps["blocks"] = time.perf_counter() - t0
+    try:
+        common = common_blocks([e.block_digests() for e in engines])
+        metrics.block_stats = [e.set_common_blocks(common) for e in engines]
+        steps["blocks"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    cps = [
-        ComputeParty(i, params, keys, batch_sets=batch_sets) for i, keys in enumerate(run_keys())
-    ]
-    for e in engines:
-        for share in input_shares(e):
-            cps[share.target].receive_input(share)
-    steps["input_shares"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        cps = [
+            ComputeParty(i, params, keys, batch_sets=batch_sets)
+            for i, keys in enumerate(run_keys())
+        ]
+        for e in engines:
+            for share in input_shares(e):
+                cps[share.target].receive_input(share)
+        steps["input_shares"] = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    gens = [
-        cp.run(progress=None if progress is None else _bind(progress, i), cancel=cancel)
-        for i, cp in enumerate(cps)
-    ]
-    outcomes = drive(gens)
-    steps["compute"] = time.perf_counter() - t0
-    classification = outcomes[0].classification
-    for o in outcomes[1:]:
-        c = o.classification
-        if not (
-            np.array_equal(c.candidates, classification.candidates)
-            and np.array_equal(c.similarities, classification.similarities)
-        ):
-            raise MpcError("compute parties reached different classifications")
+        t0 = time.perf_counter()
+        gens = [
+            cp.run(progress=None if progress is None else _bind(progress, i), cancel=cancel)
+            for i, cp in enumerate(cps)
+        ]
+        outcomes = drive(gens)
+        del cps, gens
+        steps["compute"] = time.perf_counter() - t0
+        classification = outcomes[0].classification
+        for o in outcomes[1:]:
+            c = o.classification
+            if not (
+                np.array_equal(c.candidates, classification.candidates)
+                and np.array_equal(c.similarities, classification.similarities)
+            ):
+                raise MpcError("compute parties reached different classifications")
 
-    t0 = time.perf_counter()
-    matches = [e.resolve_results(engines[0].results_for(classification, e.index)) for e in engines]
-    steps["results"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        matches = [
+            e.resolve_results(engines[0].results_for(classification, e.index)) for e in engines
+        ]
+        steps["results"] = time.perf_counter() - t0
+        pseudonyms = [e.record_pseudonyms for e in engines]
+    finally:
+        for e in engines:
+            e.close()
     metrics.sets_summed = classification.sets_summed
     metrics.above_threshold = classification.above_threshold
     metrics.matches = classification.matches
@@ -119,7 +128,7 @@ def run_mpc3_in_process(
         matches=matches,
         metrics=metrics,
         classification=classification,
-        pseudonyms=[e.record_pseudonyms for e in engines],
+        pseudonyms=pseudonyms,
         mpc_stats=[o.stats for o in outcomes],
     )
 

@@ -34,6 +34,7 @@ from party.mpc.errors import MpcError
 from party.mpc.threshold import ThresholdTest, threshold_test
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
+from party.protocol.segments import check_addressing
 
 _U64 = np.dtype("<u8")
 
@@ -153,18 +154,16 @@ def validate_input_share(
     """
     if not isinstance(share, InputShare):
         raise MpcError("expected an InputShare")
-    for name in ("source", "target", "filter_bits"):
-        v = getattr(share, name)
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise MpcError(f"input share field {name} must be an integer")
-    src = int(share.source)
-    if not 0 <= src < parties:
-        raise MpcError(f"input share source {src} is not a data party index (0..{parties - 1})")
-    if int(share.target) != target:
-        raise MpcError(
-            f"input share from party {src} is addressed to compute party {share.target}, "
-            f"not {target}"
-        )
+    src = check_addressing(
+        share,
+        ("source", "target", "filter_bits"),
+        parties=parties,
+        target=target,
+        error=MpcError,
+        noun="input share",
+        source_kind="data party",
+        target_kind="compute party",
+    )
     if int(share.filter_bits) != filter_bits:
         raise MpcError(
             f"input share from party {src} has {share.filter_bits}-bit filters, "

@@ -17,12 +17,13 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
 from party.protocol.blocks import has_duplicates, lookup_sorted
-from party.protocol.errors import ShareError
+from party.protocol.errors import ProtocolError, ShareError
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,35 @@ def new_pseudonyms(n: int, random_bytes: Callable[[int], bytes] = os.urandom) ->
     raise ShareError("could not draw distinct pseudonyms (is the random source broken?)")
 
 
+def check_addressing(
+    share: Any,
+    fields: tuple[str, ...],
+    *,
+    parties: int,
+    target: int,
+    error: type[ProtocolError],
+    noun: str = "share",
+    source_kind: str = "party",
+    target_kind: str = "party",
+) -> int:
+    """Check a share's integer header ``fields`` (with ``source`` and ``target``); return the source.
+
+    Raises ``error`` unless every field is an integer, the source is a party index and the share
+    is addressed to ``target``.
+    """
+    for name in fields:
+        v = getattr(share, name)
+        if isinstance(v, bool) or not isinstance(v, int | np.integer):
+            raise error(f"{noun} field {name} must be an integer")
+    src = int(share.source)
+    if not 0 <= src < parties:
+        raise error(f"{noun} source {src} is not a {source_kind} index (0..{parties - 1})")
+    to = int(share.target)
+    if to != target:
+        raise error(f"{noun} from party {src} is addressed to {target_kind} {to}, not {target}")
+    return src
+
+
 def validate_share(
     share: SegmentShare,
     *,
@@ -78,17 +108,13 @@ def validate_share(
     """
     if not isinstance(share, SegmentShare):
         raise ShareError("expected a SegmentShare")
-    for name in ("source", "target", "segment_bits"):
-        v = getattr(share, name)
-        if isinstance(v, bool) or not isinstance(v, int | np.integer):
-            raise ShareError(f"share field {name} must be an integer")
-    src = int(share.source)
-    if not 0 <= src < parties:
-        raise ShareError(f"share source {src} is not a party index (0..{parties - 1})")
-    if int(share.target) != target:
-        raise ShareError(
-            f"share from party {src} is addressed to party {share.target}, not {target}"
-        )
+    src = check_addressing(
+        share,
+        ("source", "target", "segment_bits"),
+        parties=parties,
+        target=target,
+        error=ShareError,
+    )
     if src == target:
         raise ShareError(f"party {target} cannot receive a share from itself")
     if int(share.segment_bits) != segment_bits:
