@@ -38,7 +38,6 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
 log = logging.getLogger(__name__)
 
@@ -315,6 +314,8 @@ def add_health_and_reflection(
     server: grpc.aio.Server, service_full_names: Iterable[str]
 ) -> health.aio.HealthServicer:
     """Serve grpc.health.v1.Health and reflection; return the health servicer (initially NOT_SERVING)."""
+    from grpc_reflection.v1alpha import reflection  # servers only: probes and clients skip it
+
     servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
     names = list(service_full_names)

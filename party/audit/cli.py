@@ -29,9 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.table import Table
-
 from party.audit.modes import DEFAULT_MODE, MODES
 from party.errors import PprlError
 
@@ -119,6 +116,9 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def run_uniqueness_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from party.audit.uniqueness import read_csv_columns, uniqueness
 
     columns = [c.strip() for c in args.columns.split(",") if c.strip()]
@@ -205,6 +205,9 @@ def load_run_parameters(path: str | Path) -> RunParameters:
 
 
 def run_audit_command(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
     from party.audit.gate import aligned_rows, check_before_join
     from party.audit.policy import AuditPolicy
     from party.audit.run import AuditOptions
