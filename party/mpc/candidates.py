@@ -17,6 +17,7 @@ import numpy as np
 
 from party.mpc._numba_gates import expand_blocks
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
+from party.protocol.errors import MemoryBudgetError
 
 
 def _expand(
@@ -35,8 +36,12 @@ def candidate_sets(
     pseudonyms: Sequence[np.ndarray],
     digests: Sequence[np.ndarray],
     max_block_size: int | None,
+    max_sets: int | None = None,
 ) -> np.ndarray:
     """(T, P) row positions of every distinct candidate set (see the module docstring).
+
+    Raises MemoryBudgetError, before expanding anything, when more than ``max_sets`` sets
+    (duplicates across blocks included) would be enumerated.
 
     ``pseudonyms[j]`` is party j's sorted (n_j,) uint64 pseudonyms, ``digests[j]`` its (n_j, B)
     common block digests. Positions are int32 when every n_j < 2^31. With B = 1 a set lies in one
@@ -59,17 +64,28 @@ def candidate_sets(
         if max_block_size is None
         else sizes.max(axis=0) > max_block_size
     )
-    parts: list[np.ndarray] = []
     plain = np.flatnonzero(live & ~capped)
+    subs = [
+        sub
+        for blk in np.flatnonzero(live & capped).tolist()
+        for sub in sub_blocks([indices[j].members(blk) for j in range(p)], max_block_size)
+        if all(m.size for m in sub)
+    ]
+    count = int(np.prod(sizes[:, plain].astype(np.float64), axis=0).sum())
+    count += sum(int(np.prod([m.size for m in sub], dtype=np.float64)) for sub in subs)
+    if max_sets is not None and count > max_sets:
+        raise MemoryBudgetError(
+            f"{count} candidate sets (with duplicates across blocking passes) exceed the "
+            f"{max_sets} the memory budget allows; set max_block_size, use finer blocking, or "
+            "raise the budget"
+        )
+    parts: list[np.ndarray] = []
     if plain.size:
         parts.append(_expand(rows, starts[:, plain], sizes[:, plain], dtype))
-    for blk in np.flatnonzero(live & capped).tolist():
-        members = [indices[j].members(blk) for j in range(p)]
-        for sub in sub_blocks(members, max_block_size):
-            sub_sizes = np.array([[m.size] for m in sub], dtype=np.int64)
-            if np.all(sub_sizes > 0):
-                zero = np.zeros((p, 1), dtype=np.int64)
-                parts.append(_expand(sub, zero, sub_sizes, dtype))
+    zero = np.zeros((p, 1), dtype=np.int64)
+    for sub in subs:
+        sub_sizes = np.array([[m.size] for m in sub], dtype=np.int64)
+        parts.append(_expand(sub, zero, sub_sizes, dtype))
     sets = np.concatenate(parts) if parts else np.zeros((0, p), dtype=dtype)
     if digests[0].shape[1] > 1 and sets.shape[0] > 1:
         sets = _unique_rows(sets, [int(x.size) for x in pseudonyms])
@@ -84,11 +100,17 @@ def _unique_rows(sets: np.ndarray, counts: list[int]) -> np.ndarray:
         for j, b in enumerate(bits):
             key <<= np.uint64(b)
             key |= sets[:, j].astype(np.uint64)
-        order = np.argsort(key, kind="stable")
-        key = key[order]
+        dtype, p = sets.dtype, sets.shape[1]
+        del sets
+        key.sort()
         keep = np.ones(key.size, dtype=bool)
         keep[1:] = key[1:] != key[:-1]
-        return sets[order[keep]]
+        key = key[keep]
+        out = np.empty((key.size, p), dtype=dtype)
+        for j in range(p - 1, -1, -1):
+            out[:, j] = key & np.uint64((1 << bits[j]) - 1)
+            key >>= np.uint64(bits[j])
+        return out
     order = np.lexsort(sets.T[::-1])
     s = sets[order]
     keep = np.ones(s.shape[0], dtype=bool)

@@ -166,10 +166,13 @@ class ComputeParty:
         self._ran = True
         t0 = time.perf_counter()
         inputs = [self._inputs[j] for j in range(self.parties)]
+        # enumerated rows (P int32 or int64 positions) and the 8-byte sort key of the de-duplication
+        per_set = self.parties * 8 + 8
         sets = candidate_sets(
             [s.pseudonyms for s in inputs],
             [s.block_digests for s in inputs],
             self.params.max_block_size,
+            max_sets=self.budget // per_set,
         )
         total = int(sets.shape[0])
         words = words_for(self.params.filter_bits)

@@ -140,13 +140,20 @@ def test_cancel_stops_the_run():
         next(cps[0].run(cancel=ev))
 
 
-def test_budget_refuses_clearly():
+@pytest.mark.parametrize(
+    ("budget", "message"),
+    [
+        (100, "candidate sets .* exceed the 3 the memory budget allows"),  # before enumerating
+        (8192, "a batch need about 1 MiB, more than memory_budget_bytes=8192"),
+    ],
+)
+def test_budget_refuses_clearly(budget, message):
     params, engines = _setup()
-    cps = [ComputeParty(i, params, k, memory_budget_bytes=4096) for i, k in enumerate(run_keys())]
+    cps = [ComputeParty(i, params, k, memory_budget_bytes=budget) for i, k in enumerate(run_keys())]
     for e in engines:
         for s in input_shares(e):
             cps[s.target].receive_input(s)
-    with pytest.raises(MemoryBudgetError, match="memory_budget_bytes=4096"):
+    with pytest.raises(MemoryBudgetError, match=message):
         next(cps[0].run())
 
 
