@@ -33,6 +33,9 @@ from party.errors import PprlError  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     SimulationConfig,
     SimulationResult,
+    add_data_arguments,
+    count_parties,
+    data_config,
     run_in_process_simulation,
 )
 
@@ -55,15 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--s-m", type=float, default=None, help="segment threshold s_m (default s_t-0.1)"
     )
-    ap.add_argument("--one-to-one", action="store_true", help="greedy one-to-one resolution")
     ap.add_argument("--max-block-size", type=int, default=None, help="cap with sub-blocking")
     ap.add_argument(
         "--schema", type=Path, default=None, help="linkage schema JSON (default: shipped)"
     )
-    ap.add_argument(
-        "--data", type=Path, default=None, help="external dataset folder (party-<i>.csv, truth.csv)"
-    )
-    ap.add_argument("--id-column", default="rec_id", help="record id column of external data")
+    add_data_arguments(ap)
     ap.add_argument("--out", type=Path, default=None, help="results folder (default results/sim-*)")
     ap.add_argument(
         "--oracle",
@@ -195,12 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     # Wide tables: do not squeeze them into 80 columns when output is not a terminal.
     console = Console() if sys.stdout.isatty() else Console(width=160)
     if args.parties is None:
-        args.parties = 3
-        if args.data is not None:
-            found = 0
-            while (args.data / f"party-{found}.csv").exists():
-                found += 1
-            args.parties = max(found, 2)
+        try:
+            args.parties = count_parties(args)
+        except PprlError as exc:
+            console.print(f"simulate: error: {exc}", style="red", markup=False, highlight=False)
+            return 2
     out = args.out or Path("results") / time.strftime(
         f"sim-{'inproc' if args.in_process else 'net'}-p{args.parties}-%Y%m%d-%H%M%S"
     )
@@ -212,14 +210,12 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         match_threshold=args.s_t,
         segment_threshold=args.s_m,
-        one_to_one=args.one_to_one,
         max_block_size=args.max_block_size,
         schema_path=args.schema,
-        data_dir=args.data,
-        id_column=args.id_column,
         out_dir=out,
         oracle=args.oracle,
         memory_budget_mib=args.memory_budget_mib,
+        **data_config(args),
     )
     columns = (
         SpinnerColumn(),

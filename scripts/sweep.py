@@ -38,7 +38,10 @@ from party.synthetic.metrics import LinkageQuality, evaluate_sets  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     EncodedData,
     SimulationConfig,
+    add_data_arguments,
     coarse_schema_path,
+    count_parties,
+    data_config,
     prepare_encoded,
     protocol_parameters,
     run_in_process_simulation,
@@ -93,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--sweeps", nargs="+", default=["quality", "filter", "scale"])
     ap.add_argument("--quick", action="store_true", help="small grid for a smoke run")
+    add_data_arguments(ap)  # --data folder: quality and filter sweeps on that dataset
     return ap
 
 
@@ -286,7 +290,16 @@ def main(argv: list[str] | None = None) -> int:
         schema_path=args.schema,
         oracle="none",
         memory_budget_mib=args.memory_budget_mib,
+        **data_config(args),
     )
+    if args.data is not None:  # one external dataset: its P, no generated grid
+        try:
+            args.parties = [count_parties(args)]
+        except PprlError as exc:
+            console.print(f"sweep: error: {exc}", style="red", markup=False, highlight=False)
+            return 2
+        args.corruption = [0.0]
+        args.sweeps = [s for s in args.sweeps if s != "scale"]
     filter_schema = args.filter_schema or coarse_schema_path()
     for p in args.parties:
         if "quality" in args.sweeps:
@@ -350,7 +363,12 @@ def main(argv: list[str] | None = None) -> int:
                     description=f"{sweep}: P={data_cfg.parties} n={data_cfg.records} c={data_cfg.corruption}",
                 )
                 enc = prepare_encoded(data_cfg)
-                oracle = OracleCurve(enc, data_cfg) if sweep == "quality" else None
+                # The oracle curve thresholds all candidate sets (no one-to-one resolution).
+                oracle = (
+                    OracleCurve(enc, data_cfg)
+                    if sweep == "quality" and not data_cfg.one_to_one
+                    else None
+                )
                 for cfg in points:
                     rows.append(point(sweep, cfg, enc, oracle))
                     prog.advance(task)

@@ -19,6 +19,7 @@ protect real data with.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import hashlib
 import json
@@ -42,7 +43,7 @@ from party.encoding.schema import LinkageSchema, parse_schema
 from party.errors import PprlError
 from party.protocol.params import DEFAULT_SEGMENT_MARGIN, ProtocolParameters
 from party.synthetic.blocking_recall import blocking_recall
-from party.synthetic.external import load_folder
+from party.synthetic.external import load_folder, party_files_in
 from party.synthetic.generator import generate, write_dataset
 from party.synthetic.metrics import LinkageQuality, evaluate, evaluate_sets
 from party.synthetic.truth import GroundTruth
@@ -122,6 +123,64 @@ class SimulationResult:
 
     def matches_paths(self) -> list[Path]:
         return [matches_path(self.out_dir, p) for p in range(self.config.parties)]
+
+
+def add_data_arguments(ap: argparse.ArgumentParser) -> None:
+    """The options that choose a simulation's data (shared by scripts/simulate.py and sweep.py)."""
+    ap.add_argument(
+        "--data",
+        type=Path,
+        default=None,
+        help="external dataset folder (party-<i>.csv and truth.csv, or any CSV names)",
+    )
+    ap.add_argument(
+        "--party-files",
+        nargs="+",
+        default=None,
+        help="party CSV names in --data, in party order (default: party-<i>.csv, else every "
+        "CSV but the truth file, by name)",
+    )
+    ap.add_argument("--truth", default="truth.csv", help="truth file in --data (or a path)")
+    ap.add_argument(
+        "--truth-columns",
+        nargs=3,
+        default=["entity_id", "party", "rec_id"],
+        metavar=("ENTITY", "PARTY", "RECORD"),
+        help="the truth file's entity, party and record-id columns",
+    )
+    ap.add_argument("--id-column", default="rec_id", help="record id column of the party files")
+    ap.add_argument(
+        "--households",
+        type=float,
+        default=0.0,
+        help="generated data: share of people living in households (shared surname, address)",
+    )
+    ap.add_argument(
+        "--one-to-one",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="greedy one-to-one resolution (default on)",
+    )
+
+
+def data_config(args: argparse.Namespace) -> dict[str, Any]:
+    """SimulationConfig keywords from the options of add_data_arguments."""
+    return {
+        "data_dir": args.data,
+        "party_files": tuple(args.party_files) if args.party_files else None,
+        "truth_file": args.truth,
+        "truth_columns": tuple(args.truth_columns),
+        "id_column": args.id_column,
+        "households": args.households,
+        "one_to_one": args.one_to_one,
+    }
+
+
+def count_parties(args: argparse.Namespace, default: int = 3) -> int:
+    """P of an external dataset (its party files), else ``default``."""
+    if args.data is None:
+        return default
+    return len(party_files_in(args.data, args.party_files, args.truth))
 
 
 def party_name(index: int) -> str:
