@@ -94,7 +94,9 @@ class _ActiveRun:
         self.directory = directory
         self.timeout = timeout
         self.stage: common_pb2.Stage = S.STAGE_CREATED
-        self.party_stage: dict[str, common_pb2.Stage] = {p: S.STAGE_AUDITED for p in params.parties}
+        # Every node of the run: the parties and, in mpc3 with P = 2, the helper compute node.
+        self.nodes: tuple[str, ...] = linkage.participants(params)
+        self.party_stage: dict[str, common_pb2.Stage] = {p: S.STAGE_AUDITED for p in self.nodes}
         self.failed: str | None = None
         self.task: asyncio.Task[Any] | None = None
         self.answered: set[str] = set()  # parties that answered the proposal
@@ -305,7 +307,13 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             if linkage.parameters_digest(mapping) != digest:
                 raise InvalidArgument("parameters are not in canonical form")
             registry = self.store.parties()
-            missing = [p for p in params.parties if p not in registry]
+            nodes = linkage.participants(params)
+            if self.config.name in nodes:
+                raise InvalidArgument(
+                    f"the coordinator's identity {self.config.name!r} cannot be a party or a "
+                    "compute party of a run"
+                )
+            missing = [p for p in nodes if p not in registry]
             if missing:
                 raise FailedPrecondition(
                     f"parties not registered with the coordinator: {', '.join(missing)}"
@@ -316,7 +324,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 )
             timeout = request.timeout_seconds or self.config.timeouts.run
             run_id = uuid.uuid4().hex
-            directory = {p: registry[p].address for p in params.parties}
+            directory = {p: registry[p].address for p in nodes}
             run = _ActiveRun(run_id, digest, params, directory, timeout)
             self.store.create_run(run_id, digest, params, timeout)
             self.active[run_id] = run
@@ -326,18 +334,18 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 reason = str(exc)
                 self.set_stage(run, S.STAGE_FAILED, reason)
                 self.active.pop(run_id, None)
-                await self.abort_parties(list(params.parties), run_id, reason)
+                await self.abort_parties(list(nodes), run_id, reason)
                 raise type(exc)(f"run {run_id} failed: {reason}") from None
             except asyncio.CancelledError:
                 # The operator gave up (deadline or cancel) before the parties agreed: the run must
                 # not stay CREATED without a reason, nor stay PROPOSED at the parties.
-                waiting = [p for p in params.parties if p not in run.answered]
+                waiting = [p for p in nodes if p not in run.answered]
                 reason = "the StartRun call was cancelled by its caller in stage created" + (
                     f" while waiting for {', '.join(waiting)}" if waiting else ""
                 )
                 self.set_stage(run, S.STAGE_FAILED, reason)
                 self.active.pop(run_id, None)
-                self._in_background(self.abort_parties(list(params.parties), run_id, reason))
+                self._in_background(self.abort_parties(list(nodes), run_id, reason))
                 raise
             self.set_stage(run, S.STAGE_AGREED)
             run.task = asyncio.create_task(self._drive(run))
@@ -381,13 +389,11 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     f"{name} could not be reached in stage created: {code.name}: {exc.details()}"
                 ) from None
 
-        results = await asyncio.gather(
-            *(one(p) for p in run.params.parties), return_exceptions=True
-        )
+        results = await asyncio.gather(*(one(p) for p in run.nodes), return_exceptions=True)
         for r in results:
             if isinstance(r, BaseException):
                 raise r
-        answers = dict(zip(run.params.parties, results, strict=True))
+        answers = dict(zip(run.nodes, results, strict=True))
         for name, resp in answers.items():
             assert isinstance(resp, party_pb2.ProposeResponse)
             if resp.parameters_digest != run.digest:
@@ -395,7 +401,8 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
         groups: dict[bytes, list[str]] = collections.defaultdict(list)
         for name, resp in answers.items():
             assert isinstance(resp, party_pb2.ProposeResponse)
-            groups[resp.key_confirmation].append(name)
+            if name in run.params.parties:  # a helper compute node holds no linkage secret
+                groups[resp.key_confirmation].append(name)
         if len(groups) > 1:
             ranked = sorted(groups.values(), key=len, reverse=True)
             if len(ranked[0]) > len(ranked[1]):
@@ -447,7 +454,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             return
         run.failed = reason
         self.set_stage(run, S.STAGE_FAILED, reason)
-        task = self._in_background(self.abort_parties(list(run.params.parties), run.run_id, reason))
+        task = self._in_background(self.abort_parties(list(run.nodes), run.run_id, reason))
         await asyncio.wait({task}, timeout=ABORT_GRACE)
 
     def _in_background(self, coro: Any) -> asyncio.Task[Any]:
@@ -474,7 +481,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                     f"{name} declined in stage audited (self-audit): " + "; ".join(resp.reasons)
                 )
 
-        await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
+        await _first_failure([one(p) for p in run.nodes], self._failure_hook(run))
 
     def _failure_hook(self, run: _ActiveRun) -> Callable[[BaseException], Awaitable[None]]:
         async def hook(exc: BaseException) -> None:
@@ -563,7 +570,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
                 if reading is not None:
                     reading.cancel()
 
-        await _first_failure([one(p) for p in run.params.parties], self._failure_hook(run))
+        await _first_failure([one(p) for p in run.nodes], self._failure_hook(run))
 
 
 def attribute_to_stream(msg: party_pb2.ExecuteResponse, name: str, stage: int) -> None:

@@ -18,7 +18,7 @@ import sqlite3
 import time
 from dataclasses import dataclass
 
-from proto import common_pb2, coordinator_pb2
+from proto import common_pb2, coordinator_pb2, linkage
 
 S = common_pb2.Stage
 TERMINAL = (S.STAGE_DONE, S.STAGE_FAILED)
@@ -70,7 +70,7 @@ class Store:
                 run_id, S.STAGE_FAILED, f"the coordinator restarted while the run was {name}"
             )
             params = common_pb2.LinkageParameters.FromString(blob)
-            out.append((run_id, list(params.parties)))
+            out.append((run_id, list(linkage.participants(params))))
         return out
 
     # -- parties -------------------------------------------------------------------------------
@@ -136,6 +136,7 @@ class Store:
             return None
         digest, blob, stage, reason, created, updated = row
         params = common_pb2.LinkageParameters.FromString(blob)
+        nodes = linkage.participants(params)  # the parties, then any helper compute node
         prog = {
             r[0]: common_pb2.Progress(party=r[0], stage=r[1], done=r[2], total=r[3])
             for r in self.db.execute(
@@ -152,8 +153,8 @@ class Store:
             run_id=run_id,
             stage=stage,
             reason=reason,
-            parties=[prog.get(p, common_pb2.Progress(party=p)) for p in params.parties],
-            summaries=[sums[p] for p in params.parties if p in sums],
+            parties=[prog.get(p, common_pb2.Progress(party=p)) for p in nodes],
+            summaries=[sums[p] for p in nodes if p in sums],
             parameters_digest=digest,
             created_at=created,
             updated_at=updated,

@@ -10,6 +10,9 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     coordinator = "127.0.0.1:50060"   # host:port of the coordinator
     coordinator_name = "coordinator"  # optional: certificate identity of the coordinator
     port_file = "run/party-a.port"    # optional: the bound port is written here once serving
+    role = "party"                    # optional: "party" (default) or "compute": a helper compute
+                                      #   node of mpc3 runs with P = 2; it holds no data, so it
+                                      #   needs no [data] table (and never the linkage secret)
 
     [data]
     csv = "data/party-a.csv"          # the party's records (CSV with header)
@@ -58,7 +61,7 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
 
 Environment overrides (applied after the file; paths relative to the working directory):
 PPRL_NODE_NAME, PPRL_LISTEN, PPRL_ADVERTISE, PPRL_COORDINATOR, PPRL_COORDINATOR_NAME,
-PPRL_PORT_FILE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
+PPRL_PORT_FILE, PPRL_NODE_ROLE, PPRL_DATA_CSV, PPRL_ID_COLUMN, PPRL_SECRET_FILE, PPRL_SCHEMA, PPRL_RESULTS_DIR,
 PPRL_TLS_CA, PPRL_TLS_CERT, PPRL_TLS_KEY, PPRL_RPC_TIMEOUT, PPRL_STAGE_TIMEOUT,
 PPRL_HEARTBEAT_INTERVAL, PPRL_REGISTER_INTERVAL, PPRL_MEMORY_BUDGET_MIB, PPRL_TRUST_PEERS (comma-separated names),
 PPRL_WORKERS, PPRL_CLUSTER_SCHEDULER, PPRL_CLUSTER_TLS_CA, PPRL_CLUSTER_TLS_CERT,
@@ -89,6 +92,7 @@ from party.errors import PprlError
 from proto.transport import check_address
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
+ROLES = ("party", "compute")
 
 # env var -> (section, key, kind); kind is "str", "path", "float" or "int"
 ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
@@ -98,6 +102,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
     "PPRL_COORDINATOR": ("node", "coordinator", "str"),
     "PPRL_COORDINATOR_NAME": ("node", "coordinator_name", "str"),
     "PPRL_PORT_FILE": ("node", "port_file", "path"),
+    "PPRL_NODE_ROLE": ("node", "role", "str"),
     "PPRL_DATA_CSV": ("data", "csv", "path"),
     "PPRL_ID_COLUMN": ("data", "id_column", "str"),
     "PPRL_SECRET_FILE": ("data", "secret_file", "path"),
@@ -122,7 +127,7 @@ ENV_OVERRIDES: dict[str, tuple[str, str, str]] = {
 }
 
 _KNOWN: dict[str, set[str]] = {
-    "node": {"name", "listen", "advertise", "coordinator", "coordinator_name", "port_file"},
+    "node": {"name", "listen", "advertise", "coordinator", "coordinator_name", "port_file", "role"},
     "data": {"csv", "id_column", "secret_file", "schema", "results"},
     "tls": {"ca", "cert", "key"},
     "timeouts": {"rpc", "stage", "heartbeat", "register"},
@@ -216,7 +221,16 @@ class PartyConfig:
     trusted_peers: frozenset[str] = frozenset()
     workers: int = 0  # 0: every core this node may use
     cluster: ClusterConfig | None = None  # None: worker processes/threads on this machine
+    role: str = "party"
     source: str = "<config>"
+
+    @property
+    def is_compute_only(self) -> bool:
+        """A helper compute node (mpc3, P = 2): no data, no secret, no results.
+
+        Its data_csv, secret_file and results_dir are the empty path and never read.
+        """
+        return self.role == "compute"
 
     def read_secret(self) -> bytes:
         """The linkage secret (see the module docstring). Never log the result."""
@@ -377,15 +391,20 @@ def load_party_config(
     coordinator_name = get("node", "coordinator_name") or "coordinator"
     if not isinstance(coordinator_name, str) or not NAME_RE.match(coordinator_name):
         problems.append("node.coordinator_name: lower-case letters, digits and '-'")
+    role = get("node", "role") or "party"
+    if role not in ROLES:
+        problems.append(f"node.role: expected one of {list(ROLES)}, got {role!r}")
+        role = "party"
+    data_required = role == "party"
     id_column = get("data", "id_column")
     if id_column is not None and (not isinstance(id_column, str) or not id_column):
         problems.append("data.id_column: expected a column name")
         id_column = None
 
-    data_csv = pathof("data", "csv", True)
-    secret_file = pathof("data", "secret_file", True)
+    data_csv = pathof("data", "csv", data_required)
+    secret_file = pathof("data", "secret_file", data_required)
     schema = pathof("data", "schema", False)
-    results = pathof("data", "results", True)
+    results = pathof("data", "results", data_required)
     port_file = pathof("node", "port_file", False)
     tls = TlsConfig(
         pathof("tls", "ca", False), pathof("tls", "cert", False), pathof("tls", "key", False)
@@ -460,6 +479,8 @@ def load_party_config(
                     problems.append(f"cluster.{key}: file {p} does not exist")
     if problems:
         raise ConfigError(str(path), problems)
+    if not data_required:  # a compute-only helper: never reads data, secret or results
+        data_csv, secret_file, results = pathlib.Path(), pathlib.Path(), pathlib.Path()
     assert data_csv is not None and secret_file is not None and results is not None
     return PartyConfig(
         name=name,
@@ -481,6 +502,7 @@ def load_party_config(
         trusted_peers=trusted_peers,
         workers=workers,
         cluster=cluster,
+        role=role,
         source=str(path),
     )
 

@@ -29,7 +29,7 @@ STAGE_DONE: Stage
 STAGE_FAILED: Stage
 
 class LinkageParameters(_message.Message):
-    __slots__ = ("version", "parties", "schema_json", "match_threshold", "segment_threshold", "one_to_one", "max_block_size")
+    __slots__ = ("version", "parties", "schema_json", "match_threshold", "segment_threshold", "one_to_one", "max_block_size", "mode", "compute_parties")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PARTIES_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -37,6 +37,8 @@ class LinkageParameters(_message.Message):
     SEGMENT_THRESHOLD_FIELD_NUMBER: _ClassVar[int]
     ONE_TO_ONE_FIELD_NUMBER: _ClassVar[int]
     MAX_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    COMPUTE_PARTIES_FIELD_NUMBER: _ClassVar[int]
     version: int
     parties: _containers.RepeatedScalarFieldContainer[str]
     schema_json: str
@@ -44,7 +46,9 @@ class LinkageParameters(_message.Message):
     segment_threshold: float
     one_to_one: bool
     max_block_size: int
-    def __init__(self, version: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., match_threshold: _Optional[float] = ..., segment_threshold: _Optional[float] = ..., one_to_one: _Optional[bool] = ..., max_block_size: _Optional[int] = ...) -> None: ...
+    mode: str
+    compute_parties: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., match_threshold: _Optional[float] = ..., segment_threshold: _Optional[float] = ..., one_to_one: _Optional[bool] = ..., max_block_size: _Optional[int] = ..., mode: _Optional[str] = ..., compute_parties: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RunRef(_message.Message):
     __slots__ = ("run_id", "parameters_digest")
@@ -75,7 +79,7 @@ class Progress(_message.Message):
     def __init__(self, party: _Optional[str] = ..., stage: _Optional[_Union[Stage, str]] = ..., done: _Optional[int] = ..., total: _Optional[int] = ...) -> None: ...
 
 class PartySummary(_message.Message):
-    __slots__ = ("party", "matches", "bytes_sent", "peak_rss_bytes", "stage_seconds", "result_path", "candidate_sets", "join_order", "evaluated_per_stage", "kept_per_stage", "survivors", "reduction_ratio")
+    __slots__ = ("party", "matches", "bytes_sent", "peak_rss_bytes", "stage_seconds", "result_path", "candidate_sets", "join_order", "evaluated_per_stage", "kept_per_stage", "survivors", "reduction_ratio", "mpc_batches", "mpc_rounds", "mpc_and_gates", "mpc_round_bytes")
     class StageSecondsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -95,6 +99,10 @@ class PartySummary(_message.Message):
     KEPT_PER_STAGE_FIELD_NUMBER: _ClassVar[int]
     SURVIVORS_FIELD_NUMBER: _ClassVar[int]
     REDUCTION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    MPC_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    MPC_ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    MPC_AND_GATES_FIELD_NUMBER: _ClassVar[int]
+    MPC_ROUND_BYTES_FIELD_NUMBER: _ClassVar[int]
     party: str
     matches: int
     bytes_sent: int
@@ -107,4 +115,8 @@ class PartySummary(_message.Message):
     kept_per_stage: _containers.RepeatedScalarFieldContainer[int]
     survivors: int
     reduction_ratio: float
-    def __init__(self, party: _Optional[str] = ..., matches: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., result_path: _Optional[str] = ..., candidate_sets: _Optional[int] = ..., join_order: _Optional[_Iterable[int]] = ..., evaluated_per_stage: _Optional[_Iterable[int]] = ..., kept_per_stage: _Optional[_Iterable[int]] = ..., survivors: _Optional[int] = ..., reduction_ratio: _Optional[float] = ...) -> None: ...
+    mpc_batches: int
+    mpc_rounds: int
+    mpc_and_gates: int
+    mpc_round_bytes: int
+    def __init__(self, party: _Optional[str] = ..., matches: _Optional[int] = ..., bytes_sent: _Optional[int] = ..., peak_rss_bytes: _Optional[int] = ..., stage_seconds: _Optional[_Mapping[str, float]] = ..., result_path: _Optional[str] = ..., candidate_sets: _Optional[int] = ..., join_order: _Optional[_Iterable[int]] = ..., evaluated_per_stage: _Optional[_Iterable[int]] = ..., kept_per_stage: _Optional[_Iterable[int]] = ..., survivors: _Optional[int] = ..., reduction_ratio: _Optional[float] = ..., mpc_batches: _Optional[int] = ..., mpc_rounds: _Optional[int] = ..., mpc_and_gates: _Optional[int] = ..., mpc_round_bytes: _Optional[int] = ...) -> None: ...

@@ -8,11 +8,17 @@ Parameters file (``examples/parameters.json``), a JSON object::
      "match_threshold": 0.8,                             # s_t
      "segment_threshold": 0.7,                           # s_m (0 disables pruning)
      "one_to_one": true,                                 # optional, default true
-     "max_block_size": null}                             # optional, null/0 = no cap
+     "max_block_size": null,                             # optional, null/0 = no cap
+     "mode": "segments",                                 # optional: "segments" (default) | "mpc3"
+     "compute_parties": ["party-a", "party-b", "helper"]}  # optional, mpc3 only: CP 0, 1, 2
 
 Canonical digest: SHA-256 (lower-case hex) of the canonical JSON of the object above with
 "schema" as the parsed schema object, keys sorted, separators "," and ":", ensure_ascii off, UTF-8,
-floats written by Python's repr, max_block_size 0 written as null. The same digest is computed by
+floats written by Python's repr, max_block_size 0 written as null. In mode "mpc3" the object holds
+"mode": "mpc3" and "compute_parties" as the three *resolved* names (default: the first three
+parties), so naming the default explicitly does not change the digest; in mode "segments" both keys
+are left out, so a segments digest is the same as before modes existed (and the known-answer
+vectors of tests/data/kat_protocol.json stay valid). The same digest is computed by
 the coordinator (which treats the schema as opaque JSON) and by every party (which also validates the
 schema with party.encoding). This module is plain Python (no grpc) so both sides can use it.
 """
@@ -38,7 +44,11 @@ _KNOWN_KEYS = {
     "segment_threshold",
     "one_to_one",
     "max_block_size",
+    "mode",
+    "compute_parties",
 }
+MODES = ("segments", "mpc3")
+COMPUTE_PARTIES = 3
 
 
 NODE_NAME_RE = re.compile(r"[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?")
@@ -146,6 +156,17 @@ def parameters_from_mapping(
     if isinstance(cap, bool) or not isinstance(cap, int) or cap < 0 or cap >= 2**32:
         problems.append("max_block_size must be null or a positive integer")
         cap = 0
+    mode = obj.get("mode", "segments")
+    if mode not in MODES:
+        problems.append(f"mode must be one of {list(MODES)}, got {mode!r}")
+        mode = "segments"
+    compute = obj.get("compute_parties", [])
+    if compute is None:
+        compute = []
+    if not isinstance(compute, list) or not all(isinstance(p, str) and p for p in compute):
+        problems.append("compute_parties must be a list of non-empty names")
+        compute = []
+    problems.extend(compute_party_problems(mode, list(parties), compute))
     if problems:
         raise ParametersFormatError(source, problems)
     return common_pb2.LinkageParameters(
@@ -156,7 +177,46 @@ def parameters_from_mapping(
         segment_threshold=thresholds["segment_threshold"],
         one_to_one=one_to_one,
         max_block_size=cap,
+        mode="" if mode == "segments" else mode,
+        compute_parties=list(compute),
     )
+
+
+def compute_party_problems(mode: str, parties: list[str], compute: list[str]) -> list[str]:
+    """Problems with the (mode, compute_parties) pair of a parameters object, each naming the key."""
+    if mode != "mpc3":
+        return ["compute_parties must be empty unless mode is mpc3"] if compute else []
+    if not compute:
+        if parties and len(parties) < COMPUTE_PARTIES:
+            return [
+                f"compute_parties must name {COMPUTE_PARTIES} compute parties when there are only "
+                f"{len(parties)} parties (mode mpc3; the third may be a helper node)"
+            ]
+        return []
+    if len(compute) != COMPUTE_PARTIES or len(set(compute)) != COMPUTE_PARTIES:
+        return [f"compute_parties must name exactly {COMPUTE_PARTIES} distinct nodes"]
+    return []
+
+
+def mode_of(params: common_pb2.LinkageParameters) -> str:
+    """The run's protocol mode ("segments" for an empty field)."""
+    return params.mode or "segments"
+
+
+def compute_party_names(params: common_pb2.LinkageParameters) -> tuple[str, ...]:
+    """mpc3: the three compute parties (CP 0, 1, 2), defaulting to the first three parties; () in
+    mode segments."""
+    if mode_of(params) != "mpc3":
+        return ()
+    if params.compute_parties:
+        return tuple(params.compute_parties)
+    return tuple(params.parties[:COMPUTE_PARTIES])
+
+
+def participants(params: common_pb2.LinkageParameters) -> tuple[str, ...]:
+    """Every node of the run: the parties in ring order, then helper compute nodes (not parties)."""
+    helpers = [c for c in compute_party_names(params) if c not in params.parties]
+    return (*params.parties, *helpers)
 
 
 def load_parameters(path: str | pathlib.Path) -> common_pb2.LinkageParameters:
@@ -200,7 +260,7 @@ def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any
         problems.append("parties must be node names (a-z, 0-9 and '-', at most 63)")
     if problems:
         raise ParametersFormatError(source, problems)
-    return {
+    out: dict[str, Any] = {
         "version": params.version,
         "parties": list(params.parties),
         "schema": schema,
@@ -209,6 +269,11 @@ def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any
         "one_to_one": params.one_to_one,
         "max_block_size": params.max_block_size or None,
     }
+    mode = mode_of(params)
+    if mode != "segments" or params.compute_parties:
+        out["mode"] = mode
+        out["compute_parties"] = list(compute_party_names(params) or params.compute_parties)
+    return out
 
 
 def parameters_digest(params: common_pb2.LinkageParameters) -> str:

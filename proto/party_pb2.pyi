@@ -178,3 +178,79 @@ class DeliverResultsResponse(_message.Message):
     RECEIVED_FIELD_NUMBER: _ClassVar[int]
     received: int
     def __init__(self, received: _Optional[int] = ...) -> None: ...
+
+class PushInputShareRequest(_message.Message):
+    __slots__ = ("run", "source", "target", "filter_bits", "total_rows", "block_columns", "rows", "pseudonyms", "block_digests", "filters_first", "filters_second", "counts_first", "counts_second")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    FILTER_BITS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_ROWS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_FIRST_FIELD_NUMBER: _ClassVar[int]
+    FILTERS_SECOND_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_FIRST_FIELD_NUMBER: _ClassVar[int]
+    COUNTS_SECOND_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    target: int
+    filter_bits: int
+    total_rows: int
+    block_columns: int
+    rows: int
+    pseudonyms: bytes
+    block_digests: bytes
+    filters_first: bytes
+    filters_second: bytes
+    counts_first: bytes
+    counts_second: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., filter_bits: _Optional[int] = ..., total_rows: _Optional[int] = ..., block_columns: _Optional[int] = ..., rows: _Optional[int] = ..., pseudonyms: _Optional[bytes] = ..., block_digests: _Optional[bytes] = ..., filters_first: _Optional[bytes] = ..., filters_second: _Optional[bytes] = ..., counts_first: _Optional[bytes] = ..., counts_second: _Optional[bytes] = ...) -> None: ...
+
+class PushInputShareResponse(_message.Message):
+    __slots__ = ("received",)
+    RECEIVED_FIELD_NUMBER: _ClassVar[int]
+    received: int
+    def __init__(self, received: _Optional[int] = ...) -> None: ...
+
+class PushComputeKeyRequest(_message.Message):
+    __slots__ = ("run", "source", "key")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    key: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., key: _Optional[bytes] = ...) -> None: ...
+
+class PushComputeKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ExchangeRoundsRequest(_message.Message):
+    __slots__ = ("run", "source", "sequence", "batch", "number", "total_bytes", "offset", "payload")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    BATCH_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    run: _common_pb2.RunRef
+    source: int
+    sequence: int
+    batch: int
+    number: int
+    total_bytes: int
+    offset: int
+    payload: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., sequence: _Optional[int] = ..., batch: _Optional[int] = ..., number: _Optional[int] = ..., total_bytes: _Optional[int] = ..., offset: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+
+class ExchangeRoundsResponse(_message.Message):
+    __slots__ = ("rounds",)
+    ROUNDS_FIELD_NUMBER: _ClassVar[int]
+    rounds: int
+    def __init__(self, rounds: _Optional[int] = ...) -> None: ...

@@ -74,6 +74,21 @@ class PartyStub:
                 request_serializer=proto_dot_party__pb2.DeliverResultsRequest.SerializeToString,
                 response_deserializer=proto_dot_party__pb2.DeliverResultsResponse.FromString,
                 _registered_method=True)
+        self.PushInputShare = channel.stream_unary(
+                '/pprl.v1.Party/PushInputShare',
+                request_serializer=proto_dot_party__pb2.PushInputShareRequest.SerializeToString,
+                response_deserializer=proto_dot_party__pb2.PushInputShareResponse.FromString,
+                _registered_method=True)
+        self.PushComputeKey = channel.unary_unary(
+                '/pprl.v1.Party/PushComputeKey',
+                request_serializer=proto_dot_party__pb2.PushComputeKeyRequest.SerializeToString,
+                response_deserializer=proto_dot_party__pb2.PushComputeKeyResponse.FromString,
+                _registered_method=True)
+        self.ExchangeRounds = channel.stream_unary(
+                '/pprl.v1.Party/ExchangeRounds',
+                request_serializer=proto_dot_party__pb2.ExchangeRoundsRequest.SerializeToString,
+                response_deserializer=proto_dot_party__pb2.ExchangeRoundsResponse.FromString,
+                _registered_method=True)
 
 
 class PartyServicer:
@@ -154,6 +169,43 @@ class PartyServicer:
     def DeliverResults(self, request_iterator, context):
         """Ring initiator -> party: the party's own matched pseudonyms with linkage ids and similarity.
         Errors: as PushBlocks; PERMISSION_DENIED unless the caller is the ring initiator.
+        In mode mpc3 the caller must be compute party 0 and `source` is 0 (its compute-party index).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushInputShare(self, request_iterator, context):
+        """mpc3, data party -> compute party `target`: the sender's replicated boolean shares (shares
+        target and target+1 mod 3) of the filters and 1-bit counts of its records in common blocks,
+        with their per-run pseudonyms and block digests, streamed in chunks of whole rows.
+        Errors: as PushBlocks; PERMISSION_DENIED unless the run is mpc3, the caller is a data party
+        of the run pushing its own share (`source`) and the receiver is compute party `target`;
+        INVALID_ARGUMENT when a chunk or the assembled share fails validation (wrong filter width,
+        unsorted pseudonyms, digests outside the common blocks, ...).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PushComputeKey(self, request, context):
+        """mpc3, compute party i -> compute party (i+2) mod 3: the sender's fresh per-run PRF key k_i.
+        Errors: NOT_FOUND, FAILED_PRECONDITION (digest, phase), PERMISSION_DENIED (caller is not
+        compute party (receiver+1) mod 3), INVALID_ARGUMENT (key length), ALREADY_EXISTS, ABORTED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExchangeRounds(self, request_iterator, context):
+        """mpc3, compute party i -> compute party (i+2) mod 3: every round payload of the run's circuit,
+        in order, on one stream per run (chunks of at most 1 MiB; a round may span several chunks).
+        The receiver buffers at most a few rounds ahead of its own circuit (flow control holds the
+        sender otherwise). Errors: NOT_FOUND, FAILED_PRECONDITION, PERMISSION_DENIED (not compute
+        party (receiver+1) mod 3), INVALID_ARGUMENT (malformed chunk, a round payload whose length
+        differs from the receiver's own payload of the same round), OUT_OF_RANGE (a round out of
+        order: sequence not the next one, or batch/number not the round the receiver's circuit is
+        at), ALREADY_EXISTS (a second stream for the run), ABORTED (run aborted or failed meanwhile).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -201,6 +253,21 @@ def add_PartyServicer_to_server(servicer, server):
                     servicer.DeliverResults,
                     request_deserializer=proto_dot_party__pb2.DeliverResultsRequest.FromString,
                     response_serializer=proto_dot_party__pb2.DeliverResultsResponse.SerializeToString,
+            ),
+            'PushInputShare': grpc.stream_unary_rpc_method_handler(
+                    servicer.PushInputShare,
+                    request_deserializer=proto_dot_party__pb2.PushInputShareRequest.FromString,
+                    response_serializer=proto_dot_party__pb2.PushInputShareResponse.SerializeToString,
+            ),
+            'PushComputeKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.PushComputeKey,
+                    request_deserializer=proto_dot_party__pb2.PushComputeKeyRequest.FromString,
+                    response_serializer=proto_dot_party__pb2.PushComputeKeyResponse.SerializeToString,
+            ),
+            'ExchangeRounds': grpc.stream_unary_rpc_method_handler(
+                    servicer.ExchangeRounds,
+                    request_deserializer=proto_dot_party__pb2.ExchangeRoundsRequest.FromString,
+                    response_serializer=proto_dot_party__pb2.ExchangeRoundsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -419,6 +486,87 @@ class Party:
             '/pprl.v1.Party/DeliverResults',
             proto_dot_party__pb2.DeliverResultsRequest.SerializeToString,
             proto_dot_party__pb2.DeliverResultsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushInputShare(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/pprl.v1.Party/PushInputShare',
+            proto_dot_party__pb2.PushInputShareRequest.SerializeToString,
+            proto_dot_party__pb2.PushInputShareResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushComputeKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/pprl.v1.Party/PushComputeKey',
+            proto_dot_party__pb2.PushComputeKeyRequest.SerializeToString,
+            proto_dot_party__pb2.PushComputeKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExchangeRounds(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/pprl.v1.Party/ExchangeRounds',
+            proto_dot_party__pb2.ExchangeRoundsRequest.SerializeToString,
+            proto_dot_party__pb2.ExchangeRoundsResponse.FromString,
             options,
             channel_credentials,
             insecure,

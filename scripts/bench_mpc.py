@@ -15,6 +15,18 @@ thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures t
    the comparison steps, the ratio mpc3 / segments, candidate sets per second, and F1 against the
    truth, with the check that mpc3's matches equal the oracle's (s_m = 0 run) exactly.
 
+``--networked`` instead (the transport half): the same generated data set linked by real node
+processes on loopback with mutual TLS (party/synthetic/network_sim.py), once in mode segments (the
+reference: its default s_m, or ``--segments-s-m``) and once in mode mpc3. Prints the time ratio
+mpc3 / segments (whole networked run, and the protocol stages after prepare), F1 of both next to
+the plaintext oracle's, whether mpc3's matches equal the oracle's, and per compute party: candidate
+sets, batches, rounds, AND gates, round bytes per candidate set, candidate sets per second of the
+circuit stage and peak RSS, all as the nodes report them. ``--mpc3-only`` skips the segments run:
+
+    .venv/bin/python scripts/bench_mpc.py --networked --records 100000
+    .venv/bin/python scripts/bench_mpc.py --networked --mpc3-only --records 1000000 --no-reference \\
+        --schema party/synthetic/data/schema_large.json --memory-budget-mib 3072 --timeout 3000
+
 No asserts on time: benchmarks are noisy on a shared machine; the script prints ``uptime``.
 """
 
@@ -42,7 +54,11 @@ from party.mpc.keys import ZeroShares  # noqa: E402
 from party.protocol.driver import run_in_process  # noqa: E402
 from party.protocol.params import ProtocolParameters  # noqa: E402
 from party.synthetic.metrics import evaluate  # noqa: E402
-from party.synthetic.simulation import SimulationConfig, prepare_encoded  # noqa: E402
+from party.synthetic.simulation import (  # noqa: E402
+    SimulationConfig,
+    SimulationResult,
+    prepare_encoded,
+)
 
 console = Console(width=150)
 
@@ -193,6 +209,104 @@ def _sets(run) -> set[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped
     }
 
 
+# -- networked: mpc3 vs segments over real nodes (the transport half) ----------------------------
+
+PROTOCOL_STAGES = ("exchanging", "comparing", "summing")
+
+
+def _stage_max(result: SimulationResult, stage: str) -> float:
+    return float(result.steps.get(f"nodes.{stage} (max over parties)", 0.0))
+
+
+def _load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (1 min) {five:.1f} (5 min) on {os.cpu_count()} cores"
+
+
+def _summary_line(name: str, r: SimulationResult) -> str:
+    q, o = r.quality, r.oracle_quality
+    oracle = "n/a" if o is None else f"{o.f1:.4f}"
+    protocol = sum(_stage_max(r, s) for s in PROTOCOL_STAGES)
+    return (
+        f"{name:9s} networked run {r.steps.get('networked run', 0.0):8.2f} s | prepare "
+        f"{_stage_max(r, 'audited'):7.2f} s | protocol stages {protocol:8.2f} s "
+        f"(exchanging {_stage_max(r, 'exchanging'):.2f}, comparing {_stage_max(r, 'comparing'):.2f}"
+        f", summing {_stage_max(r, 'summing'):.2f}) | F1 {q.f1:.4f} (oracle {oracle}) | "
+        f"matched sets {q.matched_sets}"
+    )
+
+
+def _compute_party_lines(r: SimulationResult) -> list[str]:
+    """Per compute party: the figures its node reported (PartySummary mpc fields)."""
+    lines = []
+    comparing = _stage_max(r, "comparing")
+    for info in r.mpc_summaries:
+        sets = info["candidate_sets"]
+        per_set = info["round_bytes"] / sets if sets else 0.0
+        rate = sets / comparing if comparing else 0.0
+        lines.append(
+            f"  {info['party']}: {sets} candidate sets, {info['batches']} batches, "
+            f"{info['rounds']} rounds, {info['and_gates']} AND gates, {per_set:.0f} round bytes "
+            f"sent per candidate set, {rate:,.0f} candidate sets/s in the circuit stage, peak RSS "
+            f"{info['peak_rss_bytes'] / 2**20:.0f} MiB"
+        )
+    return lines
+
+
+def networked(args: argparse.Namespace) -> None:
+    """mpc3 vs segments over real processes on one data set (see the module docstring)."""
+    from dataclasses import replace
+
+    from party.synthetic.network_sim import run_networked_simulation
+
+    out = args.out or Path("results") / time.strftime("bench-mpc-net-%Y%m%d-%H%M%S")
+    base = SimulationConfig(
+        parties=args.parties,
+        records=args.records,
+        seed=args.seed,
+        schema_path=args.schema,
+        memory_budget_mib=args.memory_budget_mib,
+        oracle=args.oracle,
+        segment_threshold=args.segments_s_m,
+    )
+    print(f"networked mpc3 benchmark: P = {args.parties}, {args.records} records per party")
+    print(f"before: {_load()}")
+    results: dict[str, SimulationResult] = {}
+    modes = ["mpc3"] if args.mpc3_only else ["segments", "mpc3"]
+    for mode in modes:
+        cfg = replace(base, mode=mode, out_dir=out / mode)
+        t0 = time.perf_counter()
+        results[mode] = run_networked_simulation(
+            cfg, None, timeout=args.timeout, reference=not args.no_reference
+        )
+        print(f"{mode}: whole command {time.perf_counter() - t0:.1f} s; after: {_load()}")
+    print()
+    for mode, r in results.items():
+        print(_summary_line(mode, r))
+    m = results["mpc3"]
+    print("mpc3 compute parties (as their nodes report):")
+    for line in _compute_party_lines(m):
+        print(line)
+    if m.oracle_quality is not None:
+        same = m.totals.get("identical_to_in_process")
+        print(
+            f"mpc3 matches equal the in-process mpc3 run: {same}; F1 equal to the oracle's: "
+            f"{m.quality.f1 == m.oracle_quality.f1} "
+            f"(matched sets {m.quality.matched_sets} vs {m.oracle_quality.matched_sets})"
+        )
+    if "segments" in results:
+        s = results["segments"]
+        whole = m.steps["networked run"] / s.steps["networked run"]
+        proto_m = sum(_stage_max(m, st) for st in PROTOCOL_STAGES)
+        proto_s = sum(_stage_max(s, st) for st in PROTOCOL_STAGES)
+        print(
+            f"ratio mpc3 / segments: networked run {whole:.2f}x, protocol stages "
+            f"{proto_m / proto_s if proto_s else float('inf'):.2f}x (goal <= 3); "
+            f"segments s_m = {s.config.s_m}"
+        )
+    print(f"reports: {out}/<mode>/report.md")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layer-words", type=int, default=1 << 22)
@@ -200,7 +314,25 @@ def main() -> None:
     ap.add_argument("--parties", type=int, default=3, help="P of part 3")
     ap.add_argument("--bytes-parties", default="3,5,7", help="P values of part 2")
     ap.add_argument("--skip", default="", help="comma list of parts to skip: gates,bytes,segments")
+    net = ap.add_argument_group(
+        "networked (--networked): mpc3 vs segments over real node processes"
+    )
+    net.add_argument("--networked", action="store_true", help="run the networked benchmark only")
+    net.add_argument("--mpc3-only", action="store_true", help="skip the segments reference run")
+    net.add_argument("--seed", type=int, default=1)
+    net.add_argument("--schema", type=Path, default=None, help="linkage schema (default: shipped)")
+    net.add_argument("--memory-budget-mib", type=int, default=1024, help="per node")
+    net.add_argument(
+        "--segments-s-m", type=float, default=None, help="s_m of the segments run (default s_t-0.1)"
+    )
+    net.add_argument("--oracle", choices=["auto", "full", "sm0", "none"], default="auto")
+    net.add_argument("--no-reference", action="store_true", help="skip local reference and oracle")
+    net.add_argument("--timeout", type=float, default=1800.0)
+    net.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
+    if args.networked:
+        networked(args)
+        return
     skip = set(filter(None, args.skip.split(",")))
     console.print(
         f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"

@@ -58,6 +58,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--s-m", type=float, default=None, help="segment threshold s_m (default s_t-0.1)"
     )
+    ap.add_argument(
+        "--mode",
+        choices=["segments", "mpc3"],
+        default="segments",
+        help="protocol mode: segment exchange + ring summation, or three-party computation "
+        "(mpc3: s_m is 0; with --parties 2 a helper compute node joins the run)",
+    )
     ap.add_argument("--max-block-size", type=int, default=None, help="cap with sub-blocking")
     ap.add_argument(
         "--schema", type=Path, default=None, help="linkage schema JSON (default: shipped)"
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"simulate: error: {exc}", style="red", markup=False, highlight=False)
             return 2
     out = args.out or Path("results") / time.strftime(
-        f"sim-{'inproc' if args.in_process else 'net'}-p{args.parties}-%Y%m%d-%H%M%S"
+        f"sim-{'inproc' if args.in_process else 'net'}-{args.mode}-p{args.parties}-%Y%m%d-%H%M%S"
     )
     cfg = SimulationConfig(
         parties=args.parties,
@@ -216,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         oracle=args.oracle,
         memory_budget_mib=args.memory_budget_mib,
         **data_config(args),
+        mode=args.mode,
     )
     columns = (
         SpinnerColumn(),

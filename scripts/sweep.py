@@ -49,6 +49,7 @@ from party.synthetic.simulation import (  # noqa: E402
 
 FIELDS = [
     "sweep",
+    "mode",
     "parties",
     "records",
     "corruption",
@@ -97,6 +98,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweeps", nargs="+", default=["quality", "filter", "scale"])
     ap.add_argument("--quick", action="store_true", help="small grid for a smoke run")
     add_data_arguments(ap)  # --data folder: quality and filter sweeps on that dataset
+    ap.add_argument(
+        "--mode",
+        choices=["segments", "mpc3"],
+        default="segments",
+        help="protocol mode of every point (mpc3 has no s_m: the filter sweep is skipped)",
+    )
     return ap
 
 
@@ -130,6 +137,7 @@ def point(
         row: dict[str, Any] = dict.fromkeys(FIELDS, "")
         row.update(
             sweep=sweep,
+            mode=cfg.mode,
             parties=cfg.parties,
             records=cfg.records,
             corruption=cfg.corruption,
@@ -139,8 +147,10 @@ def point(
         )
         return row
     oq = oracle.quality(cfg.match_threshold) if oracle is not None else None
+    rr_f = [p["rr_f"] for p in r.parties]
     return {
         "sweep": sweep,
+        "mode": cfg.mode,
         "parties": cfg.parties,
         "records": cfg.records,
         "corruption": cfg.corruption,
@@ -152,9 +162,13 @@ def point(
         "oracle_f1": "" if oq is None else round(oq.f1, 6),
         "matched_sets": r.quality.matched_sets,
         "true_sets": r.quality.true_sets,
-        "candidate_sets": max(p["candidate_sets"] for p in r.parties),
+        # mode mpc3 has no per-party comparison ("n/a"): its candidate sets are the sets summed
+        "candidate_sets": max(
+            (p["candidate_sets"] for p in r.parties if isinstance(p["candidate_sets"], int)),
+            default=r.totals["sets_summed"],
+        ),
         "sets_summed": r.totals["sets_summed"],
-        "rr_f_mean": round(float(np.mean([p["rr_f"] for p in r.parties])), 6),
+        "rr_f_mean": "" if cfg.mode == "mpc3" else round(float(np.mean(rr_f)), 6),
         "encode_seconds": round(enc.encode_seconds, 3),
         "protocol_seconds": round(r.steps["protocol"], 3),
         "compare_seconds": round(r.steps.get("protocol.compare", 0.0), 3),
@@ -291,6 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         oracle="none",
         memory_budget_mib=args.memory_budget_mib,
         **data_config(args),
+        mode=args.mode,
     )
     if args.data is not None:  # one external dataset: its P, no generated grid
         try:
@@ -300,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args.corruption = [0.0]
         args.sweeps = [s for s in args.sweeps if s != "scale"]
+    if args.mode == "mpc3" and "filter" in args.sweeps:
+        console.print("mode mpc3 has no segment filter s_m: skipping the filter sweep")
+        args.sweeps = [s for s in args.sweeps if s != "filter"]
     filter_schema = args.filter_schema or coarse_schema_path()
     for p in args.parties:
         if "quality" in args.sweeps:

@@ -70,6 +70,12 @@ class LocalDataError(NodeError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class OutOfOrder(NodeError):
+    """mpc3: a round that is not the next one of the sender's sequence or of the circuit."""
+
+    code = grpc.StatusCode.OUT_OF_RANGE
+
+
 class RunFailed(PprlError):
     """The run failed at this node; the message names the party and the stage."""
 

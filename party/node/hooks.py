@@ -5,7 +5,8 @@ exist only so integration tests can hit a stage deterministically):
 
 - ``PPRL_TEST_PAUSE_AT=<point>`` with ``PPRL_TEST_PAUSE_FILE=<path>``: when the node reaches
   ``<point>`` ("exchange": after sending its block digests, before sending segments; "ring":
-  before passing the ring on; "compare": before the local comparison) it creates ``<path>`` and
+  before passing the ring on; "compare": before the local comparison; "circuit": mode mpc3, at a
+  compute party holding its keys and inputs, before its first round) it creates ``<path>`` and
   waits there until the run is aborted. One-shot: later runs of the same process do not pause.
 - ``PPRL_TEST_CAPTURE_FILE=<path>``: every serialized message the node sends (requests to peers
   and the coordinator, responses it returns) is appended to ``<path>``, so a test can check that no

@@ -7,7 +7,8 @@ and its peers. CPU work (encoding, audit, comparison) runs off the event loop (a
 Run life cycle at a party: PROPOSED (parameters accepted, key confirmation returned) -> PREPARED
 (data encoded, audit gate passed; or DECLINED) -> EXECUTING (exchange, compare, ring, results) ->
 DONE or FAILED. Peer data (blocks, shares, ring, results) is accepted in PREPARED and EXECUTING;
-anything else gets FAILED_PRECONDITION.
+anything else gets FAILED_PRECONDITION. Mode mpc3 runs its own flow (party/node/mpc3.py); this
+module only dispatches to it and hosts its thin RPC handlers.
 """
 
 from __future__ import annotations
@@ -29,11 +30,12 @@ from typing import Any, TypeVar
 
 import grpc
 import numpy as np
+from google.protobuf.message import Message
 
 from party.config import PartyConfig
 from party.encoding.schema import LinkageSchema, load_schema, parse_schema
 from party.errors import PprlError
-from party.node import wire
+from party.node import mpc3, wire
 from party.node.budget import BufferBudget
 from party.node.errors import (
     AlreadyExists,
@@ -118,6 +120,9 @@ class Run:
     outbox: asyncio.Queue[party_pb2.ExecuteResponse] | None = None
     comparison: ComparisonStats | None = None  # counts of the local comparison, once it ran
     ring_counts: tuple[int, int, int] = (0, 0, 0)  # initiator: sets summed, above s_t, matches
+    nodes: tuple[str, ...] = ()  # parties, then helper compute nodes (mode mpc3, P = 2)
+    timeout: float = 3600.0  # the coordinator's run timeout (seconds)
+    mpc: mpc3.Mpc3State | None = None  # mode mpc3 only
 
     def event(self, name: str) -> asyncio.Event:
         ev = self.events.get(name)
@@ -166,6 +171,8 @@ def protocol_parameters(
             one_to_one=message.one_to_one,
             max_block_size=message.max_block_size or None,
             memory_budget_bytes=memory_budget_bytes,
+            mode=linkage.mode_of(message),
+            compute_parties=tuple(message.compute_parties),
         )
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
@@ -221,7 +228,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             if not wire_run_id_ok(run_id):
                 raise Malformed("run_id must be 32 lower-case hex characters")
             raise UnknownRun(f"unknown run {run_id}")
-        if who != self.config.coordinator_name and who not in run.parties:
+        if who != self.config.coordinator_name and who not in run.nodes:
             raise Forbidden(f"caller {who!r} is not a party of run {run_id}")
         return run
 
@@ -251,6 +258,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             run.engine.close()  # stores, spill folder, shares
         run.engine = None
         run.blocks_in.clear()
+        mpc3.end(run.mpc, None)
         freed = self.budget.close_run(run.run_id)
         if freed:
             log.debug("run %s ended: released %d buffered bytes", run.run_id, freed)
@@ -282,8 +290,16 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             schema, params = protocol_parameters(
                 request.parameters, self.config.memory_budget_mib * 2**20
             )
-            if self.config.name not in params.parties:
+            nodes = linkage.participants(request.parameters)
+            helper = self.config.name not in params.parties
+            if self.config.name not in nodes:
                 raise InvalidParameters(f"parameters: party {self.config.name} is not in parties")
+            if helper != self.config.is_compute_only:
+                raise InvalidParameters(
+                    f"parameters: {self.config.name} is a "
+                    f"{'compute-only helper' if self.config.is_compute_only else 'data party'} "
+                    f"but the parameters name it as a {'compute party only' if helper else 'party'}"
+                )
             check_recipients(
                 params.parties,
                 own_name=self.config.name,
@@ -297,10 +313,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     f"in {self.config.name}'s configuration (data.schema)"
                 )
             directory = {p.name: p.address for p in request.directory}
-            missing = [p for p in params.parties if p not in directory]
+            missing = [p for p in nodes if p not in directory]
             if missing:
                 raise InvalidParameters(f"directory lacks addresses of parties {missing}")
-            for name in params.parties:
+            for name in nodes:
                 problem = address_problem(directory[name])
                 if problem is not None:
                     raise InvalidParameters(f"directory: address of {name}: {problem}")
@@ -310,15 +326,22 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 message=request.parameters,
                 params=params,
                 schema=schema,
-                index=params.parties.index(self.config.name),
+                index=-1 if helper else params.parties.index(self.config.name),
                 directory=directory,
+                nodes=nodes,
+                timeout=request.run_timeout_seconds or Run.timeout,
             )
-            confirmation = key_confirmation(self.secret(), run.run_id, digest)
+            if params.mode == "mpc3":
+                run.mpc = mpc3.new_state(self, run.run_id, params.compute_party_names)
+                if not helper:
+                    mpc3.check_compute_recipients(self, run)
+            # A helper holds no linkage secret; the coordinator compares the parties' only.
+            confirmation = b"" if helper else key_confirmation(self.secret(), run.run_id, digest)
             self._remember(run)
             asyncio.get_running_loop().call_later(
                 self.config.timeouts.stage, self._expire_proposal, run
             )
-            self.known_identities.update(params.parties)
+            self.known_identities.update(nodes)
             log.info(
                 "run %s proposed: accepted as party %d of %d",
                 run.run_id,
@@ -375,6 +398,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         from party.encoding.parallel import resolve_workers
         from party.protocol.engine import PartyEngine
 
+        if run.index < 0:  # a compute-only helper: no data to encode, nothing to audit
+            return True, []
         t0 = time.perf_counter()
         encoder = Encoder(run.schema, self.secret())
         records, _report = await self._on_local_files(
@@ -500,7 +525,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             run = self.get_run(request.run_id, self.config.coordinator_name)
             reason = " ".join(request.reason.split())[:MAX_REASON_CHARS]  # one bounded log line
             self.abort_run(run, reason or "aborted by the coordinator")
-            remove_run(self.config.results_dir, run.run_id)
+            if not self.config.is_compute_only:
+                remove_run(self.config.results_dir, run.run_id)
             return self._respond(party_pb2.AbortResponse())
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
@@ -517,6 +543,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         run.reason = run.reason or reason
         run.cancel.set()
         run.event("abort").set()
+        mpc3.end(run.mpc, run.reason)
         if run.phase in (Phase.PROPOSED, Phase.PREPARED):
             run.phase = Phase.FAILED
             self._end_run(run)  # free the encodings now; no Execute will run
@@ -524,11 +551,20 @@ class PartyNode(party_pb2_grpc.PartyServicer):
     # -- peer calls ----------------------------------------------------------------------------
 
     async def _peer_run(
-        self, first: Any, context: grpc.aio.ServicerContext, what: str
+        self,
+        first: Any,
+        context: grpc.aio.ServicerContext,
+        what: str,
+        senders: Callable[[Run], tuple[str, ...]] | None = None,
     ) -> tuple[Run, str]:
+        """Check a peer call's caller, run, digest, ``source`` and phase.
+
+        ``source`` indexes ``senders(run)`` (default: the run's parties in ring order).
+        """
         who = self.identity(context)
         run = self.check_ref(first.run, who)
-        if first.source >= len(run.parties) or run.parties[first.source] != who:
+        names = run.parties if senders is None else senders(run)
+        if first.source >= len(names) or names[first.source] != who:
             raise Forbidden(f"{who} may only deliver its own {what} (source index mismatch)")
         if run.phase not in (Phase.PREPARED, Phase.EXECUTING):
             raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what}")
@@ -668,9 +704,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
     ) -> party_pb2.DeliverResultsResponse:  # noqa: N802
         try:
             first = await self._first(request_iterator, "results")
-            run, who = await self._peer_run(first, context, "results")
+            run, who = await self._peer_run(first, context, "results", _results_senders)
             if first.source != 0:
-                raise Forbidden(f"{who} is not the ring initiator: only it delivers results")
+                raise Forbidden(
+                    f"{who} is not the ring initiator (mode mpc3: compute party 0): only it "
+                    "delivers results"
+                )
             if first.target != run.index:
                 raise Malformed(
                     f"results for party index {first.target} sent to {self.config.name}"
@@ -701,8 +740,11 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if run.phase is not Phase.EXECUTING:
             # no party can have compared before this one executes (it needs this one's segments)
             raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what} yet")
-        ready = "ring_sent" if what == "ring message" and run.index == 0 else "compared"
-        await self._wait(run, run.event(ready), "its own comparison", "summing")
+        if run.mpc is not None:  # mode mpc3: results may come once the input shares went out
+            ready = "inputs_sent"
+        else:
+            ready = "ring_sent" if what == "ring message" and run.index == 0 else "compared"
+        await self._wait(run, run.event(ready), "its own comparison", "summing", whole_run=True)
         engine = run.engine
         if engine is None or run.aborted:
             raise RunAborted(run.reason or f"run {run.run_id} was aborted")
@@ -721,7 +763,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 else:
                     run.ring_out_rows = await self._engine(run, engine.ring_step_end)
             else:
-                bound = engine.candidate_set_bound
+                bound = mpc3.results_bound(run) if run.mpc else engine.candidate_set_bound
                 async for lids, sims, ps in wire.results_chunks(
                     first, rest, account=account, max_rows=bound
                 ):
@@ -741,19 +783,62 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         return path
 
+    async def PushInputShare(
+        self,
+        request_iterator: AsyncIterator[party_pb2.PushInputShareRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.PushInputShareResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "input share")
+            run, who = await self._peer_run(first, context, "input share")
+            rows = await mpc3.receive_input_share(self, run, who, first, request_iterator)
+            return self._respond(party_pb2.PushInputShareResponse(received=rows))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def PushComputeKey(
+        self, request: party_pb2.PushComputeKeyRequest, context: grpc.aio.ServicerContext
+    ) -> party_pb2.PushComputeKeyResponse:  # noqa: N802
+        try:
+            run, who = await self._peer_run(request, context, "compute key", _compute_parties)
+            mpc3.receive_key(run, who, request)
+            return self._respond(party_pb2.PushComputeKeyResponse())
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
+    async def ExchangeRounds(
+        self,
+        request_iterator: AsyncIterator[party_pb2.ExchangeRoundsRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> party_pb2.ExchangeRoundsResponse:  # noqa: N802
+        try:
+            first = await self._first(request_iterator, "rounds")
+            run, who = await self._peer_run(first, context, "rounds", _compute_parties)
+            rounds = await mpc3.receive_rounds(run, who, first, request_iterator)
+            return self._respond(party_pb2.ExchangeRoundsResponse(rounds=rounds))
+        except Exception as exc:  # noqa: BLE001
+            await abort_with(context, exc)
+            raise
+
     # -- the run driver ------------------------------------------------------------------------
 
-    async def _wait(self, run: Run, event: asyncio.Event, what: str, stage: str) -> None:
-        """Wait for ``event`` within the stage timeout; RunFailed/RunAborted otherwise."""
+    async def _wait(
+        self, run: Run, event: asyncio.Event, what: str, stage: str, whole_run: bool = False
+    ) -> None:
+        """Wait for ``event`` within the stage timeout (``whole_run``: the run's timeout, for
+        waits that span a whole computation); RunFailed/RunAborted otherwise."""
         if event.is_set():
             return
         abort = run.event("abort")
         waiter = asyncio.ensure_future(event.wait())
         aborter = asyncio.ensure_future(abort.wait())
+        timeout = run.timeout if whole_run else self.config.timeouts.stage
         try:
             await asyncio.wait(
                 {waiter, aborter},
-                timeout=self.config.timeouts.stage,
+                timeout=timeout,
                 return_when=asyncio.FIRST_COMPLETED,
             )
         finally:
@@ -764,8 +849,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if abort.is_set():
             raise RunAborted(run.reason or f"run {run.run_id} was aborted")
         raise RunFailed(
-            f"{self.config.name} timed out after {self.config.timeouts.stage:g}s waiting for "
-            f"{what} in stage {stage}"
+            f"{self.config.name} timed out after {timeout:g}s waiting for {what} in stage {stage}"
         )
 
     async def _engine(self, run: Run, fn: Callable[..., T], *args: Any) -> T:
@@ -803,15 +887,27 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise RunAborted(run.reason or "aborted while paused")
 
     async def _send(
-        self, run: Run, peer: int, what: str, stage: str, method: str, chunks: Any
+        self,
+        run: Run,
+        peer: int | str,
+        what: str,
+        stage: str,
+        method: str,
+        chunks: Any,
+        whole_run: bool = False,
     ) -> None:
-        """Stream ``chunks`` to party ``peer`` with ``method``; RunFailed naming peer and stage."""
-        name = run.parties[peer]
+        """Stream ``chunks`` (or send one unary request) to node ``peer`` (party index or node
+        name) with ``method``; RunFailed naming peer and stage. ``whole_run``: the deadline is the
+        run's timeout instead of the stage timeout."""
+        name = peer if isinstance(peer, str) else run.parties[peer]
         stub = self.peers.party(name, run.directory[name])
+        timeout = run.timeout if whole_run else self.config.timeouts.stage
+        if isinstance(chunks, Message):
+            call = self.peers.unary(getattr(stub, method), chunks, timeout)
+        else:
+            call = self.peers.stream(getattr(stub, method), chunks, timeout)
         try:
-            await self._unless_aborted(
-                run, self.peers.stream(getattr(stub, method), chunks, self.config.timeouts.stage)
-            )
+            await self._unless_aborted(run, call)
         except grpc.aio.AioRpcError as exc:
             if run.aborted:
                 raise RunAborted(run.reason or "aborted") from None
@@ -819,6 +915,137 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 f"{self.config.name} could not send {what} to {name} in stage {stage}: "
                 f"{exc.code().name}: {exc.details()}"
             ) from None
+
+    async def _exchange_blocks(self, run: Run) -> None:
+        """Send this party's block digests to every other party, wait for theirs, and set the
+        common blocks (both modes)."""
+        engine = run.engine
+        me = self.config.name
+        mine = await self._engine(run, engine.block_digests)
+        await asyncio.gather(
+            *(
+                self._send(
+                    run,
+                    j,
+                    "block digests",
+                    "exchanging",
+                    "PushBlocks",
+                    wire.blocks_to_chunks(
+                        run.ref,
+                        run.index,
+                        mine,
+                        peer_confirmation(
+                            self.secret(), run.run_id, run.digest, me, run.parties[j]
+                        ),
+                    ),
+                )
+                for j in run.others
+            )
+        )
+        await self._pause_hook(run, "exchange")
+        missing = [run.parties[j] for j in run.others if j not in run.blocks_in]
+        if missing:
+            what = f"block digests from {', '.join(missing)}"
+            await self._wait(run, run.event("blocks"), what, "exchanging")
+        sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
+        await self._engine(run, engine.set_common_blocks, common_blocks(sets))
+        run.event("common").set()
+
+    async def _segments(
+        self,
+        run: Run,
+        progress: Callable[..., None],
+        enter: Callable[[common_pb2.Stage | None], None],
+    ) -> Any:
+        """Mode segments: segment exchange, local comparison, ring, results; this party's own
+        results as PartyResults chunks (resolved and written by _execute)."""
+        engine = run.engine
+        await self._exchange_blocks(run)
+        shares = await self._engine(run, engine.outgoing_shares)
+        await asyncio.gather(
+            *(
+                self._send(
+                    run,
+                    s.target,
+                    "segments",
+                    "exchanging",
+                    "PushShare",
+                    wire.share_to_chunks(run.ref, s),
+                )
+                for s in shares
+            )
+        )
+        missing = [run.parties[j] for j in run.others if j not in run.shares_in]
+        if missing:
+            what = f"segments from {', '.join(missing)}"
+            await self._wait(run, run.event("shares"), what, "exchanging")
+
+        enter(S.STAGE_COMPARING)
+        await self._pause_hook(run, "compare")
+        loop = asyncio.get_running_loop()
+        last = [0.0]
+
+        def on_progress(done: int, total: int) -> None:
+            now = time.monotonic()
+            if done >= total or now - last[0] >= 0.5:
+                last[0] = now
+                loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
+
+        run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
+        run.event("compared").set()
+
+        enter(S.STAGE_SUMMING)
+        successor = (run.index + 1) % len(run.parties)
+        predecessor = run.parties[(run.index - 1) % len(run.parties)]
+        p = len(run.parties)
+        if run.index == 0:
+            rows_out, chunks = await self._engine(run, engine.ring_start_chunks)
+            await self._pause_hook(run, "ring")
+            await self._send(
+                run,
+                successor,
+                "the ring",
+                "summing",
+                "PassRing",
+                wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
+            )
+            run.event("ring_sent").set()
+            await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+            for j in run.others:
+                parts = (
+                    (r.linkage_ids, r.similarities, r.pseudonyms) for r in engine.result_chunks(j)
+                )
+                await self._send(
+                    run,
+                    j,
+                    "results",
+                    "summing",
+                    "DeliverResults",
+                    wire.results_stream_to_chunks(run.ref, 0, j, engine.match_count, parts),
+                )
+            own = engine.result_chunks(0)
+        else:
+            await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+            await self._pause_hook(run, "ring")
+            await self._send(
+                run,
+                successor,
+                "the ring",
+                "summing",
+                "PassRing",
+                wire.ring_stream_to_chunks(
+                    run.ref,
+                    run.index,
+                    run.index,
+                    run.ring_out_rows,
+                    p,
+                    engine.ring_out_chunks(),
+                ),
+            )
+            what = f"results from {run.parties[0]}"
+            await self._wait(run, run.event("results"), what, "summing")
+            own = engine.received_results()
+        return own
 
     async def _execute(self, run: Run, emit: Callable[[party_pb2.ExecuteResponse], None]) -> None:
         me = self.config.name
@@ -844,129 +1071,23 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 progress(stage)
 
         try:
-            engine = run.engine
             progress(S.STAGE_EXCHANGING)
-            mine = await self._engine(run, engine.block_digests)
-            await asyncio.gather(
-                *(
-                    self._send(
-                        run,
-                        j,
-                        "block digests",
-                        "exchanging",
-                        "PushBlocks",
-                        wire.blocks_to_chunks(
-                            run.ref,
-                            run.index,
-                            mine,
-                            peer_confirmation(
-                                self.secret(), run.run_id, run.digest, me, run.parties[j]
-                            ),
-                        ),
-                    )
-                    for j in run.others
-                )
-            )
-            await self._pause_hook(run, "exchange")
-            missing = [run.parties[j] for j in run.others if j not in run.blocks_in]
-            if missing:
-                what = f"block digests from {', '.join(missing)}"
-                await self._wait(run, run.event("blocks"), what, "exchanging")
-            sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
-            await self._engine(run, engine.set_common_blocks, common_blocks(sets))
-            run.event("common").set()
-            shares = await self._engine(run, engine.outgoing_shares)
-            await asyncio.gather(
-                *(
-                    self._send(
-                        run,
-                        s.target,
-                        "segments",
-                        "exchanging",
-                        "PushShare",
-                        wire.share_to_chunks(run.ref, s),
-                    )
-                    for s in shares
-                )
-            )
-            missing = [run.parties[j] for j in run.others if j not in run.shares_in]
-            if missing:
-                what = f"segments from {', '.join(missing)}"
-                await self._wait(run, run.event("shares"), what, "exchanging")
-
-            enter(S.STAGE_COMPARING)
-            await self._pause_hook(run, "compare")
-            loop = asyncio.get_running_loop()
-            last = [0.0]
-
-            def on_progress(done: int, total: int) -> None:
-                now = time.monotonic()
-                if done >= total or now - last[0] >= 0.5:
-                    last[0] = now
-                    loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
-
-            run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
-            run.event("compared").set()
-
-            enter(S.STAGE_SUMMING)
-            successor = (run.index + 1) % len(run.parties)
-            predecessor = run.parties[(run.index - 1) % len(run.parties)]
-            p = len(run.parties)
-            if run.index == 0:
-                rows_out, chunks = await self._engine(run, engine.ring_start_chunks)
-                await self._pause_hook(run, "ring")
-                await self._send(
-                    run,
-                    successor,
-                    "the ring",
-                    "summing",
-                    "PassRing",
-                    wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
-                )
-                run.event("ring_sent").set()
-                await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                for j in run.others:
-                    parts = (
-                        (r.linkage_ids, r.similarities, r.pseudonyms)
-                        for r in engine.result_chunks(j)
-                    )
-                    await self._send(
-                        run,
-                        j,
-                        "results",
-                        "summing",
-                        "DeliverResults",
-                        wire.results_stream_to_chunks(run.ref, 0, j, engine.match_count, parts),
-                    )
-                own = engine.result_chunks(0)
+            if run.mpc is not None:
+                own = await mpc3.execute(self, run, progress, enter)
             else:
-                await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
-                await self._pause_hook(run, "ring")
-                await self._send(
-                    run,
-                    successor,
-                    "the ring",
-                    "summing",
-                    "PassRing",
-                    wire.ring_stream_to_chunks(
-                        run.ref,
-                        run.index,
-                        run.index,
-                        run.ring_out_rows,
-                        p,
-                        engine.ring_out_chunks(),
-                    ),
-                )
-                what = f"results from {run.parties[0]}"
-                await self._wait(run, run.event("results"), what, "summing")
-                own = engine.received_results()
+                own = await self._segments(run, progress, enter)
             if run.aborted:
                 raise RunAborted(run.reason or "aborted")
-            # results are resolved to record ids and written chunk by chunk
-            path, matches = await self._engine(
-                run, write_matches, self.config.results_dir, run.run_id, engine.resolved_rows(own)
-            )
-            result_path = str(path)
+            if own is not None:  # a helper compute node has no results to write
+                # results are resolved to record ids and written chunk by chunk
+                path, matches = await self._engine(
+                    run,
+                    write_matches,
+                    self.config.results_dir,
+                    run.run_id,
+                    run.engine.resolved_rows(own),
+                )
+                result_path = str(path)
             enter(None)
             run.phase = Phase.DONE
             run.stage = S.STAGE_DONE
@@ -985,8 +1106,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             run.stage = S.STAGE_FAILED
             run.reason = run.reason or reason
             run.event("abort").set()  # wake any handler still waiting on this run
+            mpc3.end(run.mpc, run.reason)
             matches, result_path = 0, ""
-            remove_run(self.config.results_dir, run.run_id)
+            if not self.config.is_compute_only:
+                remove_run(self.config.results_dir, run.run_id)
             log.warning("run %s failed: %s", run.run_id, run.reason)
         finally:
             self._end_run(run)  # free the encodings, survivors and peer buffers
@@ -1006,6 +1129,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             summary.kept_per_stage.extend(cs.survived_per_stage)
             summary.survivors = cs.survivors
             summary.reduction_ratio = cs.reduction_ratio
+        mpc3.summary_fields(run.mpc, summary)
+        mpc3.end(run.mpc, run.reason if run.phase is Phase.FAILED else None)
         emit(
             party_pb2.ExecuteResponse(
                 progress=common_pb2.Progress(party=me, stage=run.stage),
@@ -1024,3 +1149,16 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
 def wire_run_id_ok(run_id: str) -> bool:
     return len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
+
+
+def _results_senders(run: Run) -> tuple[str, ...]:
+    """Whom a results ``source`` index names: the parties, or in mode mpc3 the compute parties
+    (DeliverResults then accepts only source 0: the ring initiator, or compute party 0)."""
+    if run.mpc is not None:
+        return run.mpc.compute_names
+    return run.parties
+
+
+def _compute_parties(run: Run) -> tuple[str, ...]:
+    """mpc3 compute-party RPCs: ``source`` is a compute-party index (none in mode segments)."""
+    return run.mpc.compute_names if run.mpc is not None else ()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterable
-from typing import TypeVar
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from typing import Any, TypeVar
 
 import grpc
 
@@ -46,23 +46,33 @@ class PeerClients:
             self._channel(name, address, COORDINATOR_SERVICE)
         )
 
-    async def _counted(self, chunks: Iterable[T]) -> AsyncIterator[T]:
+    async def _counted(self, chunks: Iterable[T] | AsyncIterable[T]) -> AsyncIterator[T]:
+        if isinstance(chunks, AsyncIterable):  # e.g. mpc3 rounds, produced as the circuit runs
+            async for chunk in chunks:
+                self.hooks.sent(chunk)  # type: ignore[arg-type]
+                yield chunk
+            return
         # Chunks may be produced by disk reads and engine work (streamed ring and results):
         # produce each one in a worker thread so the event loop stays responsive.
-        it = iter(chunks)
+        it: Iterator[Any] = iter(chunks)
         done = object()
         while True:
-            chunk = await asyncio.to_thread(next, it, done)
-            if chunk is done:
+            item: Any = await asyncio.to_thread(next, it, done)
+            if item is done:
                 return
-            self.hooks.sent(chunk)  # type: ignore[arg-type]
-            yield chunk  # type: ignore[misc]
+            self.hooks.sent(item)
+            yield item
 
-    async def stream(self, method, chunks: Iterable[T], timeout: float):  # type: ignore[no-untyped-def]
+    async def stream(self, method, chunks: Iterable[T] | AsyncIterable[T], timeout: float):  # type: ignore[no-untyped-def]
         """Call a client-streaming ``method`` with ``chunks``; returns the response."""
         return await method(
             self._counted(chunks), timeout=timeout, metadata=self.security.metadata()
         )
+
+    async def unary(self, method, request: Any, timeout: float):  # type: ignore[no-untyped-def]
+        """Call a unary ``method`` with ``request`` (counted as sent); returns the response."""
+        self.hooks.sent(request)
+        return await method(request, timeout=timeout, metadata=self.security.metadata())
 
     async def register(
         self, coordinator_name: str, address: str, name: str, advertise: str, timeout: float

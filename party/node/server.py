@@ -100,7 +100,8 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     node = PartyNode(config, security, Hooks())
     if config.audit_policy is not None:
         node.audit_policy()  # fail at start, not at the first run, when the policy is invalid
-    config.read_secret()  # likewise for an unreadable or too short secret
+    if not config.is_compute_only:  # a helper compute node holds no linkage secret
+        config.read_secret()  # likewise for an unreadable or too short secret
     node.pinned_schema_digest()  # and for an invalid pinned schema (data.schema)
     if not config.trusted_peers:
         log.warning(

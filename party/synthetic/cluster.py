@@ -67,8 +67,10 @@ def write_parameters(
     schema: Mapping[str, Any],
     match_threshold: float = 0.8,
     segment_threshold: float = 0.0,
+    mode: str = "segments",
+    compute_parties: Sequence[str] = (),
 ) -> pathlib.Path:
-    obj = {
+    obj: dict[str, Any] = {
         "version": 1,
         "parties": list(parties),
         "schema": schema,
@@ -77,6 +79,10 @@ def write_parameters(
         "one_to_one": False,
         "max_block_size": None,
     }
+    if mode != "segments":
+        obj["mode"] = mode
+    if compute_parties:
+        obj["compute_parties"] = list(compute_parties)
     path.write_text(json.dumps(obj, indent=2), encoding="utf-8")
     return path
 
@@ -120,6 +126,8 @@ class Cluster:
     stage_timeout: float = 20.0
     secret: bytes = SECRET
     id_column: str = "rec_id"
+    # Helper compute nodes (mode mpc3 with P = 2): node processes with role "compute", no data.
+    helpers: list[str] = field(default_factory=list)
     certs: pathlib.Path = field(init=False)
     coordinator: Node = field(init=False)
     nodes: dict[str, Node] = field(init=False, default_factory=dict)
@@ -127,7 +135,7 @@ class Cluster:
     def __post_init__(self) -> None:
         self.certs = self.root / "certs"
         if not (self.certs / "ca.pem").exists():
-            make_certs(self.certs, ["coordinator", "intruder", *self.parties])
+            make_certs(self.certs, ["coordinator", "intruder", *self.all_nodes])
         (self.root / "secret.key").write_bytes(self.secret)
         cfg = self.root / "coordinator.toml"
         cfg.write_text(
@@ -136,7 +144,7 @@ class Cluster:
             'listen = "127.0.0.1:0"\n'
             'state_db = "state/coordinator.sqlite"\n'
             'port_file = "coordinator.port"\n'
-            f"allowed_parties = {json.dumps(self.parties)}\n"
+            f"allowed_parties = {json.dumps(self.all_nodes)}\n"
             "[tls]\n"
             'ca = "certs/ca.pem"\ncert = "certs/coordinator.pem"\nkey = "certs/coordinator.key"\n'
             "[timeouts]\n"
@@ -164,7 +172,7 @@ class Cluster:
                 "[timeouts]\n"
                 f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\nregister = 2.0\n"
                 "[trust]\n"
-                f"peers = {json.dumps([p for p in self.parties if p != name])}\n"
+                f"peers = {json.dumps([p for p in self.all_nodes if p != name])}\n"
                 # a harness, not a deployment: no audit gate unless a test sets [audit.policy]
                 "[audit]\ndefault_policy = false\n",
                 encoding="utf-8",
@@ -172,6 +180,31 @@ class Cluster:
             self.nodes[name] = Node(
                 name, pcfg, {}, self.root / f"{name}.port", self.root / f"{name}.log"
             )
+        for name in self.helpers:
+            hcfg = self.root / f"{name}.toml"
+            hcfg.write_text(
+                "[node]\n"
+                f'name = "{name}"\n'
+                'role = "compute"\n'
+                'listen = "127.0.0.1:0"\n'
+                'coordinator = "127.0.0.1:1"\n'
+                f'port_file = "{name}.port"\n'
+                "[tls]\n"
+                f'ca = "certs/ca.pem"\ncert = "certs/{name}.pem"\nkey = "certs/{name}.key"\n'
+                "[timeouts]\n"
+                f"rpc = 10.0\nstage = {self.stage_timeout}\nheartbeat = 0.5\n"
+                "[trust]\n"
+                f"peers = {json.dumps(self.all_nodes)}\n",
+                encoding="utf-8",
+            )
+            self.nodes[name] = Node(
+                name, hcfg, {}, self.root / f"{name}.port", self.root / f"{name}.log"
+            )
+
+    @property
+    def all_nodes(self) -> list[str]:
+        """The parties, then the helper compute nodes."""
+        return [*self.parties, *self.helpers]
 
     # -- processes -----------------------------------------------------------------------------
 
@@ -200,13 +233,13 @@ class Cluster:
         self._spawn(node, [PY, "-m", PARTY_ENTRY, "serve", "--config", str(node.config)], env)
 
     def start(self, extra_env: Mapping[str, Mapping[str, str]] | None = None) -> None:
-        """Start the coordinator and every party; return when all are SERVING and registered."""
+        """Start the coordinator and every node; return when all are SERVING and registered."""
         self.start_coordinator()
-        for name in self.parties:
+        for name in self.all_nodes:
             self.start_party(name, (extra_env or {}).get(name))
-        for name in self.parties:
+        for name in self.all_nodes:
             self.wait_healthy(self.nodes[name])
-        self.wait_registered(self.parties)
+        self.wait_registered(self.all_nodes)
 
     def set_extra_toml(self, name: str, text: str) -> None:
         """Replace the extra TOML tables appended to ``name``'s config (e.g. [audit.policy])."""
@@ -304,7 +337,7 @@ class Cluster:
             node.proc.wait()
 
     def stop_all(self) -> None:
-        for name in self.parties:
+        for name in self.all_nodes:
             self.stop(name)
         self.stop("coordinator")
 

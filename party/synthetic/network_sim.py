@@ -34,6 +34,7 @@ from party.synthetic.simulation import (
     SimulationConfig,
     SimulationError,
     SimulationResult,
+    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
@@ -41,6 +42,7 @@ from party.synthetic.simulation import (
     party_rows,
     prepare_data,
     protocol_parameters,
+    run_protocol_in_process,
     simulation_secret,
     write_matches_csv,
     write_report,
@@ -51,7 +53,7 @@ log = logging.getLogger(__name__)
 
 def parameters_object(cfg: SimulationConfig, schema_obj: dict[str, Any]) -> dict[str, Any]:
     """The run's parameters file (the format of examples/parameters.json)."""
-    return {
+    obj: dict[str, Any] = {
         "version": 1,
         "parties": [party_name(i) for i in range(cfg.parties)],
         "schema": schema_obj,
@@ -60,6 +62,10 @@ def parameters_object(cfg: SimulationConfig, schema_obj: dict[str, Any]) -> dict
         "one_to_one": cfg.one_to_one,
         "max_block_size": cfg.max_block_size,
     }
+    if cfg.mode != "segments":
+        obj["mode"] = cfg.mode
+        obj["compute_parties"] = list(compute_parties(cfg))
+    return obj
 
 
 def canonical_sets(matches: list[list[Any]]) -> set[tuple[tuple[tuple[int, str], ...], float]]:
@@ -136,6 +142,7 @@ def run_networked_simulation(
         stage_timeout=stage_timeout,
         secret=secret,
         id_column=data.id_column,
+        helpers=[c for c in compute_parties(cfg) if c not in names],
     )
     params_path = root / "parameters.json"
     params_path.write_text(json.dumps(parameters_object(cfg, schema_obj), indent=2) + "\n")
@@ -156,13 +163,13 @@ def run_networked_simulation(
             "PPRL_RPC_TIMEOUT": "60",
             "PPRL_MEMORY_BUDGET_MIB": str(cfg.memory_budget_mib),
         }
-        for name in names:
+        for name in cluster.all_nodes:
             cluster.start_party(name, party_env)
-        for i, name in enumerate(names):
+        for i, name in enumerate(cluster.all_nodes):
             cluster.wait_healthy(cluster.nodes[name])
             if progress:
-                progress("start nodes", i + 2, cfg.parties + 1)
-        cluster.wait_registered(names)
+                progress("start nodes", i + 2, len(cluster.all_nodes) + 1)
+        cluster.wait_registered(cluster.all_nodes)
         steps["start nodes"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         run_id = asyncio.run(cluster.start_run(params_path, timeout))
@@ -211,14 +218,12 @@ def run_networked_simulation(
         "networked_wall_seconds": round(time.perf_counter() - t_all, 3),
     }
     if reference:
-        from party.protocol.driver import run_in_process
-
         t0 = time.perf_counter()
         tables, reports = encode_parties(schema, secret, data.paths, data.id_column, progress)
         enc = EncodedData(schema, schema_obj, note, data, tables, reports, time.perf_counter() - t0)
         steps["reference: encode"] = enc.encode_seconds
         t0 = time.perf_counter()
-        ref = run_in_process(tables, params)
+        ref = run_protocol_in_process(tables, params)
         steps["reference: in-process protocol"] = time.perf_counter() - t0
         same = canonical_sets(ref.matches) == canonical_sets(node_matches)
         totals["identical_to_in_process"] = same
@@ -258,12 +263,33 @@ def run_networked_simulation(
         info["survived_per_stage"] = [int(v) for v in s.kept_per_stage]
         info["survivors"] = int(s.survivors)
         info["rr_f"] = s.reduction_ratio
+    mpc_summaries = [
+        {
+            "party": name,
+            "candidate_sets": int(s.candidate_sets),
+            "batches": int(s.mpc_batches),
+            "rounds": int(s.mpc_rounds),
+            "and_gates": int(s.mpc_and_gates),
+            "round_bytes": int(s.mpc_round_bytes),
+            "bytes_sent": int(s.bytes_sent),
+            "peak_rss_bytes": int(s.peak_rss_bytes),
+        }
+        for name, s in summaries.items()
+        if s.mpc_rounds  # a compute party of an mpc3 run (possibly the helper)
+    ]
+    for info in mpc_summaries:
+        totals[f"mpc3 compute party {info['party']}"] = (
+            f"{info['candidate_sets']} candidate sets, {info['batches']} batches, "
+            f"{info['rounds']} rounds, {info['and_gates']} AND gates, {info['round_bytes']} round "
+            f"bytes sent, {info['bytes_sent']} bytes sent in all, peak RSS "
+            f"{info['peak_rss_bytes'] / 2**20:.0f} MiB"
+        )
     notes.append(
         "bytes sent, peak memory, candidate sets per stage, survivors and RR_f are what each party "
         "node reports (serialized bytes it sent to other parties; the peak RSS of its process)"
     )
     result = SimulationResult(
-        mode="networked (mutual TLS, loopback)",
+        mode=f"networked (mutual TLS, loopback), {cfg.mode}",
         config=cfg,
         quality=quality,
         oracle_quality=oq,
@@ -273,6 +299,7 @@ def run_networked_simulation(
         totals=totals,
         out_dir=cfg.out_dir,
         notes=notes,
+        mpc_summaries=mpc_summaries,
     )
     write_report(result)
     return result

@@ -83,9 +83,12 @@ class SimulationConfig:
     id_column: str = "rec_id"
     out_dir: Path = Path("results/simulation")
     oracle: str = "auto"  # "auto" | "full" | "sm0" | "none"
+    mode: str = "segments"  # "segments" | "mpc3" (three-party computation; s_m is 0 there)
 
     @property
     def s_m(self) -> float:
+        if self.mode == "mpc3":
+            return 0.0
         if self.segment_threshold is not None:
             return self.segment_threshold
         return max(0.0, round(self.match_threshold - DEFAULT_SEGMENT_MARGIN, 6))
@@ -112,6 +115,8 @@ class SimulationResult:
     totals: dict[str, Any]
     out_dir: Path
     notes: list[str] = field(default_factory=list)
+    # mode mpc3, networked: per compute party what its node reported (PartySummary mpc fields)
+    mpc_summaries: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def report_path(self) -> Path:
@@ -290,6 +295,18 @@ def encode_parties(
     return tables, reports
 
 
+#: The helper compute node of mpc3 simulations with two parties (it holds no data).
+HELPER_NAME = "helper"
+
+
+def compute_parties(cfg: SimulationConfig) -> tuple[str, ...]:
+    """mpc3: the compute parties (the default, first three parties, as ``()``; with two parties
+    both parties and the helper); () in mode segments."""
+    if cfg.mode != "mpc3" or cfg.parties >= 3:
+        return ()
+    return (*(party_name(i) for i in range(cfg.parties)), HELPER_NAME)
+
+
 def protocol_parameters(cfg: SimulationConfig, schema: LinkageSchema) -> ProtocolParameters:
     return ProtocolParameters(
         parties=tuple(party_name(i) for i in range(cfg.parties)),
@@ -299,7 +316,24 @@ def protocol_parameters(cfg: SimulationConfig, schema: LinkageSchema) -> Protoco
         one_to_one=cfg.one_to_one,
         max_block_size=cfg.max_block_size,
         memory_budget_bytes=cfg.memory_budget_mib * 2**20,
+        mode=cfg.mode,
+        compute_parties=compute_parties(cfg),
     )
+
+
+def run_protocol_in_process(
+    tables: Sequence[EncodedRecords],
+    params: ProtocolParameters,
+    progress: Callable[[int, int, int], None] | None = None,
+) -> Any:
+    """The in-process driver of the run's mode (both return party.protocol.driver.InProcessRun)."""
+    if params.mode == "mpc3":
+        from party.mpc.driver import run_mpc3_in_process
+
+        return run_mpc3_in_process(tables, params)
+    from party.protocol.driver import run_in_process
+
+    return run_in_process(tables, params, progress=progress)
 
 
 def coarse_schema_path() -> Path:
@@ -396,34 +430,54 @@ def prepare_encoded(cfg: SimulationConfig, progress: Progress | None = None) -> 
 def party_rows(
     cfg: SimulationConfig, enc: EncodedData, params: ProtocolParameters, metrics: Any
 ) -> list[dict[str, Any]]:
-    """Per-party figures from a run's metrics (RunMetrics of the in-process driver)."""
-    seg_row_bytes = 8 + 8 * len(enc.schema.blocking) + 8 * words_for(params.segment_bits)
+    """Per-party figures from a run's metrics (RunMetrics of the in-process driver).
+
+    Mode mpc3 has no local comparison per party: its comparison figures are "n/a" and the bytes
+    are those of the input shares (two filter shares and two count shares per record and compute
+    party, pseudonym and digests; none to the party's own compute-party role when it is one)."""
+    blocks = 8 + 8 * len(enc.schema.blocking)
+    seg_row_bytes = blocks + 8 * words_for(params.segment_bits)
+    share_row_bytes = blocks + 2 * 8 * words_for(params.filter_bits) + 16
     rows = []
     for p in range(cfg.parties):
         bs = metrics.block_stats[p]
-        cs = metrics.comparison[p]
         shared = bs.records_in_common_blocks
-        rows.append(
-            {
-                "name": params.parties[p],
-                "records": len(enc.tables[p].record_ids),
-                "encode_seconds": enc.reports[p].seconds,
-                "fill_mean": enc.reports[p].fill_mean,
-                "skipped": enc.reports[p].skipped_total,
-                "common_blocks": bs.common_blocks,
-                "records_in_common_blocks": shared,
-                "largest_block": bs.largest_block,
-                "candidate_sets": cs.candidate_sets,
-                "evaluated_per_stage": list(cs.evaluated_per_stage),
-                "survived_per_stage": list(cs.survived_per_stage),
-                "survivors": cs.survivors,
-                "rr_f": cs.reduction_ratio,
-                "compare_seconds": cs.seconds,
+        row: dict[str, Any] = {
+            "name": params.parties[p],
+            "records": len(enc.tables[p].record_ids),
+            "encode_seconds": enc.reports[p].seconds,
+            "fill_mean": enc.reports[p].fill_mean,
+            "skipped": enc.reports[p].skipped_total,
+            "common_blocks": bs.common_blocks,
+            "records_in_common_blocks": shared,
+            "largest_block": bs.largest_block,
+            "peak_memory_bytes": None,
+        }
+        if params.mode == "mpc3":
+            targets = 3 - (params.parties[p] in params.compute_party_names)
+            row.update(
+                candidate_sets="n/a",
+                evaluated_per_stage=[],
+                survived_per_stage=[],
+                survivors="n/a",
+                rr_f=None,
+                compare_seconds=None,
+                # Computed payload of the input shares this party sends (not measured on a wire).
+                bytes_sent=targets * shared * share_row_bytes,
+            )
+        else:
+            cs = metrics.comparison[p]
+            row.update(
+                candidate_sets=cs.candidate_sets,
+                evaluated_per_stage=list(cs.evaluated_per_stage),
+                survived_per_stage=list(cs.survived_per_stage),
+                survivors=cs.survivors,
+                rr_f=cs.reduction_ratio,
+                compare_seconds=cs.seconds,
                 # Computed payload of the segment shares this party sends (not measured on a wire).
-                "bytes_sent": (cfg.parties - 1) * shared * seg_row_bytes,
-                "peak_memory_bytes": None,
-            }
-        )
+                bytes_sent=(cfg.parties - 1) * shared * seg_row_bytes,
+            )
+        rows.append(row)
     return rows
 
 
@@ -439,8 +493,6 @@ def run_in_process_simulation(
     Pass `encoded` (from `prepare_encoded` with the same parties/data/seed/schema) to reuse the
     data and encodings across runs that differ only in thresholds (sweeps).
     """
-    from party.protocol.driver import run_in_process
-
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     enc = encoded if encoded is not None else prepare_encoded(cfg, progress)
     steps: dict[str, float] = {"generate": enc.data.seconds, "encode": enc.encode_seconds}
@@ -451,7 +503,7 @@ def run_in_process_simulation(
             progress(f"compare party {party}", done, total)
 
     t0 = time.perf_counter()
-    run = run_in_process(enc.tables, params, progress=cmp_progress)
+    run = run_protocol_in_process(enc.tables, params, cmp_progress)
     steps["protocol"] = time.perf_counter() - t0
     steps.update({f"protocol.{k}": v for k, v in run.metrics.step_seconds.items()})
     if write_matches:
@@ -464,7 +516,7 @@ def run_in_process_simulation(
         progress("oracle", 0, 1)
     t0 = time.perf_counter()
     oq: LinkageQuality | None
-    if params.segment_threshold == 0 and cfg.oracle == "auto":
+    if params.segment_threshold == 0 and params.mode == "segments" and cfg.oracle == "auto":
         oq, method = quality, "this run itself (s_m = 0 reproduces the plaintext oracle exactly)"
     else:
         oq, method = oracle_quality(
@@ -502,7 +554,7 @@ def run_in_process_simulation(
         "payload of the segment shares, not bytes measured on a wire"
     )
     result = SimulationResult(
-        mode="in-process",
+        mode=f"in-process, {cfg.mode}",
         config=cfg,
         quality=quality,
         oracle_quality=oq,

@@ -86,12 +86,15 @@ def parameters_message(obj: Mapping[str, Any]) -> common_pb2.LinkageParameters:
         segment_threshold=float(obj["segment_threshold"]),
         one_to_one=bool(obj.get("one_to_one", True)),  # the parameters file default
         max_block_size=int(obj.get("max_block_size") or 0),
+        mode="" if obj.get("mode", "segments") == "segments" else str(obj["mode"]),
+        compute_parties=list(obj.get("compute_parties") or []),
     )
 
 
 def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
-    """SHA-256 hex of the canonical JSON of the message (schema parsed, 0 cap as null)."""
-    obj = {
+    """SHA-256 hex of the canonical JSON of the message (schema parsed, 0 cap as null; in mode
+    mpc3 also "mode" and the resolved "compute_parties", default the first three parties)."""
+    obj: dict[str, Any] = {
         "version": msg.version,
         "parties": list(msg.parties),
         "schema": json.loads(msg.schema_json),
@@ -100,6 +103,9 @@ def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
         "one_to_one": msg.one_to_one,
         "max_block_size": msg.max_block_size or None,
     }
+    if msg.mode == "mpc3":
+        obj["mode"] = "mpc3"
+        obj["compute_parties"] = list(msg.compute_parties or msg.parties[:3])
     return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 

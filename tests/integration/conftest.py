@@ -2,7 +2,8 @@
 
 ``cluster3`` (session scope) is shared by the integration tests, which restore it after they
 restart or stop a node. ``make_cluster(n, records, csvs=None, schema=None, liveness=...,
-stage_timeout=...)`` builds and starts another deployment in a fresh folder (stopped at teardown).
+stage_timeout=..., helpers=[...], start=True)`` builds (and starts, unless ``start=False``) another
+deployment in a fresh folder (stopped at teardown).
 Expected results come from the same CSVs encoded in this process and run through
 ``run_in_process`` and the plaintext oracle.
 """
@@ -65,10 +66,11 @@ def cluster3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 def make_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Cluster]]:
     made: list[Cluster] = []
 
-    def factory(n: int, records: int, **kw: Any) -> Cluster:
+    def factory(n: int, records: int, start: bool = True, **kw: Any) -> Cluster:
         cluster = build_cluster(tmp_path_factory.mktemp(f"cluster{n}"), n, records, **kw)
         made.append(cluster)
-        cluster.start()
+        if start:
+            cluster.start()
         return cluster
 
     try:
