@@ -149,7 +149,7 @@ async def receive_input_share(
             target=st.cp_index,
             parties=p.party_count,
             filter_bits=p.filter_bits,
-            digest_width=len(run.schema.blocking) or None,
+            digest_width=run.schema.digest_width,
             count_bits=test.width,
         )
     except BaseException:
