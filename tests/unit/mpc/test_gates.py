@@ -152,3 +152,45 @@ def test_wrong_length_payload_raises():
     assert len(rnd.payload) == 32
     with pytest.raises(MpcError, match="expected a payload of 32 bytes, got 31"):
         gen.send(rnd.payload[:-1])
+
+
+@settings(max_examples=10, deadline=None)
+@given(
+    st.sampled_from([(3, 60, 0.8), (3, 1024, 0.8), (5, 100, 0.5), (2, 64, 1.0), (4, 48, 0.0)]),
+    st.data(),
+)
+def test_comparator_matches_the_threshold_on_plain_integers(case, data):
+    """The circuit's S = K*c + sum of count terms and its match bit (NOT top bit) per lane."""
+    from party.mpc.threshold import threshold_test
+
+    p, l_bits, s_t = case
+    t = threshold_test(p, l_bits, s_t)
+    lanes = 64
+    counts = [data.draw(st.lists(st.integers(0, l_bits), min_size=lanes, max_size=lanes))]
+    counts += [[max(c, data.draw(st.integers(0, l_bits))) for c in counts[0]] for _ in range(p - 1)]
+    common = [
+        min(data.draw(st.integers(0, l_bits)), *(cnt[k] for cnt in counts)) for k in range(lanes)
+    ]
+    counts[0][0] = common[0] = 0  # boundary lanes: x_0 = 0, and an exact tie where reachable
+    cw, w = t.count_bits, t.width
+    rows, weights = [], []
+    for e in [e for e in range(t.multiplier.bit_length()) if t.multiplier >> e & 1]:
+        for b in range(cw):
+            if b + e < w:
+                rows.append([(c >> b) & 1 for c in common])
+                weights.append(b + e)
+    for j in range(p):
+        terms = [t.count_term(x, j == 0) for x in counts[j]]
+        for b in range(w):
+            rows.append([(v >> b) & 1 for v in terms])
+            weights.append(b)
+    rng = np.random.default_rng(len(rows))
+    sx = share3(words_from_bits(np.array(rows, dtype=np.uint8)), rng)
+    outs, _ = run3(_sum_circuit(w, 1, weights), [[s] for s in sx])
+    s_vals = _lanes_value(reveal(outs), lanes)
+    for k in range(lanes):
+        total = sum(cnt[k] for cnt in counts)
+        want = t.matches(common[k], total)
+        assert t.always or (s_vals[k] >> (w - 1) == 0) == want
+        if want:
+            assert t.total_from(common[k], s_vals[k]) == total
