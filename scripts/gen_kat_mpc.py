@@ -149,32 +149,31 @@ class Sim:
         return x[0] ^ x[1] ^ x[2]
 
     def compress(self, cols: list[list[list[int]]], width: int, bits: int) -> list[list[int]]:
-        """Wallace layers then ripple (party/mpc/gates.py), mod 2^width; returns width bits."""
+        """Wallace layers, then a Kogge-Stone adder of the <= 2 rows left, mod 2^width."""
         cols = [list(c) for c in cols[:width]] + [[] for _ in range(width - len(cols))]
         cols = self.wallace(cols, width, bits)
-        out: list[list[int]] = []
-        carry = None
-        for k in range(width):
-            bitsk = cols[k] + ([carry] if carry is not None else [])
-            carry = None
-            if not bitsk:
-                out.append([0, 0, 0])
-            elif len(bitsk) == 1:
-                out.append(bitsk[0])
-            elif len(bitsk) == 2:
-                a, b = bitsk
-                out.append([a[i] ^ b[i] for i in range(3)])
-                if k + 1 < width:
-                    carry = self.and_layer([(a, b)], bits)[0]
-            else:
-                a, b, c = bitsk
-                t1 = [a[i] ^ c[i] for i in range(3)]
-                t2 = [b[i] ^ c[i] for i in range(3)]
-                out.append([t1[i] ^ b[i] for i in range(3)])
-                if k + 1 < width:
-                    z = self.and_layer([(t1, t2)], bits)[0]
-                    carry = [z[i] ^ c[i] for i in range(3)]
-        return out
+        zero = [0, 0, 0]
+        a = [col[0] if len(col) >= 1 else zero for col in cols]
+        b = [col[1] if len(col) >= 2 else zero for col in cols]
+        p = [[a[k][i] ^ b[k][i] for i in range(3)] for k in range(width)]
+        top = width - 1
+        if top == 0:
+            return p
+        g = self.and_layer([(a[k], b[k]) for k in range(top)], bits)
+        big_p = [list(p[k]) for k in range(top)]
+        d = 1
+        while d < top:
+            more = 2 * d < top
+            gates = [(big_p[k], g[k - d]) for k in range(d, top)]
+            if more:
+                gates += [(big_p[k], big_p[k - d]) for k in range(d, top)]
+            z = self.and_layer(gates, bits)
+            n = top - d
+            g = g[:d] + [[g[k][i] ^ z[k - d][i] for i in range(3)] for k in range(d, top)]
+            if more:
+                big_p = big_p[:d] + z[n:]
+            d *= 2
+        return [p[0]] + [[p[k][i] ^ g[k - 1][i] for i in range(3)] for k in range(1, width)]
 
     def wallace(self, cols: list[list[list[int]]], width: int, bits: int) -> list[list[list[int]]]:
         while any(len(c) >= 3 for c in cols):

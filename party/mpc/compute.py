@@ -57,7 +57,7 @@ from party.protocol.params import ProtocolParameters
 __all__ = ["BATCH_BYTES", "ComputeParty", "MpcOutcome", "MpcStats", "Round", "batch_sets_for"]
 
 #: Working memory one batch is sized for (a function of P and l only, so all CPs cut alike).
-BATCH_BYTES = 64 * 2**20
+BATCH_BYTES = 128 * 2**20
 
 
 def batch_sets_for(parties: int, filter_bits: int) -> int:

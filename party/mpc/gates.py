@@ -16,9 +16,12 @@ Adder trees (``compress``): columns of bits of equal weight are reduced by layer
 (a = bits [0, f), b = [f, 2f), c = [2f, 3f)); a full adder costs one AND:
 carry = ((a ^ c) & (b ^ c)) ^ c, sum = a ^ b ^ c; all adders of a layer share one round (their
 (a ^ c, b ^ c) inputs concatenated in column order). The new column k is [sums of k, untouched
-bits of k, carries from k - 1]. When no column has 3 bits a ripple-carry pass adds the remaining
-two rows from column 0 up, one round per column that needs an AND (two bits: carry = a & b; three
-bits: a full adder). Columns at or above ``width`` are dropped (arithmetic mod 2^width).
+bits of k, carries from k - 1]. When no column has 3 bits a parallel-prefix adder adds the remaining
+two rows with a Kogge-Stone carry tree: a_k, b_k are the first and second bit of column k (0
+where absent), p = a ^ b, g = a & b for k < width - 1 (one round); then for d = 1, 2, 4, ... while
+d < width - 1 one round computes, for k >= d, G_k ^= P_k & G_{k-d} and, when a later layer needs
+it, P_k &= P_{k-d} (payload: the G products for k = d .. width-2, then the P products); the sum
+bit k is p_k ^ G_{k-1}. Columns at or above ``width`` are dropped (arithmetic mod 2^width).
 """
 
 from __future__ import annotations
@@ -131,7 +134,7 @@ class Gates:
         ``columns[k]`` stacks the (m_k, lanes) bits of weight 2^k (m_k may be 0).
         """
         cols = yield from self.wallace(columns, width, lanes)
-        return (yield from self._ripple(cols, width, lanes))
+        return (yield from self._prefix_add(cols, width, lanes))
 
     def wallace(
         self, columns: list[Pair], width: int, lanes: int
@@ -191,37 +194,53 @@ class Gates:
             )
         return new
 
-    def _ripple(self, cols: list[Pair], width: int, lanes: int) -> Generator[Round, bytes, Pair]:
-        out0 = np.zeros((width, lanes), dtype=np.uint64)
-        out1 = np.zeros((width, lanes), dtype=np.uint64)
-        carry: Pair | None = None
-        for k in range(width):
-            c0, c1 = cols[k]
-            bits = [(c0[r], c1[r]) for r in range(c0.shape[0])]
-            if carry is not None:
-                bits.append(carry)
-            carry = None
-            if len(bits) == 1:
-                out0[k], out1[k] = bits[0]
-            elif len(bits) == 2:
-                a, b = bits
-                out0[k], out1[k] = a[0] ^ b[0], a[1] ^ b[1]
-                if k + 1 < width:
-                    carry = yield from self.and_((a[0][None], a[1][None]), (b[0][None], b[1][None]))
-                    carry = (carry[0][0], carry[1][0])
-            elif len(bits) == 3:
-                a, b, c = bits
-                t1 = (a[0] ^ c[0], a[1] ^ c[1])
-                out0[k], out1[k] = t1[0] ^ b[0], t1[1] ^ b[1]
-                if k + 1 < width:
-                    z = yield from self.and_(
-                        (t1[0][None], t1[1][None]),
-                        ((b[0] ^ c[0])[None], (b[1] ^ c[1])[None]),
-                    )
-                    carry = (z[0][0] ^ c[0], z[1][0] ^ c[1])
-            elif len(bits) > 3:
-                raise MpcError("internal: adder column has more than 3 bits after reduction")
-        return out0, out1
+    def _prefix_add(
+        self, cols: list[Pair], width: int, lanes: int
+    ) -> Generator[Round, bytes, Pair]:
+        """Add the (at most) two rows left per column with a Kogge-Stone carry tree."""
+        zeros = np.zeros((width, lanes), dtype=np.uint64)
+        a = (zeros.copy(), zeros.copy())
+        b = (zeros.copy(), zeros.copy())
+        for k, (c0, c1) in enumerate(cols):
+            if c0.shape[0] > 2:
+                raise MpcError("internal: adder column has more than 2 bits after reduction")
+            if c0.shape[0] >= 1:
+                a[0][k], a[1][k] = c0[0], c1[0]
+            if c0.shape[0] == 2:
+                b[0][k], b[1][k] = c0[1], c1[1]
+        p = (a[0] ^ b[0], a[1] ^ b[1])  # propagate
+        if width == 1:
+            return p
+        top = width - 1  # carries into columns 1 .. width-1 need groups ending at 0 .. width-2
+        g = yield from self.and_((a[0][:top], a[1][:top]), (b[0][:top], b[1][:top]))
+        big_g = (g[0].copy(), g[1].copy())
+        big_p = (p[0][:top].copy(), p[1][:top].copy())
+        d = 1
+        while d < top:
+            # G_k ^= P_k & G_{k-d} and (if a later layer needs it) P_k &= P_{k-d}, for k >= d
+            more = 2 * d < top
+            x = (big_p[0][d:], big_p[1][d:])
+            y = (big_g[0][: top - d], big_g[1][: top - d])
+            if more:
+                x = (np.concatenate([x[0], big_p[0][d:]]), np.concatenate([x[1], big_p[1][d:]]))
+                y = (
+                    np.concatenate([y[0], big_p[0][: top - d]]),
+                    np.concatenate([y[1], big_p[1][: top - d]]),
+                )
+            z = yield from self.and_(x, y)
+            n = top - d
+            big_g[0][d:] ^= z[0][:n]
+            big_g[1][d:] ^= z[1][:n]
+            if more:
+                big_p = (
+                    np.concatenate([big_p[0][:d], z[0][n:]]),
+                    np.concatenate([big_p[1][:d], z[1][n:]]),
+                )
+            d *= 2
+        out = (p[0].copy(), p[1].copy())
+        out[0][1:] ^= big_g[0]
+        out[1][1:] ^= big_g[1]
+        return out
 
 
 def _three_d(shape: tuple[int, ...]) -> tuple[int, int, int]:
