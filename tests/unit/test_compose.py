@@ -287,15 +287,17 @@ def _under_own_volume(path: pathlib.Path | None, what: str) -> None:
 
 
 def test_party_configuration(compose: dict[str, Any]) -> None:
+    from party.audit.policy import POLICY_ENV
     from party.config import ENV_OVERRIDES, load_party_config
 
     svc = services(compose)
     coordinator_env = environment(svc["coordinator"])
     setup_args = parse(svc["setup"]["command"])[1]
     sans = dict(setup_args.san)
+    known = {*ENV_OVERRIDES, *POLICY_ENV}
     for party in PARTIES:
         env = environment(svc[party])
-        unknown = sorted(k for k in env if k.startswith("PPRL_") and k not in ENV_OVERRIDES)
+        unknown = sorted(k for k in env if k.startswith("PPRL_") and k not in known)
         assert not unknown, f"{party} sets PPRL_* variables that party/config.py ignores: {unknown}"
         config_file = repo_path(parse(svc[party]["command"])[1].config)
         cfg = load_party_config(config_file, env=env, check_files=False)
@@ -475,6 +477,43 @@ def test_setup_fills_exactly_what_the_configs_name(
     assert coordinator.state_db.parent.is_dir()
     assert not (vols / "coordinator" / "secret").exists(), "the coordinator never gets the secret"
     assert not list((demo_volumes / "volumes" / "demo" / "ca").glob("party-*.key"))
+
+
+def test_demo_parties_self_audit_admits_the_demo_run(
+    demo_volumes: pathlib.Path, tmp_path: pathlib.Path
+) -> None:
+    # Each party's real gate (its config with the service's PPRL_* environment, the demo data and the
+    # demo's run parameters) must let the demo run through, or `up` ends in a declined run.
+    from party.audit.gate import check_before_join
+    from party.audit.policy import AuditPolicy
+    from party.config import load_party_config
+    from party.encoding.encoder import Encoder
+    from party.encoding.schema import load_schema
+
+    compose = load_compose({})
+    runner = parse(services(compose)["runner"]["command"])[1]
+    params_path = repo_path(runner.parameters)
+    params = json.loads(params_path.read_text(encoding="utf-8"))
+    schema = load_schema(params_path.parent / params["schema"])
+    vols = demo_volumes / "volumes"
+    for index, party in enumerate(params["parties"]):
+        env = environment(services(compose)[party])
+        config_path = _node_config(compose, party, vols / party, tmp_path)
+        cfg = load_party_config(config_path, env=env)
+        assert cfg.audit_policy is not None, "the demo keeps the gate on"
+        encoder = Encoder(schema, cfg.read_secret())
+        records, _ = encoder.encode_csv(cfg.data_csv, id_column=cfg.id_column)
+        decision = check_before_join(
+            records,
+            encoder,
+            schema,
+            len(params["parties"]),
+            AuditPolicy.from_mapping(dict(cfg.audit_policy), base=config_path.parent),
+            data_csv=cfg.data_csv,
+            id_column=cfg.id_column,
+            self_index=index,
+        )
+        assert decision.allowed, (party, decision.reasons)
 
 
 def test_setup_is_idempotent_and_never_replaces(
