@@ -184,7 +184,8 @@ def test_audit_command_takes_the_mode_from_the_parameters_and_the_flag(
     (tmp_path / "party.csv").write_text("\n".join(lines) + "\n", encoding="utf-8")
     (tmp_path / "secret.key").write_bytes(bytes(range(100, 132)))
     params = json.loads((ROOT / "examples" / "parameters.json").read_text(encoding="utf-8"))
-    (tmp_path / "segments.json").write_text(json.dumps(params))
+    segments = {**params, "mode": "segments", "segment_threshold": 0.7}
+    (tmp_path / "segments.json").write_text(json.dumps(segments))
     (tmp_path / "mpc3.json").write_text(json.dumps({**params, "mode": "mpc3"}))
     (tmp_path / "bad.json").write_text(json.dumps({**params, "mode": "segmentz"}))
     config = tmp_path / "party.toml"  # no [audit.policy]: the default policy applies
