@@ -13,7 +13,7 @@ Two modes (``ProtocolParameters.mode``; docs/mpc.md):
   The segment measures do not apply: there is no segment to decode.
 
 The statements here are shown in the audit report (JSON ``meta.revealed`` / ``meta.not_run``, HTML
-"What this run reveals") and are checked against docs/mpc.md by tests.
+"What this run reveals"); docs/mpc.md ("What is revealed") says the same in prose.
 """
 
 from __future__ import annotations

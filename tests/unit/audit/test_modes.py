@@ -224,3 +224,17 @@ def test_audit_command_takes_the_mode_from_the_parameters_and_the_flag(
     err = capsys.readouterr().err
     assert rc == 2 and "bad.json: key 'mode': unknown protocol mode 'segmentz'" in err
     assert "Traceback" not in err
+
+
+def test_mpc_doc_has_the_threat_model_sections() -> None:
+    text = (ROOT / "docs" / "mpc.md").read_text(encoding="utf-8")
+    headings = [line[3:] for line in text.splitlines() if line.startswith("## ")]
+    for section in ("Threat model", "What is revealed", "How to choose a mode", "Cost model"):
+        assert section in headings, section
+    for statement in (
+        "Any two colluding compute parties learn every input",
+        "Honest majority among the three compute parties",
+        "Semi-honest parties",
+        "A data party that is not a compute party",
+    ):
+        assert statement in text, statement
