@@ -230,7 +230,7 @@ def test_mpc_doc_has_the_threat_model_sections() -> None:
     text = (ROOT / "docs" / "mpc.md").read_text(encoding="utf-8")
     headings = [line[3:] for line in text.splitlines() if line.startswith("## ")]
     for section in ("Threat model", "What is revealed", "How to choose a mode", "Cost model"):
-        assert section in headings, section
+        assert any(h.startswith(section) for h in headings), (section, headings)
     for statement in (
         "Any two colluding compute parties learn every input",
         "Honest majority among the three compute parties",
