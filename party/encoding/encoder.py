@@ -524,11 +524,14 @@ class Encoder:
         id_column: str | None = None,
         progress: Callable[[int], None] | None = None,
         map_batches: BatchMap | None = None,
+        block_bytes: int | None = None,
     ) -> tuple[EncodedRecords, EncodeReport]:
         """Stream a CSV file with a header row. ``progress(n)`` is called after each batch with
         the number of rows just processed (an increment). ``map_batches`` encodes the batches
         elsewhere (``party.encoding.parallel``: worker processes) and must yield
         ``encode_batch``'s results in input order; the default encodes them here, one by one.
+        ``block_bytes`` (default ``CSV_BLOCK_BYTES``) sets the batch size; results do not
+        depend on it.
 
         The file is parsed by pyarrow's streaming CSV reader (RFC 4180 quoting, quoted newlines
         allowed) in blocks of ``CSV_BLOCK_BYTES``, with the needed columns read as bytes and
@@ -567,7 +570,7 @@ class Encoder:
                     read_options=pcsv.ReadOptions(
                         skip_rows=1,
                         column_names=internal,
-                        block_size=CSV_BLOCK_BYTES,
+                        block_size=block_bytes or CSV_BLOCK_BYTES,
                         use_threads=True,
                     ),
                     parse_options=pcsv.ParseOptions(

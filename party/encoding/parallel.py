@@ -9,8 +9,9 @@ in input order and does the only sequential work: the record-id checks across ba
 counts and the assembly of the output arrays. So the records, the report and the first error
 raised are the same as one process gives, bit for bit (``tests/unit/encoding/test_parallel.py``).
 
-Memory stays bounded: at most ``2 * workers`` batches (``encoder.CSV_BLOCK_BYTES`` of CSV each)
-are in flight. Any ``concurrent.futures.Executor`` can run the batches: by default a process pool
+Memory stays bounded: at most ``2 * workers`` batches (at most ``encoder.CSV_BLOCK_BYTES`` of CSV
+each) are in flight. Batches are made smaller (down to ``MIN_BLOCK_BYTES``) so that every worker
+gets at least ``BATCHES_PER_WORKER`` of them: the last batches then leave few workers idle. Any ``concurrent.futures.Executor`` can run the batches: by default a process pool
 of ``workers`` processes started with ``forkserver`` (a node runs gRPC threads, which must not be
 forked), or a Dask client's executor (``party.cluster``) for workers on other machines of the
 party's own infrastructure.
@@ -142,6 +143,23 @@ def ordered_map(
             fut.cancel()
 
 
+MIN_BLOCK_BYTES = 1 << 20
+BATCHES_PER_WORKER = 4
+
+
+def block_bytes_for(path: str | Path, workers: int) -> int:
+    """CSV bytes per batch: about BATCHES_PER_WORKER batches per worker, within limits."""
+    try:
+        size = Path(path).stat().st_size
+    except OSError:
+        return encoder_module.CSV_BLOCK_BYTES
+    per = size // (BATCHES_PER_WORKER * max(1, workers))
+    return max(
+        min(MIN_BLOCK_BYTES, encoder_module.CSV_BLOCK_BYTES),
+        min(per, encoder_module.CSV_BLOCK_BYTES),
+    )
+
+
 def _one_batch(path: str | Path) -> bool:
     """True if the file fits in one CSV block (or cannot be read: one process reports that)."""
     try:
@@ -189,7 +207,8 @@ def encode_csv_parallel(
     own = executor is None
     pool = process_pool(n) if executor is None else executor
 
-    window = 2 * (n if own else max(n, executor_size(pool)))
+    size = n if own else max(n, executor_size(pool))
+    window = 2 * size
 
     def map_batches(batches: Iterator[_Batch]) -> Iterator[_BatchResult]:
         for result, worker, cpu in ordered_map(
@@ -201,7 +220,11 @@ def encode_csv_parallel(
 
     try:
         return encoder.encode_csv(
-            path, id_column=id_column, progress=progress, map_batches=map_batches
+            path,
+            id_column=id_column,
+            progress=progress,
+            map_batches=map_batches,
+            block_bytes=block_bytes_for(path, size),
         )
     finally:
         if own:
