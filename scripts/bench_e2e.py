@@ -52,6 +52,12 @@ def main() -> int:
         "--keep", type=pathlib.Path, help="work folder to keep (default: temporary)"
     )
     parser.add_argument("--workers", type=int, default=0, help="per party (0: every core)")
+    parser.add_argument(
+        "--memory-budget-mib",
+        type=int,
+        default=1024,
+        help="comparison budget per party, both sides",
+    )
     args = parser.parse_args()
 
     from party.encoding.encoder import Encoder
@@ -85,6 +91,7 @@ def main() -> int:
         filter_bits=schema.output_bits,
         match_threshold=args.match_threshold,
         segment_threshold=args.segment_threshold,
+        memory_budget_bytes=args.memory_budget_mib * 2**20,
     )
 
     from party.node.warmup import warm_up
@@ -134,7 +141,11 @@ def main() -> int:
     inproc_times: list[float] = []
     net_times: list[float] = []
     try:
-        cluster.start({name: {"PPRL_WORKERS": str(args.workers)} for name in names})
+        node_env = {
+            "PPRL_WORKERS": str(args.workers),
+            "PPRL_MEMORY_BUDGET_MIB": str(args.memory_budget_mib),
+        }
+        cluster.start({name: node_env for name in names})
         for name in names:  # wait for each node's start-up warm-up (it logs when done)
             while "warmed up" not in cluster.log_text(name):
                 time.sleep(0.1)
