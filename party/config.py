@@ -321,6 +321,16 @@ def resolve_path(
     return p
 
 
+def whole_number(value: Any, default: int, minimum: int, problem: str, problems: list[str]) -> int:
+    """``value`` if it is an int >= minimum, ``default`` if absent; else records ``problem``."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        problems.append(problem)
+        return default
+    return value
+
+
 def parse_timeouts(raw: Any, problems: list[str], defaults: Any) -> dict[str, float]:
     out: dict[str, float] = {}
     if not isinstance(raw, dict):
@@ -426,12 +436,13 @@ def load_party_config(
             if p is not None and not p.is_file():
                 problems.append(f"{key}: file {p} does not exist")
     timeouts = Timeouts(**parse_timeouts(raw.get("timeouts", {}), problems, Timeouts()))
-    budget = get("limits", "memory_budget_mib")
-    if budget is None:
-        budget = PartyConfig.memory_budget_mib
-    elif isinstance(budget, bool) or not isinstance(budget, int) or budget < 16:
-        problems.append("limits.memory_budget_mib: expected a whole number of MiB, at least 16")
-        budget = PartyConfig.memory_budget_mib
+    budget = whole_number(
+        get("limits", "memory_budget_mib"),
+        PartyConfig.memory_budget_mib,
+        16,
+        "limits.memory_budget_mib: expected a whole number of MiB, at least 16",
+        problems,
+    )
     peers = get("trust", "peers")
     trusted_peers: frozenset[str] = frozenset()
     if peers is not None:
@@ -449,12 +460,13 @@ def load_party_config(
                     f"({coordinator_name}): it never receives run data"
                 )
     policy, policy_origin = _audit_policy(raw.get("audit"), env, base, problems)
-    workers = get("limits", "workers")
-    if workers is None:
-        workers = PartyConfig.workers
-    elif isinstance(workers, bool) or not isinstance(workers, int) or workers < 0:
-        problems.append("limits.workers: expected a whole number >= 0 (0: every core)")
-        workers = PartyConfig.workers
+    workers = whole_number(
+        get("limits", "workers"),
+        PartyConfig.workers,
+        0,
+        "limits.workers: expected a whole number >= 0 (0: every core)",
+        problems,
+    )
     cluster: ClusterConfig | None = None
     if isinstance(raw.get("cluster"), dict) and raw["cluster"]:
         cluster = ClusterConfig(

@@ -51,6 +51,7 @@ sys.path.insert(0, str(ROOT))
 
 from party.encoding.encoder import Encoder  # noqa: E402
 from party.encoding.schema import parse_schema  # noqa: E402
+from party.synthetic.generator import COLUMNS  # noqa: E402
 
 GIVEN = [
     "james",
@@ -311,17 +312,6 @@ GENERATED_FIELDS = [
     ("suburb", 10),
     ("postcode", 12),
 ]
-GENERATED_COLUMNS = (
-    "rec_id",
-    "given_name",
-    "surname",
-    "sex",
-    "dob",
-    "street_address",
-    "suburb",
-    "postcode",
-    "state",
-)
 
 
 def clkhash_generated_schema(scheme: str) -> dict:
@@ -330,7 +320,7 @@ def clkhash_generated_schema(scheme: str) -> dict:
     hashing = dict(base["features"][1]["hashing"])
     k_of = dict(GENERATED_FIELDS)
     features = []
-    for col in GENERATED_COLUMNS:
+    for col in COLUMNS:
         if col not in k_of:
             features.append({"identifier": col, "ignored": True})
             continue
@@ -351,7 +341,7 @@ def write_generated(path: Path, n: int, seed: int) -> None:
     from party.synthetic.generator import generate
 
     table = generate(2, n, seed=seed).tables[0]
-    assert tuple(table.columns) == GENERATED_COLUMNS, tuple(table.columns)
+    assert tuple(table.columns) == COLUMNS, tuple(table.columns)
     table.write_csv(path)
 
 
@@ -456,28 +446,29 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="bench-encode-") as d:
         tmp = Path(d)
+        cases = []
         if args.data in ("generated", "both"):
-            path = tmp / "generated.csv"
-            write_generated(path, args.records, args.seed)
-            bench_case(
-                "generated people, shipped schema (2 blocking keys)",
-                path,
-                generated_schema(args.scheme),
-                clkhash_generated_schema(args.scheme),
-                args,
-                tmp,
+            write_generated(tmp / "generated.csv", args.records, args.seed)
+            cases.append(
+                (
+                    "generated people, shipped schema (2 blocking keys)",
+                    tmp / "generated.csv",
+                    generated_schema(args.scheme),
+                    clkhash_generated_schema(args.scheme),
+                )
             )
         if args.data in ("simple", "both"):
-            path = tmp / "people.csv"
-            write_records(path, args.records, args.seed)
-            bench_case(
-                "simple records (small name lists, 1 blocking key)",
-                path,
-                our_schema(args.scheme),
-                clkhash_schema(args.scheme),
-                args,
-                tmp,
+            write_records(tmp / "people.csv", args.records, args.seed)
+            cases.append(
+                (
+                    "simple records (small name lists, 1 blocking key)",
+                    tmp / "people.csv",
+                    our_schema(args.scheme),
+                    clkhash_schema(args.scheme),
+                )
             )
+        for title, path, ours, theirs in cases:
+            bench_case(title, path, ours, theirs, args, tmp)
     return 0
 
 
