@@ -16,7 +16,7 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   1 and W kernel threads). Checks that the outputs are identical. Prints wall-clock speedups.
 - ``sizes``: for each N (records per party) a fresh subprocess generates the data, encodes the
   three parties (all cores) and runs the protocol in process; it reports encode and protocol
-  wall-clock seconds and its peak RSS (all three parties in one process). The exponents are
+  wall-clock and CPU seconds (CPU is the figure that survives a loaded machine) and its peak RSS (all three parties in one process). The exponents are
   least-squares slopes of log(time) and log(peak RSS) against log(N).
 - ``cluster``: encodes one CSV on an embedded Dask LocalCluster of 4 worker processes (TLS) and
   reports each worker's CPU seconds against the ideal: a quarter of the CPU one process needs for
@@ -144,17 +144,21 @@ def run_one(n: int, workers: int) -> dict[str, float]:
         csvs = make_data(Path(d), n)
         t_gen = time.perf_counter() - t0
         t0 = time.perf_counter()
-        tables = [encode(p, workers)[0] for p in csvs]
+        encoded = [encode(p, workers) for p in csvs]
+        tables = [e[0] for e in encoded]
         t_enc = time.perf_counter() - t0
-        t0 = time.perf_counter()
+        cpu_enc = sum(e[2] for e in encoded)
+        t0, c0 = time.perf_counter(), self_cpu()
         run = run_in_process(tables, params(), workers=resolve_workers(workers))
-        t_proto = time.perf_counter() - t0
+        t_proto, cpu_proto = time.perf_counter() - t0, self_cpu() - c0
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     return {
         "n": n,
         "generate_s": t_gen,
         "encode_s": t_enc,
+        "encode_cpu_s": cpu_enc,
         "protocol_s": t_proto,
+        "protocol_cpu_s": cpu_proto,
         "compare_s": run.metrics.step_seconds["compare"],
         "candidate_sets": sum(c.candidate_sets for c in run.metrics.comparison),
         "peak_rss_bytes": rss,
@@ -184,13 +188,22 @@ def cmd_sizes(args: argparse.Namespace) -> None:
         row = json.loads(out.stdout.strip().splitlines()[-1])
         rows.append(row)
         print(
-            f"N={n:>8}: encode {row['encode_s']:7.2f}s  protocol {row['protocol_s']:6.2f}s "
+            f"N={n:>8}: encode {row['encode_s']:7.2f}s ({row['encode_cpu_s']:.1f} CPU-s)  "
+            f"protocol {row['protocol_s']:6.2f}s ({row['protocol_cpu_s']:.1f} CPU-s) "
             f"(compare {row['compare_s']:.2f}s, {row['candidate_sets']:,} candidate sets)  "
             f"peak RSS {row['peak_rss_bytes'] / 2**30:.2f} GiB  load {row['load']:.1f}",
             flush=True,
         )
     ns = [r["n"] for r in rows]
-    for key in ("encode_s", "protocol_s", "compare_s", "candidate_sets", "peak_rss_bytes"):
+    for key in (
+        "encode_s",
+        "encode_cpu_s",
+        "protocol_s",
+        "protocol_cpu_s",
+        "compare_s",
+        "candidate_sets",
+        "peak_rss_bytes",
+    ):
         print(f"exponent of {key} in N: {slope(ns, [r[key] for r in rows]):.2f}")
 
 
