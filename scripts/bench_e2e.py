@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import pathlib
 import shutil
@@ -53,6 +54,12 @@ def main() -> int:
     )
     parser.add_argument("--workers", type=int, default=0, help="per party (0: every core)")
     parser.add_argument(
+        "--schema",
+        type=pathlib.Path,
+        help="linkage schema JSON (default: examples/schema.json); its l is set to --filter-bits. "
+        "party/synthetic/data/schema.json has the blocking keys generated data needs at 100k+",
+    )
+    parser.add_argument(
         "--memory-budget-mib",
         type=int,
         default=1024,
@@ -81,7 +88,12 @@ def main() -> int:
     names = party_names(args.parties)
     console.print(f"generating {args.parties} x {args.records} records in {root}")
     csvs = generate_data(root / "data", args.parties, args.records, seed=11)
-    schema_obj = write_schema(root / "schema.json", args.filter_bits)
+    if args.schema is None:
+        schema_obj = write_schema(root / "schema.json", args.filter_bits)
+    else:
+        schema_obj = json.loads(args.schema.read_text(encoding="utf-8"))
+        schema_obj["l"] = args.filter_bits
+        (root / "schema.json").write_text(json.dumps(schema_obj), encoding="utf-8")
     params_path = write_parameters(
         root / "params.json", names, schema_obj, args.match_threshold, args.segment_threshold
     )
