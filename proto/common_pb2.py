@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/common.proto\x12\x07pprl.v1\"\xd1\x01\n\x11LinkageParameters\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07parties\x18\x02 \x03(\t\x12\x13\n\x0bschema_json\x18\x03 \x01(\t\x12\x17\n\x0fmatch_threshold\x18\x04 \x01(\x01\x12\x19\n\x11segment_threshold\x18\x05 \x01(\x01\x12\x12\n\none_to_one\x18\x06 \x01(\x08\x12\x16\n\x0emax_block_size\x18\x07 \x01(\r\x12\x0c\n\x04mode\x18\x08 \x01(\t\x12\x17\n\x0f\x63ompute_parties\x18\t \x03(\t\"3\n\x06RunRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x19\n\x11parameters_digest\x18\x02 \x01(\t\"-\n\x0cPartyAddress\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"U\n\x08Progress\x12\r\n\x05party\x18\x01 \x01(\t\x12\x1d\n\x05stage\x18\x02 \x01(\x0e\x32\x0e.pprl.v1.Stage\x12\x0c\n\x04\x64one\x18\x03 \x01(\x04\x12\r\n\x05total\x18\x04 \x01(\x04\"\xca\x03\n\x0cPartySummary\x12\r\n\x05party\x18\x01 \x01(\t\x12\x0f\n\x07matches\x18\x02 \x01(\x04\x12\x12\n\nbytes_sent\x18\x03 \x01(\x04\x12\x16\n\x0epeak_rss_bytes\x18\x04 \x01(\x04\x12>\n\rstage_seconds\x18\x05 \x03(\x0b\x32\'.pprl.v1.PartySummary.StageSecondsEntry\x12\x13\n\x0bresult_path\x18\x06 \x01(\t\x12\x16\n\x0e\x63\x61ndidate_sets\x18\x07 \x01(\x04\x12\x12\n\njoin_order\x18\x08 \x03(\r\x12\x1b\n\x13\x65valuated_per_stage\x18\t \x03(\x04\x12\x16\n\x0ekept_per_stage\x18\n \x03(\x04\x12\x11\n\tsurvivors\x18\x0b \x01(\x04\x12\x17\n\x0freduction_ratio\x18\x0c \x01(\x01\x12\x13\n\x0bmpc_batches\x18\r \x01(\x04\x12\x12\n\nmpc_rounds\x18\x0e \x01(\x04\x12\x15\n\rmpc_and_gates\x18\x0f \x01(\x04\x12\x17\n\x0fmpc_round_bytes\x18\x10 \x01(\x04\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\xb6\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x11\n\rSTAGE_CREATED\x10\x01\x12\x10\n\x0cSTAGE_AGREED\x10\x02\x12\x11\n\rSTAGE_AUDITED\x10\x03\x12\x14\n\x10STAGE_EXCHANGING\x10\x04\x12\x13\n\x0fSTAGE_COMPARING\x10\x05\x12\x11\n\rSTAGE_SUMMING\x10\x06\x12\x0e\n\nSTAGE_DONE\x10\x07\x12\x10\n\x0cSTAGE_FAILED\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x12proto/common.proto\x12\x07pprl.v1\"\x86\x02\n\x11LinkageParameters\x12\x0f\n\x07version\x18\x01 \x01(\r\x12\x0f\n\x07parties\x18\x02 \x03(\t\x12\x13\n\x0bschema_json\x18\x03 \x01(\t\x12\x17\n\x0fmatch_threshold\x18\x04 \x01(\x01\x12\x19\n\x11segment_threshold\x18\x05 \x01(\x01\x12\x12\n\none_to_one\x18\x06 \x01(\x08\x12\x16\n\x0emax_block_size\x18\x07 \x01(\r\x12\x0c\n\x04mode\x18\x08 \x01(\t\x12\x17\n\x0f\x63ompute_parties\x18\t \x03(\t\x12\x0e\n\x06target\x18\n \x01(\t\x12\x13\n\x0bmin_parties\x18\x0b \x01(\r\x12\x0e\n\x06solver\x18\x0c \x01(\t\"3\n\x06RunRef\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x19\n\x11parameters_digest\x18\x02 \x01(\t\"-\n\x0cPartyAddress\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\"U\n\x08Progress\x12\r\n\x05party\x18\x01 \x01(\t\x12\x1d\n\x05stage\x18\x02 \x01(\x0e\x32\x0e.pprl.v1.Stage\x12\x0c\n\x04\x64one\x18\x03 \x01(\x04\x12\r\n\x05total\x18\x04 \x01(\x04\"\xca\x03\n\x0cPartySummary\x12\r\n\x05party\x18\x01 \x01(\t\x12\x0f\n\x07matches\x18\x02 \x01(\x04\x12\x12\n\nbytes_sent\x18\x03 \x01(\x04\x12\x16\n\x0epeak_rss_bytes\x18\x04 \x01(\x04\x12>\n\rstage_seconds\x18\x05 \x03(\x0b\x32\'.pprl.v1.PartySummary.StageSecondsEntry\x12\x13\n\x0bresult_path\x18\x06 \x01(\t\x12\x16\n\x0e\x63\x61ndidate_sets\x18\x07 \x01(\x04\x12\x12\n\njoin_order\x18\x08 \x03(\r\x12\x1b\n\x13\x65valuated_per_stage\x18\t \x03(\x04\x12\x16\n\x0ekept_per_stage\x18\n \x03(\x04\x12\x11\n\tsurvivors\x18\x0b \x01(\x04\x12\x17\n\x0freduction_ratio\x18\x0c \x01(\x01\x12\x13\n\x0bmpc_batches\x18\r \x01(\x04\x12\x12\n\nmpc_rounds\x18\x0e \x01(\x04\x12\x15\n\rmpc_and_gates\x18\x0f \x01(\x04\x12\x17\n\x0fmpc_round_bytes\x18\x10 \x01(\x04\x1a\x33\n\x11StageSecondsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01*\xb6\x01\n\x05Stage\x12\x15\n\x11STAGE_UNSPECIFIED\x10\x00\x12\x11\n\rSTAGE_CREATED\x10\x01\x12\x10\n\x0cSTAGE_AGREED\x10\x02\x12\x11\n\rSTAGE_AUDITED\x10\x03\x12\x14\n\x10STAGE_EXCHANGING\x10\x04\x12\x13\n\x0fSTAGE_COMPARING\x10\x05\x12\x11\n\rSTAGE_SUMMING\x10\x06\x12\x0e\n\nSTAGE_DONE\x10\x07\x12\x10\n\x0cSTAGE_FAILED\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,18 +33,18 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._loaded_options = None
   _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._serialized_options = b'8\001'
-  _globals['_STAGE']._serialized_start=892
-  _globals['_STAGE']._serialized_end=1074
+  _globals['_STAGE']._serialized_start=945
+  _globals['_STAGE']._serialized_end=1127
   _globals['_LINKAGEPARAMETERS']._serialized_start=32
-  _globals['_LINKAGEPARAMETERS']._serialized_end=241
-  _globals['_RUNREF']._serialized_start=243
-  _globals['_RUNREF']._serialized_end=294
-  _globals['_PARTYADDRESS']._serialized_start=296
-  _globals['_PARTYADDRESS']._serialized_end=341
-  _globals['_PROGRESS']._serialized_start=343
-  _globals['_PROGRESS']._serialized_end=428
-  _globals['_PARTYSUMMARY']._serialized_start=431
-  _globals['_PARTYSUMMARY']._serialized_end=889
-  _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._serialized_start=838
-  _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._serialized_end=889
+  _globals['_LINKAGEPARAMETERS']._serialized_end=294
+  _globals['_RUNREF']._serialized_start=296
+  _globals['_RUNREF']._serialized_end=347
+  _globals['_PARTYADDRESS']._serialized_start=349
+  _globals['_PARTYADDRESS']._serialized_end=394
+  _globals['_PROGRESS']._serialized_start=396
+  _globals['_PROGRESS']._serialized_end=481
+  _globals['_PARTYSUMMARY']._serialized_start=484
+  _globals['_PARTYSUMMARY']._serialized_end=942
+  _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._serialized_start=891
+  _globals['_PARTYSUMMARY_STAGESECONDSENTRY']._serialized_end=942
 # @@protoc_insertion_point(module_scope)

@@ -29,7 +29,7 @@ STAGE_DONE: Stage
 STAGE_FAILED: Stage
 
 class LinkageParameters(_message.Message):
-    __slots__ = ("version", "parties", "schema_json", "match_threshold", "segment_threshold", "one_to_one", "max_block_size", "mode", "compute_parties")
+    __slots__ = ("version", "parties", "schema_json", "match_threshold", "segment_threshold", "one_to_one", "max_block_size", "mode", "compute_parties", "target", "min_parties", "solver")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     PARTIES_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -39,6 +39,9 @@ class LinkageParameters(_message.Message):
     MAX_BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     COMPUTE_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    TARGET_FIELD_NUMBER: _ClassVar[int]
+    MIN_PARTIES_FIELD_NUMBER: _ClassVar[int]
+    SOLVER_FIELD_NUMBER: _ClassVar[int]
     version: int
     parties: _containers.RepeatedScalarFieldContainer[str]
     schema_json: str
@@ -48,7 +51,10 @@ class LinkageParameters(_message.Message):
     max_block_size: int
     mode: str
     compute_parties: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., match_threshold: _Optional[float] = ..., segment_threshold: _Optional[float] = ..., one_to_one: _Optional[bool] = ..., max_block_size: _Optional[int] = ..., mode: _Optional[str] = ..., compute_parties: _Optional[_Iterable[str]] = ...) -> None: ...
+    target: str
+    min_parties: int
+    solver: str
+    def __init__(self, version: _Optional[int] = ..., parties: _Optional[_Iterable[str]] = ..., schema_json: _Optional[str] = ..., match_threshold: _Optional[float] = ..., segment_threshold: _Optional[float] = ..., one_to_one: _Optional[bool] = ..., max_block_size: _Optional[int] = ..., mode: _Optional[str] = ..., compute_parties: _Optional[_Iterable[str]] = ..., target: _Optional[str] = ..., min_parties: _Optional[int] = ..., solver: _Optional[str] = ...) -> None: ...
 
 class RunRef(_message.Message):
     __slots__ = ("run_id", "parameters_digest")

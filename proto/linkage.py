@@ -10,7 +10,10 @@ Parameters file (``examples/parameters.json``), a JSON object::
      "one_to_one": true,                                 # optional, default true
      "max_block_size": null,                             # optional, null/0 = no cap
      "mode": "segments",                                 # optional: "segments" (default) | "mpc3"
-     "compute_parties": ["party-a", "party-b", "helper"]}  # optional, mpc3 only: CP 0, 1, 2
+     "compute_parties": ["party-a", "party-b", "helper"],  # optional, mpc3 only: CP 0, 1, 2
+     "target": "all",                                    # optional: "all" (default) | "any"
+     "min_parties": 2,                                   # optional, target any: 2..P (default 2)
+     "solver": "weakest-link"}                           # optional, target any: see TARGET_SOLVERS
 
 Canonical digest: SHA-256 (lower-case hex) of the canonical JSON of the object above with
 "schema" as the parsed schema object, keys sorted, separators "," and ":", ensure_ascii off, UTF-8,
@@ -18,7 +21,8 @@ floats written by Python's repr, max_block_size 0 written as null. In mode "mpc3
 "mode": "mpc3" and "compute_parties" as the three *resolved* names (default: the first three
 parties), so naming the default explicitly does not change the digest; in mode "segments" both keys
 are left out, so a segments digest is the same as before modes existed (and the known-answer
-vectors of tests/data/kat_protocol.json stay valid). The same digest is computed by
+vectors of tests/data/kat_protocol.json stay valid). Likewise "target", "min_parties" and "solver"
+(resolved: m default 2, solver default "weakest-link") are in the object only for target "any". The same digest is computed by
 the coordinator (which treats the schema as opaque JSON) and by every party (which also validates the
 schema with party.encoding). This module is plain Python (no grpc) so both sides can use it.
 """
@@ -46,7 +50,13 @@ _KNOWN_KEYS = {
     "max_block_size",
     "mode",
     "compute_parties",
+    "target",
+    "min_parties",
+    "solver",
 }
+TARGETS = ("all", "any")
+#: Group solvers of target "any" (party/protocol/solver.py); the first is the default.
+TARGET_SOLVERS = ("weakest-link", "majority", "greedy")
 MODES = ("segments", "mpc3")
 COMPUTE_PARTIES = 3
 
@@ -167,6 +177,7 @@ def parameters_from_mapping(
         problems.append("compute_parties must be a list of non-empty names")
         compute = []
     problems.extend(compute_party_problems(mode, list(parties), compute))
+    target, min_parties, solver = _target_fields(obj, mode, len(parties), problems)
     if problems:
         raise ParametersFormatError(source, problems)
     return common_pb2.LinkageParameters(
@@ -179,7 +190,42 @@ def parameters_from_mapping(
         max_block_size=cap,
         mode="" if mode == "segments" else mode,
         compute_parties=list(compute),
+        target="" if target == "all" else target,
+        min_parties=min_parties,
+        solver=solver,
     )
+
+
+def _target_fields(
+    obj: Mapping[str, Any], mode: str, parties: int, problems: list[str]
+) -> tuple[str, int, str]:
+    """(target, min_parties, solver) of a parameters object; appends problems naming each key."""
+    target = obj.get("target", "all")
+    if target not in TARGETS:
+        problems.append(f"target must be one of {list(TARGETS)}, got {target!r}")
+        return "all", 0, ""
+    m = obj.get("min_parties")
+    solver = obj.get("solver")
+    if target == "all":
+        if m is not None or solver is not None:
+            problems.append("min_parties and solver are only used with target 'any'")
+        return "all", 0, ""
+    if mode != "segments":
+        problems.append(f"target 'any' is only supported in mode 'segments', not {mode!r}")
+    m = 2 if m is None else m
+    if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= max(parties, 2):
+        problems.append(f"min_parties must be an integer in 2..P={parties}")
+        m = 2
+    solver = TARGET_SOLVERS[0] if solver is None else solver
+    if solver not in TARGET_SOLVERS:
+        problems.append(f"solver must be one of {list(TARGET_SOLVERS)}, got {solver!r}")
+        solver = TARGET_SOLVERS[0]
+    return "any", m, solver
+
+
+def target_of(params: common_pb2.LinkageParameters) -> str:
+    """The run's linkage target ("all" for an empty field)."""
+    return params.target or "all"
 
 
 def compute_party_problems(mode: str, parties: list[str], compute: list[str]) -> list[str]:
@@ -273,6 +319,10 @@ def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any
     if mode != "segments" or params.compute_parties:
         out["mode"] = mode
         out["compute_parties"] = list(compute_party_names(params) or params.compute_parties)
+    if target_of(params) != "all" or params.min_parties or params.solver:
+        out["target"] = target_of(params)
+        out["min_parties"] = params.min_parties or 2
+        out["solver"] = params.solver or TARGET_SOLVERS[0]
     return out
 
 

@@ -62,6 +62,7 @@ from party.protocol.blocks import common_blocks
 from party.protocol.classify import PartyResults
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
+from party.protocol.solver import DEFAULT_SOLVER
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
 from proto.transport import Security, address_problem, caller_identity
 
@@ -173,9 +174,16 @@ def protocol_parameters(
             memory_budget_bytes=memory_budget_bytes,
             mode=linkage.mode_of(message),
             compute_parties=tuple(message.compute_parties),
+            target=linkage.target_of(message),
+            min_parties=message.min_parties or 2,
+            solver=message.solver or DEFAULT_SOLVER,
         )
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
+    if params.target != "all":
+        raise InvalidParameters(
+            f"parameters: target {params.target!r} is not supported by this party's network path yet"
+        )
     return schema, params
 
 

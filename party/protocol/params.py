@@ -6,12 +6,16 @@ import math
 from dataclasses import dataclass
 
 from party.protocol.errors import ParameterError
+from party.protocol.solver import DEFAULT_SOLVER, SOLVERS
 
 #: Default segment threshold offset below s_t; see docs/engine.md ("Choosing s_m") for the evidence.
 DEFAULT_SEGMENT_MARGIN = 0.1
 
 #: Protocol modes: the segment + ring-summation protocol, and three-party computation (party.mpc).
 MODES = ("segments", "mpc3")
+
+#: Linkage targets: sets present at all P parties, or groups at any m..P of them (docs/protocol.md).
+TARGETS = ("all", "any")
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,10 @@ class ProtocolParameters:
     ``party.mpc``). In mpc3 ``compute_parties`` names the three compute parties (``()`` = the first
     three of ``parties``; with P = 2 they must be given, the third being a helper that holds no
     data); s_m must be 0 there (no partial similarities are computed or revealed).
+
+    ``target`` is ``"all"`` (sets of one record at every party) or ``"any"``: groups of
+    ``min_parties``..P records, at most one per party, built by ``solver`` from matched pairs
+    (``party.protocol.pairwise``, ``party.protocol.solver``; segment mode only).
     """
 
     parties: tuple[str, ...]
@@ -41,6 +49,9 @@ class ProtocolParameters:
     memory_budget_bytes: int = 256 * 2**20
     mode: str = "segments"
     compute_parties: tuple[str, ...] = ()
+    target: str = "all"
+    min_parties: int = 2
+    solver: str = DEFAULT_SOLVER
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -88,6 +99,7 @@ class ProtocolParameters:
         ):
             problems.append("memory_budget_bytes must be an integer of at least 1 MiB")
         problems.extend(self._mode_problems())
+        problems.extend(self._target_problems())
         if problems:
             raise ParameterError("invalid protocol parameters: " + "; ".join(problems))
 
@@ -115,6 +127,23 @@ class ProtocolParameters:
                 f"mode 'mpc3' with P={len(self.parties)} parties needs compute_parties "
                 "(three names, the third a helper node)"
             )
+        return problems
+
+    def _target_problems(self) -> list[str]:
+        problems = []
+        if self.target not in TARGETS:
+            problems.append(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
+        elif self.target == "any" and self.mode != "segments":
+            problems.append(f"target 'any' is only supported in mode 'segments', not {self.mode!r}")
+        p = len(self.parties) if isinstance(self.parties, tuple) else 0
+        if (
+            isinstance(self.min_parties, bool)
+            or not isinstance(self.min_parties, int)
+            or not 2 <= self.min_parties <= max(p, 2)
+        ):
+            problems.append(f"min_parties must be an integer in 2..P={p}, got {self.min_parties!r}")
+        if self.solver not in SOLVERS:
+            problems.append(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         return problems
 
     @property

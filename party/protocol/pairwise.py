@@ -1,0 +1,69 @@
+"""Target "any", segment mode: candidate pairs of two parties, and one segment holder's pair counts.
+
+For every pair of parties (a, b), a < b, the candidate pairs are the record pairs (one record of a,
+one of b) sharing a block of the two parties: a non-zero digest present at both (in any of the B
+columns; a block need not be present at the other parties). Sub-blocking with cap C applies to
+each such two-party block exactly as for sets (``party.protocol.blocks.sub_blocks``). A pair found
+in several blocks is one pair; pairs are ordered by the pseudonym tuple (key_a, key_b).
+
+Party i, holding segment i of every party's records, counts for each candidate pair
+``c_i`` = popcount(seg_i(A) AND seg_i(B)) and keeps the pair iff ``2 * c_i >= s_m * s_i`` with
+``s_i`` = popcount(seg_i(A)) + popcount(seg_i(B)) in IEEE double (s_m = 0 keeps every pair). A
+pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_i`` and
+``x = |A| + |B|`` (each owner adds its own record's 1-bits), and the pair matches iff
+``2c / x >= s_t`` (``classify.dice`` with 2 parties).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from party.encoding.bits import popcount_rows
+from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
+
+_EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
+
+
+def pair_candidates(
+    digests_a: np.ndarray,
+    digests_b: np.ndarray,
+    keys_a: np.ndarray,
+    keys_b: np.ndarray,
+    cap: int | None,
+) -> np.ndarray:
+    """(m, 2) int64 rows (row of a, row of b) of the candidate pairs, ordered by (key_a, key_b)."""
+    common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
+    if common.size == 0:
+        return _EMPTY_PAIRS
+    index_a = block_index(digests_a, common, keys_a)
+    index_b = block_index(digests_b, common, keys_b)
+    parts = []
+    for blk in range(common.size):
+        for sub_a, sub_b in sub_blocks([index_a.members(blk), index_b.members(blk)], cap):
+            if sub_a.size and sub_b.size:
+                parts.append(
+                    np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
+                )
+    if not parts:
+        return _EMPTY_PAIRS
+    rows = np.concatenate(parts)
+    ka = np.asarray(keys_a, dtype=np.uint64)[rows[:, 0]]
+    kb = np.asarray(keys_b, dtype=np.uint64)[rows[:, 1]]
+    order = np.lexsort((kb, ka))
+    rows, ka, kb = rows[order], ka[order], kb[order]
+    first = np.ones(rows.shape[0], dtype=bool)
+    first[1:] = (ka[1:] != ka[:-1]) | (kb[1:] != kb[:-1])
+    return rows[first]
+
+
+def segment_pair_counts(
+    segment_a: np.ndarray, segment_b: np.ndarray, rows: np.ndarray, segment_threshold: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(c_i uint64, kept bool) for candidate pairs ``rows`` of one segment of parties a and b."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=bool)
+    sa, sb = segment_a[rows[:, 0]], segment_b[rows[:, 1]]
+    common = popcount_rows(sa & sb)
+    total = popcount_rows(sa) + popcount_rows(sb)
+    kept = 2.0 * common.astype(np.float64) >= segment_threshold * total.astype(np.float64)
+    return common.astype(np.uint64), kept
