@@ -13,7 +13,7 @@ thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures t
 3. Generated people (``party.synthetic``), encoded with the shipped schema (l = 1024): the segment
    protocol (in process, its default s_m and s_m = 0) and mpc3 on the same encodings: wall time of
    the comparison steps, the ratio mpc3 / segments, candidate sets per second, and F1 against the
-   truth, with the check that mpc3's matches equal the oracle's (s_m = 0 run) exactly.
+   truth (one-to-one on, as in the shipped parameters), with the check that mpc3's matches equal the oracle's (s_m = 0 run) exactly.
 
 ``--networked`` instead (the transport half): the same generated data set linked by real node
 processes on loopback with mutual TLS (party/synthetic/network_sim.py), once in mode segments (the
@@ -165,14 +165,16 @@ def bench_vs_segments(records: int, parties: int) -> None:
     rows = []
 
     def seg(s_m: float):  # type: ignore[no-untyped-def]
-        params = ProtocolParameters(names, l_bits, 0.8, s_m, memory_budget_bytes=budget)
+        params = ProtocolParameters(names, l_bits, 0.8, s_m, True, memory_budget_bytes=budget)
         t0 = time.perf_counter()
         run = run_in_process(enc.tables, params)
         return run, time.perf_counter() - t0
 
     seg_default, t_default = seg(0.7)
     seg_zero, t_zero = seg(0.0)
-    params = ProtocolParameters(names, l_bits, 0.8, 0.0, mode="mpc3", memory_budget_bytes=budget)
+    params = ProtocolParameters(
+        names, l_bits, 0.8, 0.0, True, mode="mpc3", memory_budget_bytes=budget
+    )
     t0 = time.perf_counter()
     mpc = run_mpc3_in_process(enc.tables, params)
     t_mpc = time.perf_counter() - t0
@@ -187,7 +189,8 @@ def bench_vs_segments(records: int, parties: int) -> None:
         rows.append((name, dt, run.classification.sets_summed, q.f1, run.classification.matches))
     cand = mpc.classification.sets_summed
     table = Table(
-        title=f"Generated people, P = {parties}, {records:,} records per party, l = {l_bits}, s_t = 0.8"
+        title=f"Generated people, P = {parties}, {records:,} records per party, l = {l_bits}, "
+        "s_t = 0.8, one-to-one"
     )
     for col in ("run", "seconds", "sets compared", "F1", "matches", "time / segments default"):
         table.add_column(col, justify="right" if col != "run" else "left")

@@ -15,12 +15,15 @@ Driving it (the transport is the driver's business):
 The circuit per batch of candidate sets (``party.mpc.candidates``; batch b holds sets
 [b * batch_sets, (b + 1) * batch_sets), padded with all-zero sets to a multiple of 64):
 
-1. P-way AND of the filters in row layout: inputs (n, words) per party; layer by layer the operands
-   are paired in order (0 & 1, 2 & 3, ...; an odd last operand passes on), ceil(log2 P) rounds; the
-   payload of a layer is (pairs, n, words) words in C order.
-2. The AND result is transposed to lanes (``party.mpc._numba_gates.rows_to_lanes``): wire p =
-   filter bit p (p < l), lane word g, bit k = set 64 g + k; its popcount c is computed by
-   ``Gates.compress`` into cw = bit_length(l) bits.
+1. P-way AND of the filters, results word-major: (words, n) per share, word m of set r at [m, r]
+   (each word holds 64 filter bits of one set). Layer by layer the operands are paired in order
+   (0 & 1, 2 & 3, ...; an odd last operand passes on), ceil(log2 P) rounds; the payload of a layer
+   is its (pairs, words, n) AND shares in C order. The first layer gathers the data parties' rows
+   by index (``_numba_gates.and_word_major``); padding sets are all-zero rows.
+2. popcount c in cw = bit_length(l) bits: full-adder layers on whole words first (all bits of the
+   (words, n) matrix have weight 1; ``Gates.wallace`` with n word-lanes), until every weight has at
+   most 2 word rows; each such row is transposed (``rows_to_lanes``) into 64 bit-wires of its
+   weight in lanes (wire bit k of lane word g = set 64 g + k); ``Gates.compress`` finishes.
 3. S = K*c + sum_j t_j mod 2^w, with t_j the data parties' count terms (``party.mpc.inputs``) in
    lanes; column k holds the bits c_{k-e} for e in the set bits of K (ascending), then t_j bit k for
    j = 0..P-1. Match bit = NOT top bit of S (``party.mpc.threshold``); with s_t = 0 every set matches
