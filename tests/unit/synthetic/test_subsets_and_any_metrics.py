@@ -57,3 +57,24 @@ def test_pairwise_and_exact_group_scores_known_answer() -> None:
     assert np.isclose(
         evaluate_groups([[(0, "a0"), (1, "b0"), (2, "c0")]], truth).groups.recall, 0.5
     )
+
+
+def test_any_simulation_writes_group_columns_and_equals_the_oracle(tmp_path: object) -> None:
+    import csv
+    from pathlib import Path
+
+    from party.synthetic.simulation import SimulationConfig, matches_path
+    from party.synthetic.simulation_any import MATCHES_ANY_HEADER, AnyTarget, run_any_simulation
+
+    out = Path(str(tmp_path))
+    cfg = SimulationConfig(parties=3, records=150, corruption=0.4, seed=5, segment_threshold=0.0)
+    cfg.out_dir = out
+    r = run_any_simulation(cfg, AnyTarget(min_parties=2, solver="weakest-link", single=0.3))
+    assert r.oracle_equal is True
+    assert r.quality.pairwise.correct > 0 and r.quality.groups.correct > 0
+    with matches_path(out, 1).open(newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert tuple(rows[0]) == MATCHES_ANY_HEADER
+    for _lid, sim, rid, size, parties in rows[1:]:
+        assert rid.startswith("p1r") and "party-b" in parties.split(";")
+        assert int(size) == len(parties.split(";")) >= 2 and 0.8 <= float(sim) <= 1.0
