@@ -169,6 +169,7 @@ class ComputeParty:
         self._ran = True
         t0 = time.perf_counter()
         inputs = [self._inputs[j] for j in range(self.parties)]
+        self._inputs.clear()  # the run's data is freed with the generator, also on failure
         # enumerated rows (P int32 or int64 positions) and the 8-byte sort key of the de-duplication
         per_set = self.parties * 8 + 8
         sets = candidate_sets(

@@ -185,3 +185,19 @@ def test_constructor_and_parameter_checks():
     )
     # mpc3 cuts no segments: l need not be a multiple of P
     ProtocolParameters(("a", "b", "c"), 1024, 0.8, 0.0, mode="mpc3")
+
+
+def test_inputs_are_released_when_the_run_starts_and_late_inputs_refused():
+    from party.mpc.driver import drive
+
+    params, engines = _setup()
+    cps = [ComputeParty(i, params, k, batch_sets=64) for i, k in enumerate(run_keys())]
+    late = input_shares(engines[0])[0]
+    for e in engines:
+        for s in input_shares(e):
+            cps[s.target].receive_input(s)
+    outcomes = drive([cp.run() for cp in cps])
+    assert all(not cp._inputs for cp in cps)
+    assert outcomes[0].stats.candidate_sets > 0
+    with pytest.raises(MpcError, match="after the computation started"):
+        cps[0].receive_input(late)
