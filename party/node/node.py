@@ -763,21 +763,23 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 initiator = run.index == 0
                 bound = engine.ring_rows_sent if initiator else engine.candidate_set_bound
                 feed = engine.ring_finish_feed if initiator else engine.ring_step_feed
-                async for part in wire.ring_chunks(first, rest, account=account, max_rows=bound):
-                    await self._engine(run, feed, part)
-                    received += len(part)
+                ring = wire.ring_chunks(first, rest, account=account, max_rows=bound)
+                async with contextlib.aclosing(ring):  # releases the chunk in hand on failure
+                    async for part in ring:
+                        await self._engine(run, feed, part)
+                        received += len(part)
                 if initiator:
                     run.ring_counts = await self._engine(run, engine.ring_finish_end)
                 else:
                     run.ring_out_rows = await self._engine(run, engine.ring_step_end)
             else:
                 bound = mpc3.results_bound(run) if run.mpc else engine.candidate_set_bound
-                async for lids, sims, ps in wire.results_chunks(
-                    first, rest, account=account, max_rows=bound
-                ):
-                    results = PartyResults(run.index, lids, sims, ps)
-                    await self._engine(run, engine.receive_results_chunk, results)
-                    received += lids.shape[0]
+                chunks = wire.results_chunks(first, rest, account=account, max_rows=bound)
+                async with contextlib.aclosing(chunks):
+                    async for lids, sims, ps in chunks:
+                        results = PartyResults(run.index, lids, sims, ps)
+                        await self._engine(run, engine.receive_results_chunk, results)
+                        received += lids.shape[0]
                 await self._engine(run, engine.results_end)
         except Exception as exc:
             _, message = status_for(exc)

@@ -19,7 +19,7 @@ An empty object is sent as one chunk with zero rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -307,7 +307,7 @@ async def ring_chunks(
     *,
     account: RunAccount | None = None,
     max_rows: int | None = None,
-) -> AsyncIterator[RingMessage]:
+) -> AsyncGenerator[RingMessage, None]:
     """Yield the ring message chunk by chunk (each a RingMessage of that chunk's rows).
 
     The declared total is checked against ``max_rows`` at the first chunk; each chunk's bytes are
@@ -451,7 +451,7 @@ async def results_chunks(
     *,
     account: RunAccount | None = None,
     max_rows: int | None = None,
-) -> AsyncIterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+) -> AsyncGenerator[tuple[np.ndarray, np.ndarray, np.ndarray], None]:
     """Yield (linkage_ids uint64, similarities float64, pseudonyms uint64) chunk by chunk
     (checks and budget as ring_chunks)."""
     stream = _ChunkStream("results", account, max_rows)
