@@ -6,10 +6,18 @@ Call order for party i (the transport moves the returned objects between parties
 2. ``outgoing_shares()`` -> share j goes to party j; ``receive_share(share)`` for each of the P-1
    shares addressed to party i.
 3. ``compare()`` (CPU heavy; run it off the event loop) keeps the surviving candidate sets inside.
-4. Ring: the initiator (index 0) calls ``ring_start()``; party 1..P-1 in order call
-   ``ring_step(msg)`` on the previous party's message; the initiator calls ``ring_finish(msg)``.
-5. The initiator sends ``results_for(classification, j)`` to party j, which calls
-   ``resolve_results(results)`` to get its ``MatchRow`` list.
+4. Ring, streamed in chunks of about 1 MiB: the initiator (index 0) sends the chunks of
+   ``ring_start_chunks()``; party 1..P-1 in order call ``ring_step_feed(chunk)`` on each chunk of
+   the previous party's message, ``ring_step_end()``, and pass ``ring_out_chunks()`` on; the
+   initiator calls ``ring_finish_feed(chunk)`` per returning chunk and ``ring_finish_end()``.
+5. The initiator sends the chunks of ``result_chunks(j)`` to party j, which calls
+   ``receive_results_chunk`` per chunk and ``results_end()``; each party writes
+   ``resolved_rows(...)`` (its ``MatchRow``s, in linkage-id order).
+6. ``close()`` when the run ends: frees every store and removes the spill folder.
+
+Whole-message variants (``ring_start``, ``ring_step``, ``ring_finish`` -> ``Classification``,
+``results_for``, ``resolve_results``) do the same in memory, for tests and small tools. Everything
+that grows with the candidate sets lives in spilling row stores (``party.protocol.spill``).
 
 Candidate sets are identified by their tuple of pseudonyms (one per party), which is the same at
 every party, so a set found in several blocks (multi-pass blocking, B > 1) or sub-blocks is one
