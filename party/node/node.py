@@ -742,23 +742,25 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         checked against what the run allows: no more rows than the candidate sets every party
         enumerated (initiator: than the sets it sent). Each chunk counts against the node's buffer
         budget only while it is processed; what the engine keeps goes to its spilling stores. A
-        stream refused half-way leaves the engine's ring or results state unusable, so the run
-        fails (with a reason naming the sender) as well as the stream.
+        stream refused at its first chunk changes nothing (the sender may retry); one refused
+        half-way leaves the engine's ring or results state unusable, so the run fails (with a
+        reason naming the sender) as well as the stream.
         """
-        if run.phase is not Phase.EXECUTING:
-            # no party can have compared before this one executes (it needs this one's segments)
-            raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what} yet")
-        if run.mpc is not None:  # mode mpc3: results may come once the input shares went out
-            ready = "inputs_sent"
-        else:
-            ready = "ring_sent" if what == "ring message" and run.index == 0 else "compared"
-        await self._wait(run, run.event(ready), "its own comparison", "summing", whole_run=True)
-        engine = run.engine
-        if engine is None or run.aborted:
-            raise RunAborted(run.reason or f"run {run.run_id} was aborted")
-        account = self.budget.account(run.run_id)
-        received = 0
+        received = fed = 0
         try:
+            wire.check_first_chunk(what, first)  # malformed: INVALID_ARGUMENT at any stage
+            if run.phase is not Phase.EXECUTING:
+                # no party can have compared before this one executes (it needs its segments)
+                raise WrongStage(f"run {run.run_id} is {run.phase.value}: not accepting {what} yet")
+            if run.mpc is not None:  # mode mpc3: results may come once the input shares went out
+                ready = "inputs_sent"
+            else:
+                ready = "ring_sent" if what == "ring message" and run.index == 0 else "compared"
+            await self._wait(run, run.event(ready), "its own comparison", "summing", whole_run=True)
+            engine = run.engine
+            if engine is None or run.aborted:
+                raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+            account = self.budget.account(run.run_id)
             if what == "ring message":
                 initiator = run.index == 0
                 bound = engine.ring_rows_sent if initiator else engine.candidate_set_bound
@@ -768,6 +770,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     async for part in ring:
                         await self._engine(run, feed, part)
                         received += len(part)
+                        fed += 1
                 if initiator:
                     run.ring_counts = await self._engine(run, engine.ring_finish_end)
                 else:
@@ -780,8 +783,17 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                         results = PartyResults(run.index, lids, sims, ps)
                         await self._engine(run, engine.receive_results_chunk, results)
                         received += lids.shape[0]
+                        fed += 1
                 await self._engine(run, engine.results_end)
         except Exception as exc:
+            if fed == 0:
+                # refused before the engine took any of it (a refused chunk changes nothing
+                # there): the sender may still deliver a well-formed stream
+                if what == "ring message":
+                    run.ring_in = False
+                else:
+                    run.results_in = False
+                raise
             _, message = status_for(exc)
             self.abort_run(run, f"{self.config.name} refused the {what} from {who}: {message}")
             raise

@@ -254,6 +254,24 @@ async def share_from_chunks(
 # -- ring messages -----------------------------------------------------------------------------
 
 
+def check_first_chunk(what: str, first: Any) -> None:
+    """Malformed unless the first chunk of a ring message ("ring message") or of results is
+    well formed on its own (field sizes against its rows); checked before anything else."""
+    rows = first.rows
+    if what == "ring message":
+        if not 2 <= first.parties <= 64:
+            raise Malformed("ring message: parties must be between 2 and 64")
+        _unpack(first.candidates, _U64, rows * first.parties, "candidates")
+        _unpack(first.c_masked, _U64, rows, "c_masked")
+        _unpack(first.x_masked, _U64, rows, "x_masked")
+    else:
+        _unpack(first.linkage_ids, _U64, rows, "linkage_ids")
+        _unpack(first.similarities, _F64, rows, "similarities")
+        _unpack(first.pseudonyms, _U64, rows, "pseudonyms")
+    if rows > first.total_rows:
+        raise Malformed(f"{what}: more rows than the declared {first.total_rows}")
+
+
 def ring_to_chunks(
     run: common_pb2.RunRef, source: int, msg: RingMessage
 ) -> Iterator[party_pb2.PassRingRequest]:
