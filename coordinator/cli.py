@@ -15,7 +15,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from coordinator.config import CoordinatorConfig, load_coordinator_config
+from coordinator.config import CoordinatorConfig, load_coordinator_config, security_for
 from coordinator.errors import CoordinatorError
 from proto import common_pb2, coordinator_pb2, coordinator_pb2_grpc, linkage
 from proto.transport import check_health
@@ -71,8 +71,6 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _health(args: argparse.Namespace) -> int:
-    from coordinator.server import security_for
-
     config = load_coordinator_config(args.config, require_tls=not args.insecure, check_files=False)
     status = asyncio.run(
         check_health(
@@ -98,8 +96,6 @@ async def run_linkage(
     console: Console,
 ) -> coordinator_pb2.RunStatus:
     """Start a run, show live progress, return the final status. Raises CoordinatorError on RPC errors."""
-    from coordinator.server import security_for
-
     security = security_for(config, insecure)
     async with security.channel(
         config.dial_address(), config.name, ["pprl.v1.Coordinator"]

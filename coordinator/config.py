@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from coordinator.errors import ConfigError
-from proto.transport import check_address
+from proto.transport import Security, check_address
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$")
 
@@ -260,3 +260,8 @@ def load_coordinator_config(
         timeouts=Timeouts(**timeouts),
         source=str(path),
     )
+
+
+def security_for(config: CoordinatorConfig, insecure: bool) -> Security:
+    """The coordinator's TLS identity (here, not in server.py, so that probes stay light)."""
+    return Security.for_node(config.name, insecure, config.read_tls)

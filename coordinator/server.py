@@ -9,7 +9,7 @@ import sqlite3
 
 import grpc
 
-from coordinator.config import CoordinatorConfig
+from coordinator.config import CoordinatorConfig, security_for
 from coordinator.errors import ConfigError
 from coordinator.service import CoordinatorService
 from coordinator.store import Store
@@ -18,7 +18,6 @@ from proto.startup import bind_problem, listen_problems, tls_problems
 from proto.transport import (
     INSECURE_WARNING,
     SERVER_OPTIONS,
-    Security,
     add_health_and_reflection,
     add_service,
     bind,
@@ -29,10 +28,6 @@ from proto.transport import (
 
 log = logging.getLogger(__name__)
 COORDINATOR_SERVICE = coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"].full_name
-
-
-def security_for(config: CoordinatorConfig, insecure: bool) -> Security:
-    return Security.for_node(config.name, insecure, config.read_tls)
 
 
 def open_store(config: CoordinatorConfig) -> Store:
