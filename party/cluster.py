@@ -42,7 +42,7 @@ class ClusterError(PprlError):
 
 @contextlib.contextmanager
 def dask_client(
-    cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 30.0
+    cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 60.0
 ) -> Iterator[Any]:
     """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address)."""
     from distributed import Client, LocalCluster
