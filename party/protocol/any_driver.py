@@ -73,13 +73,14 @@ def _pair_sums(
     params: ProtocolParameters,
     tables: Sequence[EncodedTable],
     pseudonyms: list[np.ndarray],
+    segments: list[list[np.ndarray]],
     a: int,
     b: int,
     random_bytes: Callable[[int], bytes],
     stats: AnyRunStats,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(pair rows kept by every party, their Dice) for parties a < b, via the masked ring."""
-    p, width = params.party_count, params.segment_bits
+    p = params.party_count
     cap = params.max_block_size
     rows = pair_candidates(
         tables[a].block_digests, tables[b].block_digests, pseudonyms[a], pseudonyms[b], cap
@@ -87,9 +88,9 @@ def _pair_sums(
     stats.candidate_pairs += int(rows.shape[0])
     counts, kept = [], np.ones(rows.shape[0], dtype=bool)
     for i in range(p):  # party i holds segment i of both parties' records
-        seg_a = slice_bits(tables[a].filters, i * width, (i + 1) * width)
-        seg_b = slice_bits(tables[b].filters, i * width, (i + 1) * width)
-        c_i, kept_i = segment_pair_counts(seg_a, seg_b, rows, params.segment_threshold)
+        c_i, kept_i = segment_pair_counts(
+            segments[a][i], segments[b][i], rows, params.segment_threshold
+        )
         counts.append(c_i)
         kept &= kept_i
     rows = rows[kept]
@@ -122,10 +123,16 @@ def run_any_in_process(
     for j, t in enumerate(tables):
         validate_table(t, params.filter_bits, f"party {j}'s table")
     pseudonyms = [new_pseudonyms(len(t.record_ids), random_bytes) for t in tables]
+    width = params.segment_bits
+    segments = [  # segments[j][i]: segment i of party j's records (what party j sends to party i)
+        [slice_bits(t.filters, i * width, (i + 1) * width) for i in range(p)] for t in tables
+    ]
     stats = AnyRunStats()
     matched: list[tuple[int, int, int, int, float]] = []
     for a, b in _party_pairs(p):
-        rows, similarity = _pair_sums(params, tables, pseudonyms, a, b, random_bytes, stats)
+        rows, similarity = _pair_sums(
+            params, tables, pseudonyms, segments, a, b, random_bytes, stats
+        )
         hit = similarity >= params.match_threshold
         ka = pseudonyms[a][rows[hit, 0]].tolist()
         kb = pseudonyms[b][rows[hit, 1]].tolist()

@@ -37,15 +37,24 @@ def pair_candidates(
         return _EMPTY_PAIRS
     index_a = block_index(digests_a, common, keys_a)
     index_b = block_index(digests_b, common, keys_b)
-    parts = []
-    for blk in range(common.size):
+    na, nb = index_a.sizes(), index_b.sizes()
+    whole = np.ones(common.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
+    parts = [
+        _products(
+            index_a.starts[:-1][whole],
+            na[whole],
+            index_a.rows,
+            index_b.starts[:-1][whole],
+            nb[whole],
+            index_b.rows,
+        )
+    ]
+    for blk in np.flatnonzero(~whole).tolist():
         for sub_a, sub_b in sub_blocks([index_a.members(blk), index_b.members(blk)], cap):
             if sub_a.size and sub_b.size:
                 parts.append(
                     np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
                 )
-    if not parts:
-        return _EMPTY_PAIRS
     rows = np.concatenate(parts)
     ka = np.asarray(keys_a, dtype=np.uint64)[rows[:, 0]]
     kb = np.asarray(keys_b, dtype=np.uint64)[rows[:, 1]]
@@ -54,6 +63,27 @@ def pair_candidates(
     first = np.ones(rows.shape[0], dtype=bool)
     first[1:] = (ka[1:] != ka[:-1]) | (kb[1:] != kb[:-1])
     return rows[first]
+
+
+def _products(
+    start_a: np.ndarray,
+    size_a: np.ndarray,
+    rows_a: np.ndarray,
+    start_b: np.ndarray,
+    size_b: np.ndarray,
+    rows_b: np.ndarray,
+) -> np.ndarray:
+    """Every (row of a, row of b) of many whole blocks at once, (sum size_a * size_b, 2) int64."""
+    count = size_a * size_b
+    total = int(count.sum())
+    if total == 0:
+        return _EMPTY_PAIRS
+    block = np.repeat(np.arange(count.size), count)
+    local = np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(count) - count, count)
+    width = size_b[block]
+    return np.stack(
+        [rows_a[start_a[block] + local // width], rows_b[start_b[block] + local % width]], axis=1
+    )
 
 
 def segment_pair_counts(

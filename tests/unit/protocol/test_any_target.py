@@ -217,3 +217,23 @@ def test_any_oracle_imports_only_types_and_validation() -> None:
     names = project_modules(imported_modules(ROOT / "party" / "protocol" / "oracle_any.py"))
     modules = {n for n in names if n.rsplit(".", 1)[0] not in ORACLE_MAY_IMPORT}
     assert modules <= ORACLE_MAY_IMPORT, sorted(modules - ORACLE_MAY_IMPORT)
+
+
+@pytest.mark.parametrize("cap", [None, 1, 2, 3, 5])
+def test_pair_candidates_follow_the_sub_blocking_rule_of_the_set_oracle(cap: int | None) -> None:
+    """Two-party blocks are sub-blocked like sets: the set oracle with P = 2 gives the same pairs."""
+    from party.protocol.oracle import oracle_candidates
+    from party.protocol.pairwise import pair_candidates
+    from party.protocol.segments import new_pseudonyms
+
+    tables = subset_tables(11, 3, 60, 0.05)
+    for a, b in [(0, 1), (0, 2), (1, 2)]:
+        ta, tb = tables[a], tables[b]
+        keys = [new_pseudonyms(len(ta.record_ids)), new_pseudonyms(len(tb.record_ids))]
+        got = pair_candidates(ta.block_digests, tb.block_digests, keys[0], keys[1], cap)
+        two = params(2, filter_bits=ta.filter_bits, max_block_size=cap, target="all")
+        want, _ = oracle_candidates([ta, tb], two, keys)
+        assert {tuple(r) for r in got.tolist()} == {tuple(r) for r in want.tolist()}
+        assert len(got) == len({tuple(r) for r in got.tolist()}) > 0
+        ordered = [(int(keys[0][x]), int(keys[1][y])) for x, y in got.tolist()]
+        assert ordered == sorted(ordered)
