@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -304,15 +303,9 @@ async def _compute(
     for source in sorted(st.inputs):
         await asyncio.to_thread(cp.receive_input, st.inputs[source])
     st.inputs.clear()  # the ComputeParty holds them now
-    loop = asyncio.get_running_loop()
-    last = [0.0]
+    from party.node.node import comparing_progress
 
-    def on_progress(done: int, total: int) -> None:
-        now = time.monotonic()
-        if done >= total or now - last[0] >= 0.5:
-            last[0] = now
-            loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
-
+    on_progress = comparing_progress(progress)
     outgoing: asyncio.Queue[Any] = asyncio.Queue(maxsize=mpc_wire.ROUND_WINDOW)
     target = st.compute_names[key_recipient(i)]
     stream = asyncio.ensure_future(

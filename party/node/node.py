@@ -1004,15 +1004,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
         enter(S.STAGE_COMPARING)
         await self._pause_hook(run, "compare")
-        loop = asyncio.get_running_loop()
-        last = [0.0]
-
-        def on_progress(done: int, total: int) -> None:
-            now = time.monotonic()
-            if done >= total or now - last[0] >= 0.5:
-                last[0] = now
-                loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
-
+        on_progress = comparing_progress(progress)
         run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
         run.event("compared").set()
 
@@ -1171,6 +1163,21 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
 def wire_run_id_ok(run_id: str) -> bool:
     return len(run_id) == 32 and all(c in "0123456789abcdef" for c in run_id)
+
+
+def comparing_progress(progress: Callable[..., None]) -> Callable[[int, int], None]:
+    """A progress callback for work in a worker thread (comparison, mpc3 circuit): reports
+    (done, total) of stage COMPARING through the event loop, at most every 0.5 s and at the end."""
+    loop = asyncio.get_running_loop()
+    last = [0.0]
+
+    def on_progress(done: int, total: int) -> None:
+        now = time.monotonic()
+        if done >= total or now - last[0] >= 0.5:
+            last[0] = now
+            loop.call_soon_threadsafe(progress, S.STAGE_COMPARING, done, total)
+
+    return on_progress
 
 
 def _results_senders(run: Run) -> tuple[str, ...]:
