@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from party.encoding.bits import popcount_rows
 from party.encoding.records import EncodedRecords
 from party.synthetic.truth import GroundTruth
 
@@ -111,3 +112,20 @@ def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> Blo
         total_sets += sets
         passes.append(PassStats(c, in_common, int(common.size), sets, int(kept.sum())))
     return BlockingRecall(int(rows.shape[0]), int(kept_any.sum()), tuple(passes), total_sets)
+
+
+def true_set_dice(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.ndarray:
+    """The full-filter P-way Dice of every true set whose records were all encoded: what the
+    protocol would compute with no blocking, so ``(dice >= s_t).sum()`` caps its recall."""
+    rows = _true_set_rows(tables, truth)
+    rows = rows[(rows >= 0).all(axis=1)]
+    acc = tables[0].filters[rows[:, 0]].copy()
+    total = popcount_rows(acc).astype(np.float64)
+    for p in range(1, len(tables)):
+        f = tables[p].filters[rows[:, p]]
+        acc &= f
+        total += popcount_rows(f)
+    common = popcount_rows(acc).astype(np.float64)
+    out = np.zeros(rows.shape[0])
+    np.divide(len(tables) * common, total, out=out, where=total > 0)
+    return out

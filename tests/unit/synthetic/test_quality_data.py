@@ -101,3 +101,27 @@ def test_data_options_map_to_the_simulation_config(tmp_path):
     assert count_parties(args) == 3  # x, y, z: every CSV but the truth file
     args = ap.parse_args(["--data", str(tmp_path), "--party-files", "z.csv", "x.csv"])
     assert count_parties(args) == 2 and data_config(args)["party_files"] == ("z.csv", "x.csv")
+
+
+def test_true_set_dice_known_answer():
+    """Full-filter P-way Dice of each true set: P * |AND| / sum of popcounts (0 for empty)."""
+    from party.encoding.bits import pack_rows
+    from party.synthetic.blocking_recall import true_set_dice
+
+    def table(rows: list[list[int]], prefix: str) -> EncodedRecords:
+        bits = np.zeros((len(rows), 8), dtype=np.uint8)
+        for i, ones in enumerate(rows):
+            bits[i, ones] = 1
+        return EncodedRecords(
+            tuple(f"{prefix}{i}" for i in range(len(rows))),
+            pack_rows(bits),
+            8,
+            np.ones((len(rows), 1), dtype=np.uint64),
+        )
+
+    a = table([[0, 1, 2, 3], [], [5]], "a")
+    b = table([[0, 1, 2, 7], [], [6, 7]], "b")
+    labels: list[list[str | None]] = [["x", "y", "z"], ["x", "y", "z"]]
+    truth = truth_from_labels([a.record_ids, b.record_ids], labels)
+    d = true_set_dice([a, b], truth)
+    assert d.tolist() == [2 * 3 / 8, 0.0, 0.0]  # a tie at 0 between an empty and a disjoint pair
