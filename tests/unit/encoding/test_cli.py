@@ -121,3 +121,32 @@ def test_suggest_k_prints_table(files, capsys):
     assert _run(["suggest-k", "--schema", str(SCHEMA), "--input", str(data)]) == 0
     text = capsys.readouterr().out
     assert "suggested k" in text and "given_name" in text and "surname" in text
+
+
+def test_encode_accepts_a_schema_without_blocking_keys(files, tmp_path):
+    """All pairs: `pprl-party encode` writes one digest column, the same for every record."""
+    data, secret, out = files
+    raw = json.loads(SCHEMA.read_text(encoding="utf-8"))
+    raw["blocking"] = []
+    schema_path = tmp_path / "all-pairs.json"
+    schema_path.write_text(json.dumps(raw), encoding="utf-8")
+    rc = _run(
+        [
+            "encode",
+            "--schema",
+            str(schema_path),
+            "--secret",
+            str(secret),
+            "--input",
+            str(data),
+            "--output",
+            str(out),
+            "--id-column",
+            "id",
+            "--quiet",
+        ]
+    )
+    assert rc == 0
+    records, _ = load_encodings(out)
+    assert records.block_digests.shape == (2, 1)
+    assert len(set(records.block_digests[:, 0].tolist()) - {0}) == 1
