@@ -80,8 +80,15 @@ def test_parties_re_register_after_the_registry_lost_them(make_cluster) -> None:
     cluster.stop("coordinator")
     for leftover in (cluster.root / "state").glob("coordinator.sqlite*"):
         leftover.unlink()
-    cluster.start_coordinator({"PPRL_LISTEN": f"127.0.0.1:{port}"})
-    assert asyncio.run(cluster._list_parties()) == {}
+    # Parties paused while the coordinator comes back, so no heartbeat can beat the assertion.
+    for name in cluster.parties:
+        cluster.signal(name, signal.SIGSTOP)
+    try:
+        cluster.start_coordinator({"PPRL_LISTEN": f"127.0.0.1:{port}"})
+        assert asyncio.run(cluster._list_parties()) == {}
+    finally:
+        for name in cluster.parties:
+            cluster.signal(name, signal.SIGCONT)
     cluster.wait_registered(cluster.parties, timeout=20.0)
     status = run_and_wait(cluster, parameters(cluster, name="p-reregistered.json"))
     assert status.stage == S.STAGE_DONE, status.reason
