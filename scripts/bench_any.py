@@ -52,11 +52,9 @@ def _row(q: AnyQuality) -> dict[str, float]:
     }
 
 
-def compare_with_all(args: argparse.Namespace) -> int:
-    """Target all vs target any (m = P, every solver) on data where every match is at all P."""
-    from party.protocol.driver import run_in_process
+def all_party_data(args: argparse.Namespace) -> tuple[Any, Any, list[Any]]:
+    """(dataset, schema, encoded tables) of generated data where every match is at all parties."""
     from party.synthetic.generator import generate
-    from party.synthetic.metrics import evaluate, evaluate_sets
 
     p = args.parties
     ds = generate(p, args.records, 0.5, args.corruption, args.seed, households=args.households)
@@ -64,6 +62,39 @@ def compare_with_all(args: argparse.Namespace) -> int:
         files = write_dataset(ds, Path(tmp) / "data")
         schema, _, _ = load_schema_for(None, p)
         tables, _ = encode_parties(schema, simulation_secret(args.seed), files, "rec_id")
+    return ds, schema, tables
+
+
+def timing(args: argparse.Namespace) -> int:
+    """Seconds of the in-process protocol, target all vs target any, on the same encoded data."""
+    from party.protocol.driver import run_in_process
+
+    p = args.parties
+    _, schema, tables = all_party_data(args)
+    names = tuple(party_name(i) for i in range(p))
+    all_p = ProtocolParameters(names, schema.output_bits, 0.8, 0.7, one_to_one=True)
+    any_p = ProtocolParameters(names, schema.output_bits, 0.8, 0.7, target="any")
+    t0 = time.perf_counter()
+    run_all = run_in_process(tables, all_p)
+    s_all = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_any = run_any_in_process(tables, any_p)
+    s_any = time.perf_counter() - t0
+    print(
+        f"P={p} n={args.records}: all {s_all:.1f} s ({run_all.metrics.matches} sets), "
+        f"any {s_any:.1f} s ({run_any.stats.groups} groups, {run_any.stats.candidate_pairs} "
+        f"candidate pairs), ratio any/all {s_any / s_all:.2f}"
+    )
+    return 0
+
+
+def compare_with_all(args: argparse.Namespace) -> int:
+    """Target all vs target any (m = P, every solver) on data where every match is at all P."""
+    from party.protocol.driver import run_in_process
+    from party.synthetic.metrics import evaluate, evaluate_sets
+
+    p = args.parties
+    ds, schema, tables = all_party_data(args)
     names = tuple(party_name(i) for i in range(p))
     for t in args.thresholds:
         base = ProtocolParameters(names, schema.output_bits, t, 0.0, one_to_one=True)
@@ -105,7 +136,15 @@ def main(argv: list[str] | None = None) -> int:
         help="instead: data where every match is at all parties (party.synthetic.generate), "
         "target all against target any with m = P, both scored as complete sets",
     )
+    ap.add_argument(
+        "--timing",
+        action="store_true",
+        help="instead: run time of target any (m = 2) against target all on the same generated "
+        "all-party data (--parties x --records, s_t 0.8, s_m 0.7), same process and core",
+    )
     args = ap.parse_args(argv)
+    if args.timing:
+        return timing(args)
     if args.all_data:
         return compare_with_all(args)
     p = args.parties
