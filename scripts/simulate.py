@@ -248,6 +248,14 @@ def main(argv: list[str] | None = None) -> int:
         except PprlError as exc:
             console.print(f"simulate: error: {exc}", style="red", markup=False, highlight=False)
             return 2
+    if args.mode == "mpc3" and args.s_m:
+        console.print(
+            "simulate: error: --s-m does not apply in mode mpc3 (it has no segment filter; s_m is 0)",
+            style="red",
+            markup=False,
+            highlight=False,
+        )
+        return 2
     out = args.out or Path("results") / time.strftime(
         f"sim-{'inproc' if args.in_process else 'net'}-{args.mode}-p{args.parties}-%Y%m%d-%H%M%S"
     )

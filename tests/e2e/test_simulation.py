@@ -107,6 +107,10 @@ def test_scripts_command_lines(tmp_path):
     r = _run("scripts/simulate.py", "--in-process", "--parties", "1", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "parties" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+    # mpc3 has no segment filter: an explicit s_m is refused, not silently replaced by 0.
+    r = _run("scripts/simulate.py", "--in-process", "--mode", "mpc3", "--s-m", "0.5")
+    assert r.returncode == 2 and "--s-m does not apply in mode mpc3" in r.stdout + r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
 
 
 def test_sweep_tiny_grid(tmp_path):
