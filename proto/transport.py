@@ -32,8 +32,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
@@ -186,6 +184,10 @@ def caller_identity(context: grpc.aio.ServicerContext, insecure: bool) -> str | 
 @functools.lru_cache(maxsize=256)
 def certificate_identity(pem: bytes) -> str | None:
     """The single subject common name of a PEM certificate, or None (none, several, unreadable)."""
+    # Imported here: health probes and clients never parse certificates (issue 15 item 9).
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
     try:
         cert = x509.load_pem_x509_certificate(pem)
         names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
