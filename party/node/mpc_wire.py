@@ -33,7 +33,7 @@ import numpy as np
 from party.encoding.bits import words_for
 from party.node.budget import BufferLimitExceeded, RunAccount
 from party.node.errors import Malformed, NodeError, OutOfOrder, RunAborted
-from party.node.wire import _Assembler, _pack, _rows_per_chunk, _unpack
+from party.node.wire import _Assembler, _pack, _rows_per_chunk, _unpack, assemble
 from proto import common_pb2, party_pb2
 from proto.transport import CHUNK_BYTES
 
@@ -89,42 +89,35 @@ async def input_share_from_chunks(
     from party.mpc.inputs import InputShare
 
     asm = _Assembler("input share", account, max_rows)
-    try:
-        chunk = first
-        while True:
-            header = (
-                chunk.run.run_id,
-                chunk.run.parameters_digest,
-                chunk.source,
-                chunk.target,
-                chunk.filter_bits,
-                chunk.block_columns,
-            )
-            if not 0 < chunk.filter_bits <= MAX_FILTER_BITS:
-                raise Malformed(f"input share: filter_bits must be in 1..{MAX_FILTER_BITS}")
-            if chunk.block_columns > MAX_BLOCK_COLUMNS:
-                raise Malformed(f"input share: block_columns must be at most {MAX_BLOCK_COLUMNS}")
-            if chunk.target > 2:
-                raise Malformed("input share: target must be a compute-party index 0, 1 or 2")
-            rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.filter_bits)
-            asm.start(header, chunk.total_rows, 8 * (1 + b + 2 * w + 2))
-            asm.advance(rows)
-            asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-            asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
-            f0 = _unpack(chunk.filters_first, _U64, rows * w, "filters_first")
-            f1 = _unpack(chunk.filters_second, _U64, rows * w, "filters_second")
-            asm.add("f0", rows, f0, (w,))
-            asm.add("f1", rows, f1, (w,))
-            asm.add("c0", rows, _unpack(chunk.counts_first, _U64, rows, "counts_first"))
-            asm.add("c1", rows, _unpack(chunk.counts_second, _U64, rows, "counts_second"))
-            nxt = await anext(rest, None)
-            if nxt is None:
-                break
-            chunk = nxt
-        asm.finish()
-    except BaseException:
-        asm.abandon()
-        raise
+
+    def take(chunk: party_pb2.PushInputShareRequest) -> None:
+        header = (
+            chunk.run.run_id,
+            chunk.run.parameters_digest,
+            chunk.source,
+            chunk.target,
+            chunk.filter_bits,
+            chunk.block_columns,
+        )
+        if not 0 < chunk.filter_bits <= MAX_FILTER_BITS:
+            raise Malformed(f"input share: filter_bits must be in 1..{MAX_FILTER_BITS}")
+        if chunk.block_columns > MAX_BLOCK_COLUMNS:
+            raise Malformed(f"input share: block_columns must be at most {MAX_BLOCK_COLUMNS}")
+        if chunk.target > 2:
+            raise Malformed("input share: target must be a compute-party index 0, 1 or 2")
+        rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.filter_bits)
+        asm.start(header, chunk.total_rows, 8 * (1 + b + 2 * w + 2))
+        asm.advance(rows)
+        asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
+        asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
+        f0 = _unpack(chunk.filters_first, _U64, rows * w, "filters_first")
+        f1 = _unpack(chunk.filters_second, _U64, rows * w, "filters_second")
+        asm.add("f0", rows, f0, (w,))
+        asm.add("f1", rows, f1, (w,))
+        asm.add("c0", rows, _unpack(chunk.counts_first, _U64, rows, "counts_first"))
+        asm.add("c1", rows, _unpack(chunk.counts_second, _U64, rows, "counts_second"))
+
+    await assemble(asm, first, rest, take)
     assert asm.header is not None
     _, _, source, target, filter_bits, b = asm.header
     w = words_for(int(filter_bits))

@@ -143,6 +143,22 @@ def blocks_to_chunks(
         )
 
 
+async def assemble(
+    asm: _Assembler, first: Any, rest: AsyncIterator[Any], take: Callable[[Any], None]
+) -> None:
+    """Feed ``first`` and every further chunk of ``rest`` to ``take`` (which adds it to ``asm``),
+    then check the total; on any failure give the assembler's reservation back."""
+    try:
+        chunk = first
+        while chunk is not None:
+            take(chunk)
+            chunk = await anext(rest, None)
+        asm.finish()
+    except BaseException:
+        asm.abandon()
+        raise
+
+
 async def blocks_from_chunks(
     first: party_pb2.PushBlocksRequest,
     rest: AsyncIterator[party_pb2.PushBlocksRequest],
@@ -152,23 +168,16 @@ async def blocks_from_chunks(
 ) -> np.ndarray:
     """The sender's digests; the declared total is reserved from ``account`` at the first chunk."""
     asm = _Assembler("block digests", account, max_rows)
-    try:
-        chunk = first
-        while True:
-            asm.start((chunk.run.run_id, chunk.run.parameters_digest, chunk.source), chunk.total, 8)
-            if len(chunk.digests) % 8:
-                raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
-            n = len(chunk.digests) // 8
-            asm.advance(n)
-            asm.add("d", n, _unpack(chunk.digests, _U64, n, "digests"))
-            nxt = await anext(rest, None)
-            if nxt is None:
-                break
-            chunk = nxt
-        asm.finish()
-    except BaseException:
-        asm.abandon()
-        raise
+
+    def take(chunk: party_pb2.PushBlocksRequest) -> None:
+        asm.start((chunk.run.run_id, chunk.run.parameters_digest, chunk.source), chunk.total, 8)
+        if len(chunk.digests) % 8:
+            raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
+        n = len(chunk.digests) // 8
+        asm.advance(n)
+        asm.add("d", n, _unpack(chunk.digests, _U64, n, "digests"))
+
+    await assemble(asm, first, rest, take)
     return asm.array("d", ()).ravel()
 
 
@@ -208,37 +217,30 @@ async def share_from_chunks(
 ) -> SegmentShare:
     """The sender's share; the declared rows' bytes are reserved from ``account`` at the start."""
     asm = _Assembler("segment share", account, max_rows)
-    try:
-        chunk = first
-        while True:
-            header = (
-                chunk.run.run_id,
-                chunk.run.parameters_digest,
-                chunk.source,
-                chunk.target,
-                chunk.segment_bits,
-                chunk.block_columns,
-            )
-            if chunk.segment_bits == 0:
-                raise Malformed("segment share: segment_bits must be positive")
-            if chunk.segment_bits > MAX_SEGMENT_BITS:
-                raise Malformed(f"segment share: segment_bits must be at most {MAX_SEGMENT_BITS}")
-            if chunk.block_columns > 64:
-                raise Malformed("segment share: block_columns must be at most 64")
-            rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
-            asm.start(header, chunk.total_rows, 8 * (1 + b + w))
-            asm.advance(rows)
-            asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-            asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
-            asm.add("s", rows, _unpack(chunk.segments, _U64, rows * w, "segments"), (w,))
-            nxt = await anext(rest, None)
-            if nxt is None:
-                break
-            chunk = nxt
-        asm.finish()
-    except BaseException:
-        asm.abandon()
-        raise
+
+    def take(chunk: party_pb2.PushShareRequest) -> None:
+        header = (
+            chunk.run.run_id,
+            chunk.run.parameters_digest,
+            chunk.source,
+            chunk.target,
+            chunk.segment_bits,
+            chunk.block_columns,
+        )
+        if chunk.segment_bits == 0:
+            raise Malformed("segment share: segment_bits must be positive")
+        if chunk.segment_bits > MAX_SEGMENT_BITS:
+            raise Malformed(f"segment share: segment_bits must be at most {MAX_SEGMENT_BITS}")
+        if chunk.block_columns > 64:
+            raise Malformed("segment share: block_columns must be at most 64")
+        rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
+        asm.start(header, chunk.total_rows, 8 * (1 + b + w))
+        asm.advance(rows)
+        asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
+        asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
+        asm.add("s", rows, _unpack(chunk.segments, _U64, rows * w, "segments"), (w,))
+
+    await assemble(asm, first, rest, take)
     assert asm.header is not None
     _, _, source, target, segment_bits, b = asm.header
     return SegmentShare(
