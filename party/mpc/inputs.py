@@ -34,7 +34,7 @@ from party.mpc.errors import MpcError
 from party.mpc.threshold import ThresholdTest, threshold_test
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
-from party.protocol.segments import check_addressing
+from party.protocol.segments import check_addressing, check_record_columns
 
 _U64 = np.dtype("<u8")
 
@@ -171,19 +171,7 @@ def validate_input_share(
         )
     what = f"input share from party {src}"
     p, d = share.pseudonyms, share.block_digests
-    if not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype != np.uint64:
-        raise MpcError(f"{what}: pseudonyms must be a 1-D uint64 array")
-    n = p.shape[0]
-    if (
-        not isinstance(d, np.ndarray)
-        or d.ndim != 2
-        or d.dtype != np.uint64
-        or d.shape[0] != n
-        or d.shape[1] < 1
-    ):
-        raise MpcError(f"{what}: block_digests must be an ({n}, B) uint64 array")
-    if digest_width is not None and d.shape[1] != digest_width:
-        raise MpcError(f"{what}: {d.shape[1]} digests per record, expected {digest_width}")
+    n = check_record_columns(what, p, d, digest_width, MpcError)
     for name, pair in (("filters", share.filters), ("counts", share.counts)):
         if not isinstance(pair, tuple) or len(pair) != 2:
             raise MpcError(f"{what}: {name} must be a pair of share arrays")

@@ -91,6 +91,32 @@ def check_addressing(
     return src
 
 
+def check_record_columns(
+    what: str,
+    pseudonyms: Any,
+    block_digests: Any,
+    digest_width: int | None,
+    error: type[Exception],
+) -> int:
+    """Check the per-record columns every share carries (pseudonyms, (n, B) block digests);
+    return n. Raises ``error`` with a message starting with ``what``."""
+    p, d = pseudonyms, block_digests
+    if not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype != np.uint64:
+        raise error(f"{what}: pseudonyms must be a 1-D uint64 array")
+    n = int(p.shape[0])
+    if (
+        not isinstance(d, np.ndarray)
+        or d.ndim != 2
+        or d.dtype != np.uint64
+        or d.shape[0] != n
+        or d.shape[1] < 1
+    ):
+        raise error(f"{what}: block_digests must be an ({n}, B) uint64 array")
+    if digest_width is not None and d.shape[1] != digest_width:
+        raise error(f"{what}: {d.shape[1]} digests per record, expected {digest_width}")
+    return n
+
+
 def validate_share(
     share: SegmentShare,
     *,
@@ -122,21 +148,7 @@ def validate_share(
             f"share from party {src} has {share.segment_bits}-bit segments, expected {segment_bits}"
         )
     p, d, s = share.pseudonyms, share.block_digests, share.segments
-    if not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype != np.uint64:
-        raise ShareError(f"share from party {src}: pseudonyms must be a 1-D uint64 array")
-    n = p.shape[0]
-    if (
-        not isinstance(d, np.ndarray)
-        or d.ndim != 2
-        or d.dtype != np.uint64
-        or d.shape[0] != n
-        or d.shape[1] < 1
-    ):
-        raise ShareError(f"share from party {src}: block_digests must be an ({n}, B) uint64 array")
-    if digest_width is not None and d.shape[1] != digest_width:
-        raise ShareError(
-            f"share from party {src}: {d.shape[1]} digests per record, expected {digest_width}"
-        )
+    n = check_record_columns(f"share from party {src}", p, d, digest_width, ShareError)
     if not isinstance(s, np.ndarray) or s.ndim != 2 or s.dtype != np.uint64 or s.shape[0] != n:
         raise ShareError(f"share from party {src}: segments must be an ({n}, words) uint64 array")
     if s.shape[1] != words_for(segment_bits):
