@@ -52,7 +52,7 @@ from party.mpc.errors import MpcCancelled, MpcError
 from party.mpc.gates import Gates, Pair, Round
 from party.mpc.inputs import InputShare, validate_input_share
 from party.mpc.keys import ComputeKeys, ZeroShares
-from party.mpc.threshold import ThresholdTest, threshold_test
+from party.mpc.threshold import ThresholdTest, run_threshold_test
 from party.protocol.classify import Classification, dice, greedy_one_to_one
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.params import ProtocolParameters
@@ -65,9 +65,13 @@ BATCH_BYTES = 128 * 2**20
 
 def batch_sets_for(parties: int, filter_bits: int) -> int:
     """Candidate sets per batch: a multiple of 64 that fits BATCH_BYTES (depends on P and l only)."""
-    words = words_for(filter_bits)
-    per_set = 8 * words * (2 * parties + 10) + 64
+    per_set = batch_bytes_per_set(parties, filter_bits)
     return max(64, (BATCH_BYTES // per_set) // 64 * 64)
+
+
+def batch_bytes_per_set(parties: int, filter_bits: int) -> int:
+    """Working memory of one candidate set (of ``parties`` records) in a batch of the circuit."""
+    return 8 * words_for(filter_bits) * (2 * parties + 10) + 64
 
 
 @dataclass(frozen=True)
@@ -119,16 +123,14 @@ class ComputeParty:
         self.index = index
         self.params = params
         self.parties = params.party_count
-        self.test: ThresholdTest = threshold_test(
-            params.party_count, params.filter_bits, params.match_threshold
-        )
+        self.test: ThresholdTest = run_threshold_test(params)  # P-way sets, or pairs (target any)
         if self.test.count_bits + self.test.width > 64:
             raise MpcError("filter length and threshold need more than 64 opened bits per set")
         self.budget = (
             params.memory_budget_bytes if memory_budget_bytes is None else memory_budget_bytes
         )
         if batch_sets is None:
-            batch_sets = batch_sets_for(self.parties, params.filter_bits)
+            batch_sets = batch_sets_for(self.test.parties, params.filter_bits)
         if isinstance(batch_sets, bool) or batch_sets < 64 or batch_sets % 64:
             raise MpcError(f"batch_sets must be a positive multiple of 64, got {batch_sets}")
         self.batch_sets = batch_sets
@@ -161,15 +163,8 @@ class ComputeParty:
         cancel: threading.Event | None = None,
     ) -> Generator[Round, bytes, MpcOutcome]:
         """Evaluate the circuit on every candidate set (see the module docstring)."""
-        missing = [j for j in range(self.parties) if j not in self._inputs]
-        if missing:
-            raise MpcError(f"compute party {self.index} is missing the inputs of parties {missing}")
-        if self._ran:
-            raise MpcError("run already started for this compute party")
-        self._ran = True
         t0 = time.perf_counter()
-        inputs = [self._inputs[j] for j in range(self.parties)]
-        self._inputs.clear()  # the run's data is freed with the generator, also on failure
+        inputs = self._take_inputs()
         # enumerated rows (P int32 or int64 positions) and the 8-byte sort key of the de-duplication
         per_set = self.parties * 8 + 8
         sets = candidate_sets(
@@ -179,15 +174,7 @@ class ComputeParty:
             max_sets=self.budget // per_set,
         )
         total = int(sets.shape[0])
-        words = words_for(self.params.filter_bits)
-        per_batch = min(self.batch_sets, -(-total // 64) * 64)
-        need = sets.nbytes + per_batch * (8 * words * (2 * self.parties + 10) + 64)
-        if need > self.budget:
-            raise MemoryBudgetError(
-                f"compute party {self.index}: {total} candidate sets and a batch need about "
-                f"{need // 2**20 + 1} MiB, more than memory_budget_bytes={self.budget}; set "
-                "max_block_size, use finer blocking, or raise the budget"
-            )
+        self._check_budget(sets.nbytes, total)
         matched_rows: list[np.ndarray] = []
         matched_c: list[np.ndarray] = []
         matched_x: list[np.ndarray] = []
@@ -207,8 +194,35 @@ class ComputeParty:
             if progress is not None:
                 progress(lo + rows.shape[0], total)
         classification = self._classify(inputs, matched_rows, matched_c, matched_x, total)
+        return MpcOutcome(classification, self._stats(total, batches, t0))
+
+    def _take_inputs(self) -> list[InputShare]:
+        """Start the run: every data party's input share, by source (the CP keeps none of them)."""
+        missing = [j for j in range(self.parties) if j not in self._inputs]
+        if missing:
+            raise MpcError(f"compute party {self.index} is missing the inputs of parties {missing}")
+        if self._ran:
+            raise MpcError("run already started for this compute party")
+        self._ran = True
+        inputs = [self._inputs[j] for j in range(self.parties)]
+        self._inputs.clear()  # the run's data is freed with the generator, also on failure
+        return inputs
+
+    def _check_budget(self, candidate_bytes: int, total: int) -> None:
+        """MemoryBudgetError unless the candidate list and one batch fit the memory budget."""
+        per_batch = min(self.batch_sets, -(-total // 64) * 64)
+        per_set = batch_bytes_per_set(self.test.parties, self.params.filter_bits)
+        need = candidate_bytes + per_batch * per_set
+        if need > self.budget:
+            raise MemoryBudgetError(
+                f"compute party {self.index}: {total} candidates and a batch need about "
+                f"{need // 2**20 + 1} MiB, more than memory_budget_bytes={self.budget}; set "
+                "max_block_size, use finer blocking, or raise the budget"
+            )
+
+    def _stats(self, total: int, batches: int, t0: float) -> MpcStats:
         g = self._gates
-        stats = MpcStats(
+        return MpcStats(
             candidate_sets=total,
             batches=batches,
             rounds=g.rounds,
@@ -217,7 +231,6 @@ class ComputeParty:
             bytes_received=g.bytes_received,
             seconds=time.perf_counter() - t0,
         )
-        return MpcOutcome(classification, stats)
 
     # ----------------------------------------------------------------- one batch
     def _batch(
@@ -325,7 +338,7 @@ class ComputeParty:
         if np.any(num < 0) or np.any(num % test.numerator):
             raise MpcError("opened values are inconsistent: a round payload was altered")
         x = num // test.numerator
-        if np.any(x > self.parties * self.params.filter_bits) or np.any(self.parties * common > x):
+        if np.any(x > test.parties * test.filter_bits) or np.any(test.parties * common > x):
             raise MpcError("opened values are out of range: a round payload was altered")
         return x
 

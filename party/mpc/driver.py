@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -85,24 +85,11 @@ def run_mpc3_in_process(
         metrics.block_stats = [e.set_common_blocks(common) for e in engines]
         steps["blocks"] = time.perf_counter() - t0
 
-        t0 = time.perf_counter()
         cps = [
             ComputeParty(i, params, keys, batch_sets=batch_sets)
             for i, keys in enumerate(run_keys())
         ]
-        for e in engines:
-            for share in input_shares(e):
-                cps[share.target].receive_input(share)
-        steps["input_shares"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        gens = [
-            cp.run(progress=None if progress is None else _bind(progress, i), cancel=cancel)
-            for i, cp in enumerate(cps)
-        ]
-        outcomes = drive(gens)
-        del cps, gens
-        steps["compute"] = time.perf_counter() - t0
+        outcomes = compute_in_process(engines, cps, steps, progress=progress, cancel=cancel)
         classification = outcomes[0].classification
         for o in outcomes[1:]:
             c = o.classification
@@ -133,8 +120,35 @@ def run_mpc3_in_process(
     )
 
 
+def compute_in_process(
+    engines: Sequence[PartyEngine],
+    cps: list[Any],
+    steps: dict[str, float],
+    *,
+    progress: Callable[[int, int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> list[Any]:
+    """Share every engine's records to the three compute parties ``cps`` (which it consumes) and
+    run their circuits in lockstep; returns their outcomes, times ``input_shares``/``compute``."""
+    t0 = time.perf_counter()
+    for e in engines:
+        for share in input_shares(e):
+            cps[share.target].receive_input(share)
+    steps["input_shares"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gens = [
+        cp.run(progress=None if progress is None else _bind(progress, i), cancel=cancel)
+        for i, cp in enumerate(cps)
+    ]
+    cps.clear()
+    outcomes = drive(gens)
+    del gens
+    steps["compute"] = time.perf_counter() - t0
+    return outcomes
+
+
 def _bind(fn: Callable[[int, int, int], None], cp: int) -> Callable[[int, int], None]:
     return lambda done, total: fn(cp, done, total)
 
 
-__all__ = ["MpcStats", "drive", "run_keys", "run_mpc3_in_process"]
+__all__ = ["MpcStats", "compute_in_process", "drive", "run_keys", "run_mpc3_in_process"]

@@ -14,7 +14,9 @@ layout of ``party.encoding.bits`` (padding bits 0); ``counts`` = (s_t, s_{t+1}) 
 1-bits, the term is -N * x_j mod 2^w, and at data party 0 2^(w-2) less when x_0 = 0, where N and w
 come from ``party.mpc.threshold.threshold_test(P, l, s_t)`` (``ThresholdTest.count_term``); the
 compute parties add the P terms to K*c inside the circuit (see ``party.mpc.threshold``), and
-x = sum x_j is recovered only for matched sets.
+x = sum x_j is recovered only for matched sets. For target "any" the terms are those of the pair
+test ``threshold_test(2, l, s_t)``, with the offset at every data party (``run_threshold_test``;
+``party.mpc.pairs``).
 
 Random draws (fixed order, so known-answer vectors can pin them): filter share s0 (n * words * 8
 bytes, little-endian words, padding bits cleared), filter share s1 (same), count share s0 (n * 8
@@ -31,7 +33,7 @@ import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
 from party.mpc.errors import MpcError
-from party.mpc.threshold import ThresholdTest, threshold_test
+from party.mpc.threshold import ThresholdTest, run_threshold_test
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
 from party.protocol.segments import check_addressing, check_record_columns
@@ -120,8 +122,8 @@ def share_records(
     random_bytes: Callable[[int], bytes] = os.urandom,
 ) -> list[InputShare]:
     """Input shares (targets 0, 1, 2) of data party ``source``'s shared rows (module docstring)."""
-    test = threshold_test(params.party_count, params.filter_bits, params.match_threshold)
-    terms = count_terms(test, counts, source == 0)
+    test = run_threshold_test(params)
+    terms = count_terms(test, counts, source == 0 or params.target == "any")
     f = share_rows(filters, params.filter_bits, random_bytes)
     c = share_values(terms, test.width, random_bytes)
     return [

@@ -18,6 +18,12 @@ x = 0 (all filters empty) must not match when s_t > 0, but passes ``0 >= 0``; x 
 S = K*c + sum_j t_j in w-bit two's complement, t_j = -N*x_j (minus that offset), and matches iff
 S >= 0 (top bit 0); for a match S = K*c - N*x exactly, so x = (K*c - S) / N. For s_t = 0 every set
 matches (Dice >= 0 always): ``always`` is set, K = 0, N = 1, no offset, and S = -x opens x.
+
+Target "any" compares pairs (a, b) of records of two parties with the P = 2 test. A data party is
+the first of some pairs and the second of others, so *every* data party subtracts the offset when
+its own x_j is 0: with both x_a = x_b = 0, S = -2 * 2^(w-2) = -2^(w-1), still representable and
+negative; with one of them 0, S >= -N*l - 2^(w-2) > -2^(w-1) (w has N*2*l < 2^(w-2)). A matched pair
+has x_a, x_b > 0 (c > 0), so it carries no offset and x = x_a + x_b is recovered as above.
 """
 
 from __future__ import annotations
@@ -26,8 +32,12 @@ import math
 from dataclasses import dataclass
 from fractions import Fraction
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from party.mpc.errors import MpcError
+
+if TYPE_CHECKING:
+    from party.protocol.params import ProtocolParameters
 
 
 @dataclass(frozen=True)
@@ -117,3 +127,9 @@ def threshold_test(parties: int, filter_bits: int, match_threshold: float) -> Th
     n, d = q.numerator, q.denominator
     width = max((p * d * l_bits).bit_length() + 1, (n * p * l_bits).bit_length() + 2)
     return ThresholdTest(p, l_bits, n, d, False, width)
+
+
+def run_threshold_test(params: ProtocolParameters) -> ThresholdTest:
+    """The test of a run's comparisons: P-way sets (target "all") or pairs (target "any", P = 2)."""
+    parties = 2 if params.target == "any" else params.party_count
+    return threshold_test(parties, params.filter_bits, params.match_threshold)

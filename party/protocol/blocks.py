@@ -80,6 +80,23 @@ def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
     return result
 
 
+def shared_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
+    """Digests present in at least two parties' sets (sorted uint64): the blocks of target "any"."""
+    if len(digest_sets) < 2:
+        raise ProtocolError(
+            f"shared_blocks needs the digests of at least 2 parties, got {len(digest_sets)}"
+        )
+    distinct = []
+    for i, d in enumerate(digest_sets):
+        if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
+            raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
+        u = sorted_unique(d)
+        distinct.append(u[u != 0])
+    every = np.sort(np.concatenate(distinct))
+    repeated = every[1:][every[1:] == every[:-1]]
+    return sorted_unique(repeated)
+
+
 def check_common(common: np.ndarray) -> np.ndarray:
     """Validate a common-block list: 1-D uint64, strictly increasing, no zero."""
     if not isinstance(common, np.ndarray) or common.ndim != 1 or common.dtype != np.uint64:

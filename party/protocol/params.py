@@ -37,7 +37,7 @@ class ProtocolParameters:
 
     ``target`` is ``"all"`` (sets of one record at every party) or ``"any"``: groups of
     ``min_parties``..P records, at most one per party, built by ``solver`` from matched pairs
-    (``party.protocol.pairwise``, ``party.protocol.solver``; segment mode only).
+    (``party.protocol.pairwise``, ``party.protocol.solver``; in mpc3 ``party.mpc.pairs``).
     """
 
     parties: tuple[str, ...]
@@ -133,8 +133,6 @@ class ProtocolParameters:
         problems = []
         if self.target not in TARGETS:
             problems.append(f"target must be one of {', '.join(TARGETS)}, got {self.target!r}")
-        elif self.target == "any" and self.mode != "segments":
-            problems.append(f"target 'any' is only supported in mode 'segments', not {self.mode!r}")
         p = len(self.parties) if isinstance(self.parties, tuple) else 0
         if (
             isinstance(self.min_parties, bool)

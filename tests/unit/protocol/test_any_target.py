@@ -131,7 +131,6 @@ def test_solver_equals_the_independent_oracle_and_ignores_input_order(
         (dict(min_parties=4), "min_parties"),
         (dict(target="some"), "target"),
         (dict(solver="hungarian"), "solver"),
-        (dict(mode="mpc3"), "target 'any'"),
     ],
 )
 def test_bad_target_parameters_are_named(kw: dict[str, object], words: str) -> None:

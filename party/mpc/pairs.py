@@ -1,0 +1,193 @@
+"""Target "any" in mode mpc3: the pairwise circuit over every two data parties' candidate pairs (pure).
+
+The data parties' steps are mode mpc3's (``party.mpc.inputs``) with two differences: the blocks are
+those present at two or more parties (``party.protocol.blocks.shared_blocks``: a party shares every
+record that can form a pair), and the count terms are those of the pair test (``threshold_test(2,
+l, s_t)``, offset at every party: ``party.mpc.threshold``).
+
+A ``PairComputeParty`` enumerates, for every pair of data parties (a, b), a < b in that order, the
+candidate pairs of the segment mode (``party.protocol.pairwise.pair_candidates``: records of a and b
+sharing a block of the two, sub-blocked with the cap, ordered by pseudonym tuple) and evaluates on
+them the circuit of ``party.mpc.compute`` with P = 2 (AND of the two filters, popcount c, the exact
+integer test 2c / (x_a + x_b) >= s_t). Batches never mix pairs of parties: the batches of (0, 1)
+come first, numbered from 0 across the whole run, then those of (0, 2), and so on, so the three
+compute parties cut identical batches. Opened, as in mode mpc3: the match bit of every candidate
+pair, and for matched pairs only c and S (hence x = x_a + x_b and Dice = 2c/x). Nothing else.
+
+The matched pairs (party a, pseudonym, party b, pseudonym, Dice) feed the deterministic group solver
+(``party.protocol.solver.solve_groups``), so the three compute parties solve identical groups.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from party.mpc.compute import ComputeParty, MpcStats
+from party.mpc.driver import compute_in_process, run_keys
+from party.mpc.errors import MpcCancelled, MpcError
+from party.mpc.gates import Round
+from party.mpc.keys import ComputeKeys
+from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
+from party.protocol.blocks import shared_blocks
+from party.protocol.classify import dice
+from party.protocol.engine import PartyEngine
+from party.protocol.errors import ProtocolError
+from party.protocol.pairwise import pair_candidates
+from party.protocol.params import ProtocolParameters
+from party.protocol.records import EncodedTable
+from party.protocol.solver import Group, solve_groups
+
+MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
+
+
+@dataclass(frozen=True)
+class PairOutcome:
+    """Matched pairs and solved groups (identical at the three CPs) and this CP's statistics."""
+
+    matched_pairs: list[MatchedPair]
+    groups: list[Group]
+    stats: MpcStats
+
+
+class PairComputeParty(ComputeParty):
+    """Compute party ``index`` of an mpc3 run with target "any" (see the module docstring)."""
+
+    def __init__(
+        self,
+        index: int,
+        params: ProtocolParameters,
+        keys: ComputeKeys,
+        *,
+        memory_budget_bytes: int | None = None,
+        batch_sets: int | None = None,
+    ) -> None:
+        if isinstance(params, ProtocolParameters) and params.target != "any":
+            raise MpcError(f"parameters are for target {params.target!r}, not 'any'")
+        super().__init__(
+            index, params, keys, memory_budget_bytes=memory_budget_bytes, batch_sets=batch_sets
+        )
+
+    def run(  # type: ignore[override]  # same rounds and driving; the outcome is a PairOutcome
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Generator[Round, bytes, PairOutcome]:
+        """Evaluate the pairwise circuit on every candidate pair, then solve the groups."""
+        t0 = time.perf_counter()
+        inputs = self._take_inputs()
+        work: list[tuple[int, int, np.ndarray]] = []
+        held = 0
+        for a, b in itertools.combinations(range(self.parties), 2):
+            rows = pair_candidates(
+                inputs[a].block_digests,
+                inputs[b].block_digests,
+                inputs[a].pseudonyms,
+                inputs[b].pseudonyms,
+                self.params.max_block_size,
+            )
+            held += rows.nbytes
+            self._check_budget(held, sum(r.shape[0] for _, _, r in work) + rows.shape[0])
+            work.append((a, b, rows))
+        total = sum(int(r.shape[0]) for _, _, r in work)
+        matched: list[MatchedPair] = []
+        batch = done = 0
+        if progress is not None:
+            progress(0, total)
+        while work:
+            a, b, rows = work.pop(0)
+            keys_a, keys_b = inputs[a].pseudonyms, inputs[b].pseudonyms
+            for lo in range(0, rows.shape[0], self.batch_sets):
+                if cancel is not None and cancel.is_set():
+                    raise MpcCancelled("computation cancelled")
+                part = rows[lo : lo + self.batch_sets]
+                self._gates.start_batch(batch)
+                hit, c, x = yield from self._batch([inputs[a], inputs[b]], part)
+                similarity = dice(2, c, x)
+                if np.any(similarity < self.params.match_threshold):
+                    raise MpcError(
+                        "a matched pair has Dice below s_t: the computation is inconsistent"
+                    )
+                found = part[hit]
+                matched.extend(
+                    (a, ka, b, kb, s)
+                    for ka, kb, s in zip(
+                        keys_a[found[:, 0]].tolist(),
+                        keys_b[found[:, 1]].tolist(),
+                        similarity.tolist(),
+                        strict=True,
+                    )
+                )
+                batch += 1
+                done += int(part.shape[0])
+                if progress is not None:
+                    progress(done, total)
+        groups = solve_groups(matched, self.params.min_parties, self.params.solver)
+        return PairOutcome(matched, groups, self._stats(total, batch, t0))
+
+
+@dataclass
+class Mpc3AnyRun(AnyRun):
+    """``AnyRun`` of an in-process mpc3 run, with the three compute parties' statistics."""
+
+    mpc_stats: list[MpcStats] = field(default_factory=list)
+
+
+def run_mpc3_any_in_process(
+    tables: Sequence[EncodedTable],
+    params: ProtocolParameters,
+    *,
+    progress: Callable[[int, int, int], None] | None = None,
+    cancel: threading.Event | None = None,
+    batch_sets: int | None = None,
+) -> Mpc3AnyRun:
+    """Run mpc3 with target "any" for P in-process data parties and three compute parties."""
+    if params.mode != "mpc3" or params.target != "any":
+        raise ProtocolError(
+            f"run_mpc3_any_in_process needs mode 'mpc3' and target 'any', got "
+            f"{params.mode!r} and {params.target!r}"
+        )
+    p = params.party_count
+    if len(tables) != p:
+        raise ProtocolError(f"{len(tables)} tables for {p} parties")
+    engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
+    try:
+        shared = shared_blocks([e.block_digests() for e in engines])
+        for e in engines:
+            e.set_common_blocks(shared)
+        cps: list[object] = [
+            PairComputeParty(i, params, keys, batch_sets=batch_sets)
+            for i, keys in enumerate(run_keys())
+        ]
+        outcomes: list[PairOutcome] = compute_in_process(
+            engines, cps, {}, progress=progress, cancel=cancel
+        )
+        pseudonyms = [e.record_pseudonyms for e in engines]
+    finally:
+        for e in engines:
+            e.close()
+    first = outcomes[0]
+    if any(o.groups != first.groups or o.matched_pairs != first.matched_pairs for o in outcomes):
+        raise MpcError("compute parties reached different groups")
+    total = first.stats.candidate_sets
+    return Mpc3AnyRun(
+        matches=group_rows(first.groups, params, tables, pseudonyms),
+        groups=first.groups,
+        matched_pairs=first.matched_pairs,
+        pseudonyms=pseudonyms,
+        stats=AnyRunStats(
+            candidate_pairs=total,
+            pairs_summed=total,
+            matched_pairs=len(first.matched_pairs),
+            groups=len(first.groups),
+        ),
+        mpc_stats=[o.stats for o in outcomes],
+    )
+
+
+__all__ = ["Mpc3AnyRun", "PairComputeParty", "PairOutcome", "run_mpc3_any_in_process"]
