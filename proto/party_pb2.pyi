@@ -154,7 +154,7 @@ class PassRingResponse(_message.Message):
     def __init__(self, received: _Optional[int] = ...) -> None: ...
 
 class DeliverResultsRequest(_message.Message):
-    __slots__ = ("run", "source", "target", "total_rows", "rows", "linkage_ids", "similarities", "pseudonyms")
+    __slots__ = ("run", "source", "target", "total_rows", "rows", "linkage_ids", "similarities", "pseudonyms", "groups", "group_sizes", "group_parties")
     RUN_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -163,6 +163,9 @@ class DeliverResultsRequest(_message.Message):
     LINKAGE_IDS_FIELD_NUMBER: _ClassVar[int]
     SIMILARITIES_FIELD_NUMBER: _ClassVar[int]
     PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    GROUP_SIZES_FIELD_NUMBER: _ClassVar[int]
+    GROUP_PARTIES_FIELD_NUMBER: _ClassVar[int]
     run: _common_pb2.RunRef
     source: int
     target: int
@@ -171,7 +174,10 @@ class DeliverResultsRequest(_message.Message):
     linkage_ids: bytes
     similarities: bytes
     pseudonyms: bytes
-    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., total_rows: _Optional[int] = ..., rows: _Optional[int] = ..., linkage_ids: _Optional[bytes] = ..., similarities: _Optional[bytes] = ..., pseudonyms: _Optional[bytes] = ...) -> None: ...
+    groups: bool
+    group_sizes: bytes
+    group_parties: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., total_rows: _Optional[int] = ..., rows: _Optional[int] = ..., linkage_ids: _Optional[bytes] = ..., similarities: _Optional[bytes] = ..., pseudonyms: _Optional[bytes] = ..., groups: _Optional[bool] = ..., group_sizes: _Optional[bytes] = ..., group_parties: _Optional[bytes] = ...) -> None: ...
 
 class DeliverResultsResponse(_message.Message):
     __slots__ = ("received",)

@@ -167,7 +167,8 @@ class PartyServicer:
         raise NotImplementedError('Method not implemented!')
 
     def DeliverResults(self, request_iterator, context):
-        """Ring initiator -> party: the party's own matched pseudonyms with linkage ids and similarity.
+        """Ring initiator -> party: the party's own matched pseudonyms with linkage ids and similarity
+        (target "any": per group the party is in, also the group's size and parties).
         Errors: as PushBlocks; PERMISSION_DENIED unless the caller is the ring initiator.
         In mode mpc3 the caller must be compute party 0 and `source` is 0 (its compute-party index).
         """

@@ -58,8 +58,6 @@ from party.node.keyconfirm import key_confirmation, peer_confirmation
 from party.node.peers import PeerClients
 from party.node.results import remove_run, write_matches
 from party.node.trust import check_recipients
-from party.protocol.blocks import common_blocks
-from party.protocol.classify import PartyResults
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
 from party.protocol.solver import DEFAULT_SOLVER
@@ -180,10 +178,6 @@ def protocol_parameters(
         )
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
-    if params.target != "all":
-        raise InvalidParameters(
-            f"parameters: target {params.target!r} is not supported by this party's network path yet"
-        )
     return schema, params
 
 
@@ -405,6 +399,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         from party.encoding.encoder import Encoder
         from party.encoding.parallel import resolve_workers
         from party.protocol.engine import PartyEngine
+        from party.protocol.pair_engine import PairEngine
 
         if run.index < 0:  # a compute-only helper: no data to encode, nothing to audit
             return True, []
@@ -429,7 +424,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise RunAborted(f"run {run.run_id} was aborted")
         run.records_count = len(records.record_ids)
         if allowed:
-            run.engine = PartyEngine(
+            # Dispatch on the linkage target: PairEngine runs target "any" (pairs on the ring,
+            # party/protocol/pair_engine.py) through the same exchange/ring/results flow below.
+            engine_class = PairEngine if run.params.target == "any" else PartyEngine
+            run.engine = engine_class(
                 run.index,
                 run.params,
                 records,
@@ -779,10 +777,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 bound = mpc3.results_bound(run) if run.mpc else engine.candidate_set_bound
                 chunks = wire.results_chunks(first, rest, account=account, max_rows=bound)
                 async with contextlib.aclosing(chunks):
-                    async for lids, sims, ps in chunks:
-                        results = PartyResults(run.index, lids, sims, ps)
+                    async for cols in chunks:
+                        results = wire.party_results(run.index, cols)
                         await self._engine(run, engine.receive_results_chunk, results)
-                        received += lids.shape[0]
+                        received += cols[0].shape[0]
                         fed += 1
                 await self._engine(run, engine.results_end)
         except Exception as exc:
@@ -970,7 +968,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             what = f"block digests from {', '.join(missing)}"
             await self._wait(run, run.event("blocks"), what, "exchanging")
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
-        await self._engine(run, engine.set_common_blocks, common_blocks(sets))
+        await self._engine(run, engine.set_common_blocks, engine.common_of(sets))
         run.event("common").set()
 
     async def _segments(
@@ -1025,17 +1023,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             )
             run.event("ring_sent").set()
             await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+            groups = run.params.target == "any"
             for j in run.others:
-                parts = (
-                    (r.linkage_ids, r.similarities, r.pseudonyms) for r in engine.result_chunks(j)
-                )
+                parts = (wire.result_columns(r) for r in engine.result_chunks(j))
                 await self._send(
                     run,
                     j,
                     "results",
                     "summing",
                     "DeliverResults",
-                    wire.results_stream_to_chunks(run.ref, 0, j, engine.match_count, parts),
+                    wire.results_stream_to_chunks(
+                        run.ref, 0, j, engine.result_count(j), parts, groups
+                    ),
                 )
             own = engine.result_chunks(0)
         else:
@@ -1100,6 +1099,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     self.config.results_dir,
                     run.run_id,
                     run.engine.resolved_rows(own),
+                    run.params.target == "any",
                 )
                 result_path = str(path)
             enter(None)

@@ -3,6 +3,10 @@
 Format: UTF-8 CSV with header ``linkage_id,similarity,record_id``; one row per matched candidate set
 that includes one of this party's records; ``similarity`` is the multi-party Dice written with
 Python's repr (round-trips exactly); ``record_id`` is the party's own id (never another party's).
+Target any: header ``linkage_id,similarity,record_id,group_size,parties``, one row per group that
+includes one of this party's records; ``similarity`` is the group similarity, ``group_size`` the
+number of records (2..P) and ``parties`` the names of the group's parties in party order, joined by
+``;``.
 The file is first written as ``.matches.csv.tmp`` in the same folder, flushed and fsync'ed, then
 renamed, so a reader sees either no file or the whole file. Results are private to the party: the
 file is created with mode 0600 and the results folder and run folder are made (or set to) 0700,
@@ -17,8 +21,12 @@ import pathlib
 import re
 import shutil
 from collections.abc import Iterable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
+MATCH_HEADER = ("linkage_id", "similarity", "record_id")
+#: target any: per group this party's record is in, also the group's size and parties (by name,
+#: in party order, joined by ";").
+GROUP_HEADER = (*MATCH_HEADER, "group_size", "parties")
 RUN_ID_RE = re.compile(r"^[0-9a-f]{32}$")
 PRIVATE_DIR = 0o700
 PRIVATE_FILE = 0o600
@@ -39,10 +47,18 @@ def run_dir(results_dir: pathlib.Path, run_id: str) -> pathlib.Path:
     return results_dir / run_id
 
 
+@runtime_checkable
+class GroupLike(MatchLike, Protocol):
+    @property
+    def group_size(self) -> int: ...
+    @property
+    def parties(self) -> tuple[str, ...]: ...
+
+
 def write_matches(
-    results_dir: pathlib.Path, run_id: str, rows: Iterable[MatchLike]
+    results_dir: pathlib.Path, run_id: str, rows: Iterable[MatchLike], groups: bool = False
 ) -> tuple[pathlib.Path, int]:
-    """Write the matches atomically; return (path, number of rows)."""
+    """Write the matches atomically (``groups``: target any's columns); return (path, rows)."""
     folder = run_dir(results_dir, run_id)
     results_dir.parent.mkdir(parents=True, exist_ok=True)
     for d in (results_dir, folder):
@@ -55,9 +71,13 @@ def write_matches(
     os.fchmod(fd, PRIVATE_FILE)  # also when a stale temp file existed with other permissions
     with open(fd, "w", encoding="utf-8", newline="") as fh:
         writer = csv.writer(fh)
-        writer.writerow(["linkage_id", "similarity", "record_id"])
+        writer.writerow(list(GROUP_HEADER if groups else MATCH_HEADER))
         for row in rows:
-            writer.writerow([row.linkage_id, repr(float(row.similarity)), row.record_id])
+            line = [row.linkage_id, repr(float(row.similarity)), row.record_id]
+            if groups:
+                assert isinstance(row, GroupLike)
+                line += [str(row.group_size), ";".join(row.parties)]
+            writer.writerow(line)
             count += 1
         fh.flush()
         os.fsync(fh.fileno())

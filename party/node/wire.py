@@ -13,7 +13,8 @@ chunks, total row count) and raise ``Malformed`` naming the field; they never ec
 - Ring message (``PassRingRequest``): ``RingMessage`` = candidates (m, P), c_masked (m,),
   x_masked (m,), hop.
 - Results (``DeliverResultsRequest``): ``PartyResults`` = linkage ids (k,) uint64, similarities (k,)
-  float64, the target party's pseudonyms (k,) uint64.
+  float64, the target party's pseudonyms (k,) uint64; target any (``groups`` set in every chunk):
+  ``GroupResults``, also group sizes (k,) uint64 and group party bit masks (k,) uint64.
 An empty object is sent as one chunk with zero rows.
 """
 
@@ -27,6 +28,8 @@ import numpy as np
 from party.encoding.bits import words_for
 from party.node.budget import RunAccount
 from party.node.errors import Malformed
+from party.protocol.classify import PartyResults
+from party.protocol.pair_engine import GroupResults
 from party.protocol.ring import RingMessage
 from party.protocol.segments import SegmentShare
 from proto import common_pb2, party_pb2
@@ -442,27 +445,49 @@ def results_stream_to_chunks(
     source: int,
     target: int,
     total: int,
-    parts: Iterable[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    parts: Iterable[tuple[np.ndarray, ...]],
+    groups: bool = False,
 ) -> Iterator[party_pb2.DeliverResultsRequest]:
     """Chunks of ``total`` result rows produced piece by piece: (linkage ids, similarities,
-    pseudonyms) per piece."""
-    for (linkage_ids, similarities, pseudonyms), sl, rows in _pieces(
-        parts, lambda part: part[2], _rows_per_chunk(24)
-    ):
-        yield party_pb2.DeliverResultsRequest(
+    pseudonyms) per piece, and with ``groups`` (target any) also (group sizes, group parties)."""
+    width = 40 if groups else 24
+    for cols, sl, rows in _pieces(parts, lambda part: part[2], _rows_per_chunk(width)):
+        if len(cols) != (5 if groups else 3):
+            raise Malformed("results: a piece has the wrong number of columns")
+        msg = party_pb2.DeliverResultsRequest(
             run=run,
             source=source,
             target=target,
             total_rows=total,
             rows=rows,
-            linkage_ids=_pack(np.asarray(linkage_ids)[sl], _U64),
-            similarities=_pack(np.asarray(similarities)[sl], _F64),
-            pseudonyms=_pack(np.asarray(pseudonyms)[sl], _U64),
+            linkage_ids=_pack(np.asarray(cols[0])[sl], _U64),
+            similarities=_pack(np.asarray(cols[1])[sl], _F64),
+            pseudonyms=_pack(np.asarray(cols[2])[sl], _U64),
         )
+        if groups:
+            msg.groups = True
+            msg.group_sizes = _pack(np.asarray(cols[3])[sl], _U64)
+            msg.group_parties = _pack(np.asarray(cols[4])[sl], _U64)
+        yield msg
     if total == 0:
         yield party_pb2.DeliverResultsRequest(
-            run=run, source=source, target=target, total_rows=total
+            run=run, source=source, target=target, total_rows=total, groups=groups
         )
+
+
+def result_columns(results: PartyResults) -> tuple[np.ndarray, ...]:
+    """The wire columns of a results chunk (target any: with group sizes and parties)."""
+    cols = (results.linkage_ids, results.similarities, results.pseudonyms)
+    if isinstance(results, GroupResults):
+        return (*cols, results.group_sizes, results.group_parties)
+    return cols
+
+
+def party_results(party: int, cols: tuple[np.ndarray, ...]) -> PartyResults:
+    """A decoded results chunk as PartyResults, or GroupResults when it carries groups."""
+    if len(cols) == 5:
+        return GroupResults(party, *cols)
+    return PartyResults(party, cols[0], cols[1], cols[2])
 
 
 async def results_chunks(
@@ -471,21 +496,38 @@ async def results_chunks(
     *,
     account: RunAccount | None = None,
     max_rows: int | None = None,
-) -> AsyncGenerator[tuple[np.ndarray, np.ndarray, np.ndarray], None]:
-    """Yield (linkage_ids uint64, similarities float64, pseudonyms uint64) chunk by chunk
-    (checks and budget as ring_chunks)."""
+) -> AsyncGenerator[tuple[np.ndarray, ...], None]:
+    """Yield (linkage_ids uint64, similarities float64, pseudonyms uint64), and for groups
+    (target any) also (group sizes uint64, group parties uint64), chunk by chunk (checks and
+    budget as ring_chunks; every chunk must agree on ``groups``)."""
     stream = _ChunkStream("results", account, max_rows)
     chunk = first
     try:
         while True:
-            header = (chunk.run.run_id, chunk.run.parameters_digest, chunk.source, chunk.target)
+            groups = chunk.groups
+            header = (
+                chunk.run.run_id,
+                chunk.run.parameters_digest,
+                chunk.source,
+                chunk.target,
+                groups,
+            )
             rows = chunk.rows
-            stream.start(header, chunk.total_rows, rows, 24)
-            yield (
+            stream.start(header, chunk.total_rows, rows, 40 if groups else 24)
+            cols: tuple[np.ndarray, ...] = (
                 _unpack(chunk.linkage_ids, _U64, rows, "linkage_ids"),
                 _unpack(chunk.similarities, _F64, rows, "similarities"),
                 _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"),
             )
+            if groups:
+                cols = (
+                    *cols,
+                    _unpack(chunk.group_sizes, _U64, rows, "group_sizes"),
+                    _unpack(chunk.group_parties, _U64, rows, "group_parties"),
+                )
+            elif chunk.group_sizes or chunk.group_parties:
+                raise Malformed("results: group columns in a chunk without groups")
+            yield cols
             stream.done_with_chunk()
             nxt = await anext(rest, None)
             if nxt is None:
@@ -508,7 +550,8 @@ async def results_from_chunks(
     asm = _Assembler("results", account, max_rows)
     asm.start((), first.total_rows, 24)
     try:
-        async for lids, sims, ps in results_chunks(first, rest, max_rows=max_rows):
+        async for cols in results_chunks(first, rest, max_rows=max_rows):
+            lids, sims, ps = cols[:3]
             rows = lids.shape[0]
             asm.advance(rows)
             asm.add("l", rows, lids)

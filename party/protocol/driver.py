@@ -15,11 +15,13 @@ from typing import Any
 
 import numpy as np
 
-from party.protocol.blocks import BlockStats, common_blocks
+from party.protocol.any_driver import GroupRow
+from party.protocol.blocks import BlockStats
 from party.protocol.classify import Classification, MatchRow
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import ProtocolError
 from party.protocol.kernel import DEFAULT_KERNEL
+from party.protocol.pair_engine import PairEngine
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 
@@ -40,7 +42,7 @@ class RunMetrics:
 class InProcessRun:
     """Outcome of run_in_process: per-party match rows, metrics, and the run's pseudonyms."""
 
-    matches: list[list[MatchRow]]
+    matches: Sequence[Sequence[MatchRow | GroupRow]]
     metrics: RunMetrics
     classification: Classification
     pseudonyms: list[np.ndarray]  # per party: (n,) uint64 pseudonym of each record, 0 = not shared
@@ -58,7 +60,8 @@ def run_in_process(
     spill_dir: str | os.PathLike[str] | None = None,
     spill_limit_bytes: int | None = None,
 ) -> InProcessRun:
-    """Run steps 4-7 for P in-process parties; ``progress(party, done, total)`` during compare;
+    """Run steps 4-7 for P in-process parties (target any: PairEngines, whose ``matches`` are
+    GroupRows and ``classification`` the matched pairs); ``progress(party, done, total)`` during compare;
     each party's comparison uses ``workers`` kernel threads.
 
     ``spill_dir``/``spill_limit_bytes``: where the engines spill and how much (PartyEngine).
@@ -70,8 +73,9 @@ def run_in_process(
     steps = metrics.step_seconds
 
     t0 = time.perf_counter()
+    engine_class = PairEngine if params.target == "any" else PartyEngine
     engines = [
-        PartyEngine(
+        engine_class(
             i,
             params,
             tables[i],
@@ -83,7 +87,7 @@ def run_in_process(
         for i in range(p)
     ]
     try:
-        common = common_blocks([e.block_digests() for e in engines])
+        common = engines[0].common_of([e.block_digests() for e in engines])
         metrics.block_stats = [e.set_common_blocks(common) for e in engines]
         steps["blocks"] = time.perf_counter() - t0
 

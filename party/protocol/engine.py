@@ -41,6 +41,7 @@ from party.protocol.blocks import (
     BlockStats,
     block_index,
     check_common,
+    common_blocks,
     distinct_digests,
     has_duplicates,
     lookup_sorted,
@@ -147,6 +148,11 @@ class PartyEngine:
     (default: 80% of its free space) before MemoryBudgetError. ``close()`` frees them all.
     """
 
+    #: Records whose filters one ring row's Dice compares (target all: one per party, P).
+    records_per_row: int
+    #: uint64 columns kept per received result row (linkage id, Dice bits, own pseudonym).
+    RESULT_COLUMNS = 3
+
     def __init__(
         self,
         index: int,
@@ -174,6 +180,7 @@ class PartyEngine:
         self.index = index
         self.params = params
         self.parties = params.party_count
+        self.records_per_row = params.party_count
         self.segment_bits = params.segment_bits
         self._records = records
         self._random_bytes = random_bytes
@@ -211,6 +218,10 @@ class PartyEngine:
     def block_digests(self) -> np.ndarray:
         """This party's distinct non-zero block digests (sorted uint64)."""
         return distinct_digests(self._records.block_digests)
+
+    def common_of(self, digest_sets: list[np.ndarray]) -> np.ndarray:
+        """The run's common blocks from every party's digests (target all: present at all P)."""
+        return common_blocks(digest_sets)
 
     def set_common_blocks(self, common: np.ndarray) -> BlockStats:
         """Record the common blocks, draw pseudonyms for the records in them, return block sizes."""
@@ -310,16 +321,8 @@ class PartyEngine:
         self._shares[int(share.source)] = share
 
     # ----------------------------------------------------------------- comparison
-    def compare(
-        self,
-        progress: Callable[[int, int], None] | None = None,
-        cancel: threading.Event | None = None,
-    ) -> ComparisonStats:
-        """Enumerate and filter candidate sets on this party's segment; keep the survivors.
-
-        ``progress(done, total)`` is called with candidate-set counts; setting ``cancel`` stops the
-        comparison with ComparisonCancelled (nothing is kept; compare may be called again).
-        """
+    def _ready_to_compare(self) -> np.ndarray:
+        """The common blocks, once everything compare needs is there (else StateError)."""
         if self._common is None:
             raise StateError("set_common_blocks must be called before compare")
         missing = [j for j in range(self.parties) if j != self.index and j not in self._shares]
@@ -327,12 +330,15 @@ class PartyEngine:
             raise StateError(f"party {self.index} is missing the shares of parties {missing}")
         if self._survivors is not None:
             raise StateError("compare already ran for this run")
-        t0 = time.perf_counter()
-        p = self.parties
+        return self._common
+
+    def _party_columns(self) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
+        """Per party j (own and received): pseudonyms (sorted), block digests and segment
+        ``self.index`` of its shared records, in pseudonym order; remembers the pseudonyms."""
         pseud: list[np.ndarray] = []
         digs: list[np.ndarray] = []
         segs: list[np.ndarray] = []
-        for j in range(p):
+        for j in range(self.parties):
             if j == self.index:
                 pseud.append(self._pseudonyms)
                 digs.append(self._digests_out)
@@ -344,6 +350,22 @@ class PartyEngine:
                 digs.append(sh.block_digests[order])
                 segs.append(sh.segments[order])
         self._known = pseud
+        return pseud, digs, segs
+
+    def compare(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ComparisonStats:
+        """Enumerate and filter candidate sets on this party's segment; keep the survivors.
+
+        ``progress(done, total)`` is called with candidate-set counts; setting ``cancel`` stops the
+        comparison with ComparisonCancelled (nothing is kept; compare may be called again).
+        """
+        common = self._ready_to_compare()
+        t0 = time.perf_counter()
+        p = self.parties
+        pseud, digs, segs = self._party_columns()
         # Parties join partial sets in increasing order of their number of shared records (ties:
         # index), so the first, unfiltered products are as small as they can be; from here on,
         # position k in these lists is the k-th party to join.
@@ -351,7 +373,6 @@ class PartyEngine:
         pseud = [pseud[j] for j in join]
         digs = [digs[j] for j in join]
         segs = [segs[j] for j in join]
-        common = self._common
         indices = [block_index(digs[j], common, keys=pseud[j]) for j in range(p)]
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
@@ -725,19 +746,20 @@ class PartyEngine:
         sum_c = sub_mod64(incoming.c_masked, sent[:, p]) if m else np.zeros(0, np.uint64)
         sum_x = sub_mod64(incoming.x_masked, sent[:, p + 1]) if m else np.zeros(0, np.uint64)
         l_bits = self.params.filter_bits
-        bad = (sum_c > np.uint64(l_bits)) | (sum_x > np.uint64(p * l_bits))
+        k = self.records_per_row  # records whose filters a row's Dice compares
+        bad = (sum_c > np.uint64(l_bits)) | (sum_x > np.uint64(k * l_bits))
         if np.any(bad):
             raise SummationError(
-                f"{int(bad.sum())} unmasked sums are out of range (c > l or x > P*l): a party "
+                f"{int(bad.sum())} unmasked sums are out of range (c > l or x > {k}*l): a party "
                 "added wrong values or the ring message was altered"
             )
         c64 = sum_c.astype(np.int64)
         x64 = sum_x.astype(np.int64)
-        if np.any(p * c64 > x64):
+        if np.any(k * c64 > x64):
             raise SummationError(
-                "unmasked sums are inconsistent (P * c > x): a party added wrong values"
+                f"unmasked sums are inconsistent ({k} * c > x): a party added wrong values"
             )
-        sim = dice(p, c64, x64)
+        sim = dice(k, c64, x64)
         above = np.flatnonzero(sim >= self.params.match_threshold)
         self._sets_summed += m
         rows = np.empty((above.size, p + 1), dtype=np.uint64)
@@ -812,6 +834,10 @@ class PartyEngine:
         if self._matches is None:
             raise StateError("ring_finish must run first")
         return self._matches.rows
+
+    def result_count(self, party: int) -> int:
+        """Initiator: the number of result rows ``result_chunks(party)`` yields."""
+        return self.match_count
 
     def result_chunks(self, party: int) -> Iterator[PartyResults]:
         """Initiator -> party ``party``, chunk by chunk in linkage-id order: linkage ids (numbered
@@ -913,28 +939,36 @@ class PartyEngine:
                 raise ResultsError("results are not in increasing linkage-id order")
             self._last_result_id = int(ids[-1])
         if self._results_in is None:
-            self._results_in = self._store(3, "results")
-        self._results_in.append(
-            np.column_stack([ids, results.similarities.view(np.uint64), results.pseudonyms])
+            self._results_in = self._store(self.RESULT_COLUMNS, "results")
+        self._results_in.append(self._result_columns(results))
+
+    def _result_columns(self, results: PartyResults) -> np.ndarray:
+        """The rows kept of one received results chunk (RESULT_COLUMNS uint64 columns)."""
+        return np.column_stack(
+            [results.linkage_ids, results.similarities.view(np.uint64), results.pseudonyms]
         )
 
     def results_end(self) -> int:
         """The results stream is complete; return the number of rows received."""
         if self._results_in is None:
-            self._results_in = self._store(3, "results")
+            self._results_in = self._store(self.RESULT_COLUMNS, "results")
         return self._results_in.finish().rows
 
     def received_results(self) -> Iterator[PartyResults]:
         """The results received through receive_results_chunk, chunk by chunk."""
         if self._results_in is None or not self._results_in.finished:
             raise StateError("results_end must run first")
-        for rows in self._results_in.chunks(self._chunk_rows(3)):
-            yield PartyResults(
-                party=self.index,
-                linkage_ids=rows[:, 0].copy(),
-                similarities=rows[:, 1].view(np.float64).copy(),
-                pseudonyms=rows[:, 2].copy(),
-            )
+        for rows in self._results_in.chunks(self._chunk_rows(self.RESULT_COLUMNS)):
+            yield self._results_of(rows)
+
+    def _results_of(self, rows: np.ndarray) -> PartyResults:
+        """PartyResults of kept result rows (the inverse of ``_result_columns``)."""
+        return PartyResults(
+            party=self.index,
+            linkage_ids=rows[:, 0].copy(),
+            similarities=rows[:, 1].view(np.float64).copy(),
+            pseudonyms=rows[:, 2].copy(),
+        )
 
     def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[MatchRow]:
         """MatchRows of result chunks in linkage-id order (result_chunks or received_results)."""

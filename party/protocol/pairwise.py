@@ -16,12 +16,103 @@ pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
+
 import numpy as np
 
 from party.encoding.bits import popcount_rows
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
+from party.protocol.errors import ProtocolError
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
+
+
+def blocks_shared_by_two(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
+    """Digests present at two or more of the parties (sorted uint64, no zero): the blocks of
+    target any, whose records are shared (each input is 1-D uint64)."""
+    if len(digest_sets) < 2:
+        raise ProtocolError(
+            f"blocks_shared_by_two needs the digests of at least 2 parties, got {len(digest_sets)}"
+        )
+    distinct = []
+    for i, d in enumerate(digest_sets):
+        if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
+            raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
+        distinct.append(distinct_digests(d))
+    values, counts = np.unique(np.concatenate(distinct), return_counts=True)
+    return values[counts >= 2]
+
+
+class PairPlan:
+    """The candidate pairs of parties a and b, enumerated in pieces of bounded size.
+
+    ``total`` counts the pairs the pieces hold together (a pair found in several blocks is counted,
+    and produced, once per block); ``pieces(max_pairs)`` yields (k, 2) int64 arrays (row of a, row
+    of b), each of at most ``max(max_pairs, largest block of b)`` rows (a capped run: or one
+    sub-block, at most cap^2).
+    """
+
+    def __init__(
+        self,
+        digests_a: np.ndarray,
+        digests_b: np.ndarray,
+        keys_a: np.ndarray,
+        keys_b: np.ndarray,
+        cap: int | None,
+    ) -> None:
+        self.cap = cap
+        common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
+        self.index_a = block_index(digests_a, common, keys_a)
+        self.index_b = block_index(digests_b, common, keys_b)
+        na, nb = self.index_a.sizes(), self.index_b.sizes()
+        self.whole = np.ones(common.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
+        self.na, self.nb = na, nb
+        self.total = int((na[self.whole] * nb[self.whole]).sum())
+        for sub_a, sub_b in self._sub_blocks():
+            self.total += int(sub_a.size) * int(sub_b.size)
+
+    def _sub_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for blk in np.flatnonzero(~self.whole).tolist():
+            members = [self.index_a.members(blk), self.index_b.members(blk)]
+            for sub_a, sub_b in sub_blocks(members, self.cap):
+                if sub_a.size and sub_b.size:
+                    yield sub_a, sub_b
+
+    def pieces(self, max_pairs: int) -> Iterator[np.ndarray]:
+        """The candidate pairs in pieces (see the class docstring)."""
+        max_pairs = max(1, int(max_pairs))
+        ia, ib = self.index_a, self.index_b
+        ids = np.flatnonzero(self.whole)
+        na, nb = self.na[ids], self.nb[ids]
+        count = na * nb
+        cum = np.cumsum(count)
+        lo = 0
+        while lo < ids.size:
+            base = int(cum[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(cum, base + max_pairs, side="right")))
+            if hi == lo + 1 and int(count[lo]) > max_pairs:
+                # one block larger than a piece: slices of a's rows against all of b's
+                rows_a = ia.members(int(ids[lo]))
+                rows_b = ib.members(int(ids[lo]))
+                step = max(1, max_pairs // max(1, rows_b.size))
+                for s in range(0, rows_a.size, step):
+                    part = rows_a[s : s + step]
+                    yield np.stack(
+                        [np.repeat(part, rows_b.size), np.tile(rows_b, part.size)], axis=1
+                    )
+            else:
+                sl = slice(lo, hi)
+                yield _products(
+                    ia.starts[:-1][ids[sl]],
+                    na[sl],
+                    ia.rows,
+                    ib.starts[:-1][ids[sl]],
+                    nb[sl],
+                    ib.rows,
+                )
+            lo = hi
+        for sub_a, sub_b in self._sub_blocks():
+            yield np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
 
 
 def pair_candidates(
@@ -32,29 +123,10 @@ def pair_candidates(
     cap: int | None,
 ) -> np.ndarray:
     """(m, 2) int64 rows (row of a, row of b) of the candidate pairs, ordered by (key_a, key_b)."""
-    common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
-    if common.size == 0:
+    plan = PairPlan(digests_a, digests_b, keys_a, keys_b, cap)
+    parts = list(plan.pieces(max(1, plan.total)))
+    if not parts:
         return _EMPTY_PAIRS
-    index_a = block_index(digests_a, common, keys_a)
-    index_b = block_index(digests_b, common, keys_b)
-    na, nb = index_a.sizes(), index_b.sizes()
-    whole = np.ones(common.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
-    parts = [
-        _products(
-            index_a.starts[:-1][whole],
-            na[whole],
-            index_a.rows,
-            index_b.starts[:-1][whole],
-            nb[whole],
-            index_b.rows,
-        )
-    ]
-    for blk in np.flatnonzero(~whole).tolist():
-        for sub_a, sub_b in sub_blocks([index_a.members(blk), index_b.members(blk)], cap):
-            if sub_a.size and sub_b.size:
-                parts.append(
-                    np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
-                )
     rows = np.concatenate(parts)
     ka = np.asarray(keys_a, dtype=np.uint64)[rows[:, 0]]
     kb = np.asarray(keys_b, dtype=np.uint64)[rows[:, 1]]

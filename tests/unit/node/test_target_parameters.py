@@ -73,8 +73,12 @@ def test_node_checks_a_target_message_it_did_not_build_itself() -> None:
     msg.solver, msg.target = "", "some"
     with pytest.raises(InvalidParameters, match="target"):
         protocol_parameters(msg)
-    # target any is agreed in the parameters, but this party's network path does not run it yet
+    # target any runs in mode segments; mode mpc3 refuses it (until its pairwise circuits exist)
     msg.target = "any"
-    with pytest.raises(InvalidParameters, match="not supported by this party"):
+    assert protocol_parameters(msg)[1].target == "any"
+    msg.mode = "mpc3"
+    with pytest.raises(
+        InvalidParameters, match="target 'any' is only supported in mode 'segments'"
+    ):
         protocol_parameters(msg)
     assert protocol_parameters(linkage.parameters_from_mapping(params()))[1].target == "all"

@@ -1,0 +1,376 @@
+"""PairEngine: one party's side of a run of target "any" in the segment mode (pairs on the ring).
+
+The call order and the streamed ring/results API are PartyEngine's (``party.protocol.engine``);
+what differs (docs/protocol.md, "Target any over the network"):
+
+- Blocks: ``common_of`` keeps the digests present at two or more parties; a party shares (and
+  sends segment j of, to party j) every record in such a block.
+- Comparison: party i enumerates, for every pair of parties (a, b), a < b, the candidate pairs
+  of the blocks a and b share (``party.protocol.pairwise.PairPlan``, in pieces of bounded size),
+  counts c_i on its segment and keeps the pairs passing the segment filter. A pair travels as a
+  ring row of P pseudonyms holding the two records' pseudonyms in columns a and b and 0 (never a
+  pseudonym) elsewhere, so the ring's message format, sorting, streaming, spilling and
+  intersection are those of target all unchanged.
+- Ring: every party adds its c_i to every row; a party adds its record's 1-bit count x only to
+  the rows it is a member of (the non-members add 0). The initiator unmasks c and x and computes
+  the pairwise Dice 2c / x (``records_per_row`` = 2).
+- Classification: the initiator keeps the pairs with Dice >= s_t, solves the groups with the
+  agreed solver (``party.protocol.solver``; groups identical to the oracle's at s_m = 0) and
+  sends each party, per group it is in, the linkage id (the group's number), the group
+  similarity, the group's size and parties (a bit mask), and that party's own pseudonym only.
+  ``one_to_one`` does not apply: a record is in at most one group by construction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+import numpy as np
+
+from party.encoding.bits import popcount_rows
+from party.protocol.any_driver import GroupRow
+from party.protocol.classify import PartyResults, linkage_label
+from party.protocol.engine import ComparisonStats, PartyEngine
+from party.protocol.errors import (
+    ComparisonCancelled,
+    MemoryBudgetError,
+    ProtocolError,
+    ResultsError,
+    RingError,
+)
+from party.protocol.kernel import DEFAULT_KERNEL
+from party.protocol.pairwise import PairPlan, blocks_shared_by_two, segment_pair_counts
+from party.protocol.params import ProtocolParameters
+from party.protocol.records import EncodedTable
+from party.protocol.solver import solve_groups
+from party.protocol.spill import MemoryGauge, RowStore
+
+logger = logging.getLogger(__name__)
+
+#: Bit masks of the parties in a group are uint64, so target any supports at most 64 parties.
+MAX_ANY_PARTIES = 64
+#: Bytes charged to the memory budget per matched pair while the solver holds them (Python
+#: tuples and dictionaries, measured with tracemalloc: about 600 bytes per pair).
+SOLVER_BYTES_PER_PAIR = 640
+
+
+@dataclass(frozen=True)
+class GroupResults(PartyResults):
+    """What a party receives in target any: per group it is in, also the group's size and parties."""
+
+    group_sizes: np.ndarray  # (k,) uint64, 2..P
+    group_parties: np.ndarray  # (k,) uint64 bit mask, bit q = party index q
+
+
+def party_pairs(parties: int) -> list[tuple[int, int]]:
+    """Every pair of party indices (a, b), a < b, in lexicographic order."""
+    return [(a, b) for a in range(parties) for b in range(a + 1, parties)]
+
+
+def party_mask(parties: Iterable[int]) -> int:
+    """The bit mask of a set of party indices."""
+    mask = 0
+    for q in parties:
+        mask |= 1 << int(q)
+    return mask
+
+
+def mask_parties(mask: int, parties: int) -> tuple[int, ...]:
+    """The party indices of a bit mask, increasing."""
+    return tuple(q for q in range(parties) if mask >> q & 1)
+
+
+class PairEngine(PartyEngine):
+    """PartyEngine for target "any" (see the module docstring)."""
+
+    RESULT_COLUMNS = 5  # linkage id, Dice bits, own pseudonym, group size, party mask
+
+    def __init__(
+        self,
+        index: int,
+        params: ProtocolParameters,
+        records: EncodedTable,
+        *,
+        random_bytes: Callable[[int], bytes] = os.urandom,
+        kernel: str = DEFAULT_KERNEL,
+        workers: int = 1,
+        memory: MemoryGauge | None = None,
+        spill_dir: str | os.PathLike[str] | None = None,
+        spill_limit_bytes: int | None = None,
+    ) -> None:
+        if not isinstance(params, ProtocolParameters) or params.target != "any":
+            raise ProtocolError("PairEngine needs ProtocolParameters with target 'any'")
+        if params.party_count > MAX_ANY_PARTIES:
+            raise ProtocolError(f"target 'any' supports at most {MAX_ANY_PARTIES} parties")
+        super().__init__(
+            index,
+            dataclasses.replace(params, one_to_one=False),
+            records,
+            random_bytes=random_bytes,
+            kernel=kernel,
+            workers=workers,
+            memory=memory,
+            spill_dir=spill_dir,
+            spill_limit_bytes=spill_limit_bytes,
+        )
+        self.records_per_row = 2
+        self._group_rows: list[
+            RowStore
+        ] = []  # initiator: per party (lid, sim, pseudonym, size, mask)
+
+    def common_of(self, digest_sets: list[np.ndarray]) -> np.ndarray:
+        """Blocks of target any: digests present at two or more parties."""
+        return blocks_shared_by_two(digest_sets)
+
+    # ----------------------------------------------------------------- comparison
+    def compare(
+        self,
+        progress: Callable[[int, int], None] | None = None,
+        cancel: threading.Event | None = None,
+    ) -> ComparisonStats:
+        """Enumerate the candidate pairs of every pair of parties on this party's segment and keep
+        those passing the segment filter (rows as in the module docstring, spilled beyond the
+        budget). ``progress``/``cancel`` as PartyEngine.compare."""
+        common = self._ready_to_compare()
+        t0 = time.perf_counter()
+        p = self.parties
+        pseud, digs, segs = self._party_columns()
+        cap = self.params.max_block_size
+        plans = {
+            (a, b): PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap) for a, b in party_pairs(p)
+        }
+        total = sum(plan.total for plan in plans.values())
+        stats = ComparisonStats(party=self.index, blocks=int(common.size))
+        stats.candidate_sets = stats.candidate_sets_uncapped = total
+        budget = self.params.memory_budget_bytes
+        words = -(-self.segment_bits // 64)
+        # per pair in a piece: two gathered segments, their AND, indices, the kept row
+        piece = max(4096, (budget // 4) // (24 * words + 8 * (p + 8)))
+        store = RowStore(
+            p + 1,
+            gauge=self._gauge,
+            folder=self._folder,
+            key_columns=p,
+            name="survivors",
+            merge_bytes=budget // 8,
+        )
+        done = kept_total = 0
+        if progress is not None:
+            progress(0, total)
+        try:
+            for (a, b), plan in plans.items():
+                for rows in plan.pieces(piece):
+                    if cancel is not None and cancel.is_set():
+                        raise ComparisonCancelled("comparison cancelled")
+                    c, kept = segment_pair_counts(
+                        segs[a], segs[b], rows, self.params.segment_threshold
+                    )
+                    rows = rows[kept]
+                    out = np.zeros((rows.shape[0], p + 1), dtype=np.uint64)
+                    out[:, a] = pseud[a][rows[:, 0]]
+                    out[:, b] = pseud[b][rows[:, 1]]
+                    out[:, p] = c[kept]
+                    store.append(out)
+                    kept_total += int(rows.shape[0])
+                    stats.largest_block_sets = max(stats.largest_block_sets, int(kept.size))
+                    done += int(kept.size)
+                    if progress is not None:
+                        progress(done, total)
+        except BaseException:
+            store.close()
+            raise
+        self._survivors = store.finish()
+        stats.survivors_with_duplicates = kept_total
+        stats.survivors = store.rows
+        stats.spilled_bytes = self._folder.bytes_written
+        stats.seconds = time.perf_counter() - t0
+        self.timings["compare"] = stats.seconds
+        self.comparison_stats = stats
+        logger.info(
+            "party %d: %d candidate pairs, %d survive the segment filter (RR_f %.4f)",
+            self.index,
+            total,
+            stats.survivors,
+            stats.reduction_ratio,
+        )
+        return stats
+
+    # ----------------------------------------------------------------- ring
+    def _own_x(self, own_pseudonyms: np.ndarray) -> np.ndarray:
+        """This party's records' 1-bit counts for the rows it is a member of, 0 for the others."""
+        out = np.zeros(own_pseudonyms.shape[0], dtype=np.uint64)
+        member = own_pseudonyms != 0
+        if np.any(member):
+            out[member] = super()._own_x(own_pseudonyms[member])
+        return out
+
+    def _check_known(self, candidates: np.ndarray) -> None:
+        if candidates.shape[0] and not np.all(np.count_nonzero(candidates, axis=1) == 2):
+            raise RingError("ring message rows of target any must name exactly two records")
+        for j in range(self.parties):
+            known = self._known[j]
+            col = candidates[:, j]
+            col = col[col != 0]
+            if col.size == 0:
+                continue
+            pos = np.minimum(np.searchsorted(known, col), max(known.size - 1, 0))
+            if known.size == 0 or not np.all(known[pos] == col):
+                raise RingError(f"ring message names an unknown pseudonym of party {j}")
+
+    def ring_finish_end(self) -> tuple[int, int, int]:
+        """Initiator: classify the pairs (as PartyEngine), then solve the groups and prepare each
+        party's results; returns (pairs summed, matched pairs, rows of all parties' results)."""
+        summed, matched_count, _ = super().ring_finish_end()
+        assert self._matches is not None
+        p = self.parties
+        need = SOLVER_BYTES_PER_PAIR * self._matches.rows
+        if not self._gauge.try_reserve(need):
+            raise MemoryBudgetError(
+                f"solving the groups of {self._matches.rows} matched pairs needs about "
+                f"{need // 2**20 + 1} MiB beyond the memory budget: raise the party's "
+                "memory_budget_mib or s_t"
+            )
+        try:
+            pairs: list[tuple[int, int, int, int, float]] = []
+            for rows in self._matches.chunks(self._chunk_rows(p + 1)):
+                member = rows[:, :p] != 0
+                a = np.argmax(member, axis=1)
+                b = p - 1 - np.argmax(member[:, ::-1], axis=1)
+                at = np.arange(rows.shape[0])
+                sims = rows[:, p].view(np.float64)
+                pairs.extend(
+                    zip(
+                        a.tolist(),
+                        rows[at, a].tolist(),
+                        b.tolist(),
+                        rows[at, b].tolist(),
+                        sims.tolist(),
+                        strict=True,
+                    )
+                )
+            groups = solve_groups(pairs, self.params.min_parties, self.params.solver)
+            del pairs
+            per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(p)]
+            for gid, g in enumerate(groups):
+                mask = party_mask(g.parties)
+                for q, key in g.members:
+                    per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+        finally:
+            self._gauge.release(need)
+        self._group_rows = []
+        for q in range(p):
+            store = self._store(self.RESULT_COLUMNS, f"groups-{q}")
+            if per_party[q]:
+                gid_, sim_, key_, size_, mask_ = zip(*per_party[q], strict=True)
+                store.append(
+                    np.column_stack(
+                        [
+                            np.array(gid_, dtype=np.uint64),
+                            np.array(sim_, dtype=np.float64).view(np.uint64),
+                            np.array(key_, dtype=np.uint64),
+                            np.array(size_, dtype=np.uint64),
+                            np.array(mask_, dtype=np.uint64),
+                        ]
+                    )
+                )
+            self._group_rows.append(store.finish())
+        self.group_count = len(groups)
+        logger.info(
+            "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, len(groups)
+        )
+        return summed, matched_count, sum(s.rows for s in self._group_rows)
+
+    # ----------------------------------------------------------------- results
+    def result_count(self, party: int) -> int:
+        """Initiator: the number of groups ``party`` is in."""
+        self._check_party(party)
+        return self._group_rows[party].rows
+
+    def _check_party(self, party: int) -> None:
+        if isinstance(party, bool) or not isinstance(party, int) or not 0 <= party < self.parties:
+            raise ResultsError(f"party index must be in 0..{self.parties - 1}, got {party!r}")
+        if not self._group_rows:
+            raise ResultsError("the groups are not solved yet (ring_finish_end runs first)")
+
+    def result_chunks(self, party: int) -> Iterator[PartyResults]:
+        """Initiator -> party ``party``: its GroupResults chunk by chunk, in linkage-id order."""
+        self._check_party(party)
+        empty = True
+        for rows in self._group_rows[party].chunks(self._chunk_rows(self.RESULT_COLUMNS)):
+            empty = False
+            yield self._results_of(rows, party)
+        if empty:
+            yield self._results_of(np.zeros((0, self.RESULT_COLUMNS), np.uint64), party)
+
+    def _results_of(self, rows: np.ndarray, party: int | None = None) -> GroupResults:
+        return GroupResults(
+            party=self.index if party is None else party,
+            linkage_ids=rows[:, 0].copy(),
+            similarities=rows[:, 1].view(np.float64).copy(),
+            pseudonyms=rows[:, 2].copy(),
+            group_sizes=rows[:, 3].copy(),
+            group_parties=rows[:, 4].copy(),
+        )
+
+    def _result_columns(self, results: PartyResults) -> np.ndarray:
+        assert isinstance(results, GroupResults)
+        return np.column_stack(
+            [
+                results.linkage_ids,
+                results.similarities.view(np.uint64),
+                results.pseudonyms,
+                results.group_sizes,
+                results.group_parties,
+            ]
+        )
+
+    def _check_results(self, results: PartyResults) -> np.ndarray:
+        """PartyEngine's checks, and: group sizes in 2..P equal to the number of parties in the
+        mask, the mask names only parties of the run and includes this party."""
+        if not isinstance(results, GroupResults):
+            raise ResultsError("results of target any must carry group sizes and parties")
+        rows = super()._check_results(results)
+        k = results.linkage_ids.shape[0]
+        sizes, masks = results.group_sizes, results.group_parties
+        for name, arr in (("group sizes", sizes), ("group parties", masks)):
+            if not isinstance(arr, np.ndarray) or arr.dtype != np.uint64 or arr.shape != (k,):
+                raise ResultsError(f"results: {name} must be a ({k},) uint64 array")
+        if k == 0:
+            return rows
+        p = self.parties
+        counts = popcount_rows(masks.reshape(k, 1))
+        if (
+            np.any(sizes < max(2, self.params.min_parties))
+            or np.any(sizes > p)
+            or np.any(counts != sizes)
+            or (p < 64 and np.any(masks >> np.uint64(p)))
+            or np.any((masks >> np.uint64(self.index)) & np.uint64(1) == 0)
+        ):
+            raise ResultsError(
+                "results name a group whose size or parties are inconsistent with the run"
+            )
+        return rows
+
+    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[GroupRow]:  # type: ignore[override]
+        """GroupRows of result chunks in linkage-id order (own record id, group size, parties)."""
+        rid = self._records.record_ids
+        names = self.params.parties
+        for results in chunks:
+            rows = self._check_results(results)
+            assert isinstance(results, GroupResults)
+            for lid, sim, row, size, mask in zip(
+                results.linkage_ids.tolist(),
+                results.similarities.tolist(),
+                rows.tolist(),
+                results.group_sizes.tolist(),
+                results.group_parties.tolist(),
+                strict=True,
+            ):
+                parties = tuple(names[q] for q in mask_parties(mask, self.parties))
+                yield GroupRow(linkage_label(lid), sim, rid[row], size, parties)

@@ -1,0 +1,195 @@
+"""Target "any" through PairEngines and the streamed ring (the network's path, in process) vs the oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from party.encoding.bits import pack_rows
+from party.encoding.records import EncodedRecords
+from party.protocol.any_driver import GroupRow, run_any_in_process
+from party.protocol.driver import run_in_process
+from party.protocol.errors import ResultsError, RingError
+from party.protocol.oracle_any import oracle_groups, oracle_pairs
+from party.protocol.pair_engine import GroupResults, PairEngine
+from party.protocol.pairwise import PairPlan, blocks_shared_by_two, pair_candidates
+from party.protocol.ring import RingMessage
+from party.protocol.segments import new_pseudonyms
+from party.protocol.solver import SOLVERS
+from tests.unit.protocol.test_any_target import params, subset_tables
+
+Groups = set[tuple[tuple[tuple[int, str], ...], float, int, tuple[str, ...]]]
+
+
+def groups_of(matches: list[list[GroupRow]]) -> Groups:
+    """(members as (party, record id), similarity, size, parties) per linkage id."""
+    members: dict[str, list[tuple[int, str]]] = {}
+    info: dict[str, set[tuple[float, int, tuple[str, ...]]]] = {}
+    for q, rows in enumerate(matches):
+        for r in rows:
+            members.setdefault(r.linkage_id, []).append((q, r.record_id))
+            info.setdefault(r.linkage_id, set()).add((r.similarity, r.group_size, r.parties))
+    out: Groups = set()
+    for lid, ms in members.items():
+        assert len(info[lid]) == 1, "parties disagree on a group's similarity, size or parties"
+        sim, size, names = info[lid].pop()
+        assert size == len(ms) and len(names) == size
+        out.add((tuple(sorted(ms)), sim, size, names))
+    return out
+
+
+def expected(tables: list[EncodedRecords], prm, keys: list[np.ndarray]) -> Groups:  # type: ignore[no-untyped-def]
+    want = oracle_groups(oracle_pairs(tables, prm), prm.min_parties, prm.solver, keys=keys)
+    return {
+        (
+            tuple((q, tables[q].record_ids[row]) for q, row in g.members),
+            g.similarity,
+            len(g.members),
+            tuple(prm.parties[q] for q, _ in g.members),
+        )
+        for g in want
+    }
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize(("seed", "p", "m"), [(1, 2, 2), (2, 3, 2), (3, 4, 3), (4, 5, 2)])
+def test_engines_equal_the_oracle_at_sm_zero(seed: int, p: int, m: int, solver: str) -> None:
+    tables = subset_tables(seed, p, 40, 0.06)
+    prm = params(p, solver=solver, match_threshold=0.75, min_parties=m)
+    run = run_in_process(tables, prm)
+    got = groups_of(run.matches)  # type: ignore[arg-type]
+    assert got == expected(tables, prm, run.pseudonyms)
+    assert got, "the data should form groups"
+    if m > 2:
+        assert all(size >= m for _, _, size, _ in got)
+
+
+def test_engines_equal_the_reference_driver_with_the_segment_filter() -> None:
+    """s_m > 0: the engines keep exactly the pairs the per-pair reference driver keeps."""
+    tables = subset_tables(7, 4, 60, 0.06)
+    prm = params(4, segment_threshold=0.7, match_threshold=0.75)
+    net = run_in_process(tables, prm)
+    ref = run_any_in_process(tables, prm)
+
+    # pseudonyms differ between the runs: compare the matched pairs by record id
+    def by_ids(pairs, keys):  # type: ignore[no-untyped-def]
+        look = [
+            dict(zip(k.tolist(), t.record_ids, strict=True))
+            for k, t in zip(keys, tables, strict=True)
+        ]
+        return {(a, look[a][x], b, look[b][y], s) for a, x, b, y, s in pairs}
+
+    cls = net.classification
+    p = 4
+    mine = set()
+    for row, sim in zip(cls.candidates.tolist(), cls.similarities.tolist(), strict=True):
+        a, b = (q for q in range(p) if row[q])
+        mine.add((a, row[a], b, row[b], sim))
+    assert by_ids(mine, net.pseudonyms) == by_ids(ref.matched_pairs, ref.pseudonyms)
+    assert net.metrics.sets_summed == ref.stats.pairs_summed < ref.stats.candidate_pairs
+
+
+def test_small_budget_spills_and_gives_the_same_groups(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    tables = subset_tables(5, 3, 300, 0.05)
+    base = params(3, match_threshold=0.7)
+    small = params(3, match_threshold=0.7, memory_budget_bytes=2**20)
+    a = run_in_process(tables, base)
+    b = run_in_process(tables, small, spill_dir=tmp_path)
+    assert groups_of(a.matches) == groups_of(b.matches) != set()  # type: ignore[arg-type]
+    assert not list(tmp_path.iterdir()), "the spill folders are removed when the run ends"
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_pieces_hold_every_candidate_pair_once_per_block(cap: int | None) -> None:
+    tables = subset_tables(11, 2, 80, 0.05)
+    keys = [new_pseudonyms(len(t.record_ids)) for t in tables]
+    plan = PairPlan(tables[0].block_digests, tables[1].block_digests, keys[0], keys[1], cap)
+    whole = pair_candidates(tables[0].block_digests, tables[1].block_digests, keys[0], keys[1], cap)
+    for size in (1, 7, 100, 10**6):
+        pieces = list(plan.pieces(size))
+        rows = np.concatenate(pieces)
+        assert rows.shape[0] == plan.total
+        if cap is None:
+            assert max(len(x) for x in pieces) <= max(size, int(plan.nb.max()))
+        assert {tuple(r) for r in rows.tolist()} == {tuple(r) for r in whole.tolist()}
+
+
+def test_blocks_shared_by_two() -> None:
+    d = [np.array(x, np.uint64) for x in ([1, 2, 3], [3, 4], [2, 5], [6])]
+    assert blocks_shared_by_two(d).tolist() == [2, 3]
+    assert blocks_shared_by_two(d[:1] + d[3:]).tolist() == []
+
+
+def engines_after_compare(tables: list[EncodedRecords], prm) -> list[PairEngine]:  # type: ignore[no-untyped-def]
+    engines = [PairEngine(i, prm, t) for i, t in enumerate(tables)]
+    common = engines[0].common_of([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    for e in engines:
+        e.compare()
+    return engines
+
+
+def test_ring_rows_must_name_two_known_records() -> None:
+    tables = subset_tables(2, 3, 30, 0.05)
+    engines = engines_after_compare(tables, params(3))
+    start = engines[0].ring_start()
+    assert len(start) > 0
+    three = start.candidates[:1].copy()
+    three[0, :] = engines[1].record_pseudonyms[engines[1].record_pseudonyms != 0][0]
+    bad = RingMessage(0, three, start.c_masked[:1], start.x_masked[:1])
+    with pytest.raises(RingError, match="exactly two records"):
+        engines[1].ring_step(bad)
+
+
+def test_results_with_inconsistent_groups_are_refused() -> None:
+    tables = subset_tables(2, 3, 30, 0.05)
+    engines = engines_after_compare(tables, params(3, match_threshold=0.6))
+    msg = engines[0].ring_start()
+    for e in engines[1:]:
+        msg = e.ring_step(msg)
+    engines[0].ring_finish(msg)
+    good = next(engines[0].result_chunks(1))
+    assert isinstance(good, GroupResults) and good.linkage_ids.size > 0
+    bad_size = GroupResults(
+        1,
+        good.linkage_ids,
+        good.similarities,
+        good.pseudonyms,
+        good.group_sizes + np.uint64(1),
+        good.group_parties,
+    )
+    not_member = GroupResults(
+        1,
+        good.linkage_ids,
+        good.similarities,
+        good.pseudonyms,
+        good.group_sizes,
+        good.group_parties & ~np.uint64(2),
+    )
+    for bad in (bad_size, not_member):
+        with pytest.raises(ResultsError, match="inconsistent"):
+            engines[1].receive_results_chunk(bad)
+    engines[1].receive_results_chunk(good)
+    engines[1].results_end()
+    rows = list(engines[1].resolved_rows(engines[1].received_results()))
+    assert len(rows) == good.linkage_ids.size
+    for e in engines:
+        e.close()
+
+
+def test_threshold_boundary_pair_matches_through_the_engines() -> None:
+    a = np.zeros((1, 120), np.uint8)
+    b = np.zeros((1, 120), np.uint8)
+    a[0, [0, 1, 2, 3, 70]] = 1
+    b[0, [0, 1, 2, 3, 71]] = 1  # c = 4, x = 10: Dice exactly 0.8
+    dig = np.array([[5]], np.uint64)
+    tables = [
+        EncodedRecords(("a",), pack_rows(a), 120, dig),
+        EncodedRecords(("b",), pack_rows(b), 120, dig),
+    ]
+    run = run_in_process(tables, params(2))
+    assert groups_of(run.matches) == {(((0, "a"), (1, "b")), 0.8, 2, ("p0", "p1"))}  # type: ignore[arg-type]
