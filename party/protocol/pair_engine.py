@@ -49,15 +49,15 @@ from party.protocol.pairwise import PairPlan, blocks_shared_by_two, segment_pair
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import solve_groups
-from party.protocol.spill import MemoryGauge, RowStore
+from party.protocol.spill import LocalGauge, MemoryGauge, RowStore
 
 logger = logging.getLogger(__name__)
 
 #: Bit masks of the parties in a group are uint64, so target any supports at most 64 parties.
 MAX_ANY_PARTIES = 64
 #: Bytes charged to the memory budget per matched pair while the solver holds them (Python
-#: tuples and dictionaries, measured with tracemalloc: about 600 bytes per pair).
-SOLVER_BYTES_PER_PAIR = 640
+#: tuples, dictionaries and the groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
+SOLVER_BYTES_PER_PAIR = 1400
 
 
 @dataclass(frozen=True)
@@ -229,40 +229,26 @@ class PairEngine(PartyEngine):
         summed, matched_count, _ = super().ring_finish_end()
         assert self._matches is not None
         p = self.parties
+        # The solver works after the comparison, in the half of the budget the comparison used.
+        solver_gauge = LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer)
         need = SOLVER_BYTES_PER_PAIR * self._matches.rows
-        if not self._gauge.try_reserve(need):
+        if not solver_gauge.try_reserve(need):
             raise MemoryBudgetError(
                 f"solving the groups of {self._matches.rows} matched pairs needs about "
-                f"{need // 2**20 + 1} MiB beyond the memory budget: raise the party's "
-                "memory_budget_mib or s_t"
+                f"{need // 2**20 + 1} MiB, more than half of the memory budget: raise the "
+                "party's memory_budget_mib (or s_t)"
             )
         try:
-            pairs: list[tuple[int, int, int, int, float]] = []
-            for rows in self._matches.chunks(self._chunk_rows(p + 1)):
-                member = rows[:, :p] != 0
-                a = np.argmax(member, axis=1)
-                b = p - 1 - np.argmax(member[:, ::-1], axis=1)
-                at = np.arange(rows.shape[0])
-                sims = rows[:, p].view(np.float64)
-                pairs.extend(
-                    zip(
-                        a.tolist(),
-                        rows[at, a].tolist(),
-                        b.tolist(),
-                        rows[at, b].tolist(),
-                        sims.tolist(),
-                        strict=True,
-                    )
-                )
-            groups = solve_groups(pairs, self.params.min_parties, self.params.solver)
-            del pairs
+            groups = solve_groups(
+                self._matched_pairs(), self.params.min_parties, self.params.solver
+            )
             per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(p)]
             for gid, g in enumerate(groups):
                 mask = party_mask(g.parties)
                 for q, key in g.members:
                     per_party[q].append((gid, g.similarity, key, len(g.members), mask))
         finally:
-            self._gauge.release(need)
+            solver_gauge.release(need)
         self._group_rows = []
         for q in range(p):
             store = self._store(self.RESULT_COLUMNS, f"groups-{q}")
@@ -285,6 +271,24 @@ class PairEngine(PartyEngine):
             "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, len(groups)
         )
         return summed, matched_count, sum(s.rows for s in self._group_rows)
+
+    def _matched_pairs(self) -> Iterator[tuple[int, int, int, int, float]]:
+        """The matched pairs as (party a, pseudonym, party b, pseudonym, Dice), a < b."""
+        assert self._matches is not None
+        p = self.parties
+        for rows in self._matches.chunks(self._chunk_rows(p + 1)):
+            member = rows[:, :p] != 0
+            a = np.argmax(member, axis=1)
+            b = p - 1 - np.argmax(member[:, ::-1], axis=1)
+            at = np.arange(rows.shape[0])
+            yield from zip(
+                a.tolist(),
+                rows[at, a].tolist(),
+                b.tolist(),
+                rows[at, b].tolist(),
+                rows[:, p].view(np.float64).tolist(),
+                strict=True,
+            )
 
     # ----------------------------------------------------------------- results
     def result_count(self, party: int) -> int:

@@ -22,7 +22,8 @@ import json
 import logging
 import shutil
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from party.errors import PprlError
@@ -104,50 +105,39 @@ def _progress_display(progress: Progress) -> Callable[[Any], None]:
     return show
 
 
-def run_networked_simulation(
+def run_on_cluster(
     cfg: SimulationConfig,
+    paths: Sequence[Path],
+    id_column: str,
+    schema_obj: dict[str, Any],
+    parameters: dict[str, Any],
     progress: Progress | None = None,
     *,
     timeout: float = 1800.0,
-    reference: bool = True,
-) -> SimulationResult:
-    """One networked simulation (see the module docstring); writes the results folder.
-
-    With `reference=False` the local encoding, in-process run and oracle are skipped (for large
-    runs); quality is then computed from the nodes' matches alone.
-    """
-    from party.synthetic.simulation import oracle_quality
-
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    steps: dict[str, float] = {}
-    schema, schema_obj, note = load_schema_for(cfg.schema_path, cfg.parties)
-    (cfg.out_dir / "schema.json").write_text(json.dumps(schema_obj, indent=2) + "\n")
-    params = protocol_parameters(cfg, schema)  # validates l % P and thresholds before launching
-    data = prepare_data(cfg, progress)
-    steps["generate"] = data.seconds
-
+    helpers: Sequence[str] = (),
+) -> tuple[Cluster, str, Any, dict[str, float]]:
+    """Start the coordinator and the party nodes under ``<out>/network``, run one linkage with
+    ``parameters``, stop the nodes; (cluster, run id, final RunStatus, seconds per step).
+    SimulationError (naming the node logs) unless the run is done."""
     root = (cfg.out_dir / "network").resolve()  # the launcher runs nodes with cwd=root
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     names = [party_name(i) for i in range(cfg.parties)]
-    stage_timeout = max(60.0, timeout)
-    secret = simulation_secret(cfg.seed)
+    steps: dict[str, float] = {}
     cluster = Cluster(
         root,
         names,
-        [p.resolve() for p in data.paths],
+        [p.resolve() for p in paths],
         schema_obj,
         liveness=30.0,
-        stage_timeout=stage_timeout,
-        secret=secret,
-        id_column=data.id_column,
-        helpers=[c for c in compute_parties(cfg) if c not in names],
+        stage_timeout=max(60.0, timeout),
+        secret=simulation_secret(cfg.seed),
+        id_column=id_column,
+        helpers=list(helpers),
     )
     params_path = root / "parameters.json"
-    params_path.write_text(json.dumps(parameters_object(cfg, schema_obj), indent=2) + "\n")
-
-    t_all = time.perf_counter()
+    params_path.write_text(json.dumps(parameters, indent=2) + "\n")
     try:
         if progress:
             progress("start nodes", 0, cfg.parties + 1)
@@ -190,6 +180,45 @@ def run_networked_simulation(
     if final is None or final.stage != common_pb2.STAGE_DONE:
         reason = "no status" if final is None else final.reason
         raise SimulationError(f"networked run failed: {reason} (node logs in {root})")
+    return cluster, run_id, final, steps
+
+
+def run_networked_simulation(
+    cfg: SimulationConfig,
+    progress: Progress | None = None,
+    *,
+    timeout: float = 1800.0,
+    reference: bool = True,
+) -> SimulationResult:
+    """One networked simulation (see the module docstring); writes the results folder.
+
+    With `reference=False` the local encoding, in-process run and oracle are skipped (for large
+    runs); quality is then computed from the nodes' matches alone.
+    """
+    from party.synthetic.simulation import oracle_quality
+
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    steps: dict[str, float] = {}
+    schema, schema_obj, note = load_schema_for(cfg.schema_path, cfg.parties)
+    (cfg.out_dir / "schema.json").write_text(json.dumps(schema_obj, indent=2) + "\n")
+    params = protocol_parameters(cfg, schema)  # validates l % P and thresholds before launching
+    data = prepare_data(cfg, progress)
+    steps["generate"] = data.seconds
+
+    names = [party_name(i) for i in range(cfg.parties)]
+    secret = simulation_secret(cfg.seed)
+    t_all = time.perf_counter()
+    cluster, run_id, final, launch_steps = run_on_cluster(
+        cfg,
+        data.paths,
+        data.id_column,
+        schema_obj,
+        parameters_object(cfg, schema_obj),
+        progress,
+        timeout=timeout,
+        helpers=[c for c in compute_parties(cfg) if c not in names],
+    )
+    steps.update(launch_steps)
     summaries = {s.party: s for s in final.summaries}
     node_matches = []
     for p, name in enumerate(names):

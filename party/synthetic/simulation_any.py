@@ -67,24 +67,28 @@ def write_any_matches_csv(path: Path, rows: list[GroupRow]) -> None:
         )
 
 
+def any_data(cfg: SimulationConfig, target: AnyTarget) -> tuple[list[Path], Any, str]:
+    """(party CSVs, truth, id column): ``cfg.data_dir`` loaded, or subset entities generated."""
+    if cfg.data_dir is not None:
+        ext = load_folder(cfg.data_dir, party_files=cfg.party_files, truth_file=cfg.truth_file)
+        return list(ext.data_files), ext.truth, cfg.id_column
+    ds = generate_subsets(
+        cfg.parties,
+        cfg.records,
+        target.single,
+        cfg.corruption,
+        cfg.seed,
+        households=cfg.households,
+    )
+    return write_dataset(ds, cfg.out_dir / "data"), ds.truth, "rec_id"
+
+
 def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulationResult:
     """One in-process simulation of target any (see the module docstring)."""
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     t0 = time.perf_counter()
-    if cfg.data_dir is not None:
-        ext = load_folder(cfg.data_dir, party_files=cfg.party_files, truth_file=cfg.truth_file)
-        paths, truth, id_column = list(ext.data_files), ext.truth, cfg.id_column
-    else:
-        ds = generate_subsets(
-            cfg.parties,
-            cfg.records,
-            target.single,
-            cfg.corruption,
-            cfg.seed,
-            households=cfg.households,
-        )
-        paths, truth, id_column = write_dataset(ds, cfg.out_dir / "data"), ds.truth, "rec_id"
+    paths, truth, id_column = any_data(cfg, target)
     seconds["generate"] = time.perf_counter() - t0
     schema, _, _ = load_schema_for(cfg.schema_path, cfg.parties)
     t0 = time.perf_counter()

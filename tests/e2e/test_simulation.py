@@ -143,3 +143,33 @@ def test_sweep_tiny_grid(tmp_path):
     for png in ("f1_vs_st.png", "rrf_vs_sm.png", "runtime_vs_records.png"):
         assert (tmp_path / "sw" / png).stat().st_size > 1000
     assert "f1_vs_st.png" in (tmp_path / "sw" / "report.md").read_text()
+
+
+def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_path):
+    r = _run(
+        "scripts/simulate.py",
+        "--target",
+        "any",
+        "--parties",
+        "3",
+        "--records",
+        "120",
+        "--s-m",
+        "0",
+        "--seed",
+        "2",
+        "--out",
+        str(tmp_path / "any"),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "pairwise" in r.stdout and "exact-group" in r.stdout and "F1" in r.stdout
+    assert "oracle groups equal: True" in r.stdout
+    assert "networked run" in r.stdout
+    with (tmp_path / "any" / "results" / "party-0" / "matches.csv").open() as fh:
+        header = next(csv.reader(fh))
+    assert header == ["linkage_id", "similarity", "record_id", "group_size", "parties"]
+    summary = json.loads((tmp_path / "any" / "summary.json").read_text())
+    assert summary["pairwise"]["f1"] > 0.8
+    assert all(n["candidate_pairs"] > 0 for n in summary["stats"]["nodes"].values())
+    r = _run("scripts/simulate.py", "--target", "any", "--mode", "mpc3", "--in-process")
+    assert r.returncode == 2 and "mode segments only" in r.stdout

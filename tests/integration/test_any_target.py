@@ -11,7 +11,6 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-import numpy as np
 import pytest
 
 from party.synthetic.cluster import SECRET, Cluster
@@ -64,13 +63,12 @@ def network_groups(cluster: Cluster, run_id: str) -> Groups:
 
 
 def oracle_any_groups(cluster: Cluster, params_path: pathlib.Path) -> Groups:
-    """The independent oracle's groups on the cluster's CSVs. The solver breaks ties of equal Dice
-    by the run's (secret) pseudonyms, so the oracle is evaluated with several random keys and the
-    data must give the same groups with each (no tie decides a group)."""
+    """The independent oracle's groups on the cluster's CSVs (the data must not let tied Dice
+    decide a group: the solver breaks ties by the run's secret pseudonyms)."""
     from party.encoding.encoder import Encoder
     from party.encoding.schema import parse_schema
-    from party.protocol.oracle_any import oracle_groups, oracle_pairs
     from party.protocol.params import ProtocolParameters
+    from party.synthetic.network_any import oracle_group_set
 
     msg = linkage.load_parameters(params_path)
     schema = parse_schema(cluster.schema)
@@ -86,24 +84,12 @@ def oracle_any_groups(cluster: Cluster, params_path: pathlib.Path) -> Groups:
     tables = [
         Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")[0] for path in cluster.csvs
     ]
-    pairs = oracle_pairs(tables, prm)
-    rng = np.random.default_rng(0)
-    results = []
-    for _ in range(3):
-        keys = [rng.permutation(len(t.record_ids)) + 1 for t in tables]
-        results.append(
-            {
-                (
-                    tuple((q, tables[q].record_ids[row]) for q, row in g.members),
-                    g.similarity,
-                    len(g.members),
-                    tuple(prm.parties[q] for q, _ in g.members),
-                )
-                for g in oracle_groups(pairs, prm.min_parties, prm.solver, keys=keys)
-            }
-        )
-    assert results[0] == results[1] == results[2], "tied Dice decide a group: pick other data"
-    return results[0]
+    want = oracle_group_set(tables, prm)
+    assert want is not None, "tied Dice decide a group: pick other data"
+    return {
+        (members, sim, len(members), tuple(prm.parties[q] for q, _ in members))
+        for members, sim in want
+    }
 
 
 def test_three_parties_any_equals_the_oracle(
