@@ -35,6 +35,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
+from party.protocol.blocks import shared_blocks
 from party.protocol.classify import PartyResults, linkage_label
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
@@ -45,7 +46,7 @@ from party.protocol.errors import (
     RingError,
 )
 from party.protocol.kernel import DEFAULT_KERNEL
-from party.protocol.pairwise import PairPlan, blocks_shared_by_two, segment_pair_counts
+from party.protocol.pairwise import PairPlan, segment_pair_counts
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import solve_groups
@@ -126,7 +127,7 @@ class PairEngine(PartyEngine):
 
     def common_of(self, digest_sets: list[np.ndarray]) -> np.ndarray:
         """Blocks of target any: digests present at two or more parties."""
-        return blocks_shared_by_two(digest_sets)
+        return shared_blocks(digest_sets)
 
     # ----------------------------------------------------------------- comparison
     def compare(

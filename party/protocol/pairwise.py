@@ -16,31 +16,14 @@ pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 
 import numpy as np
 
 from party.encoding.bits import popcount_rows
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
-from party.protocol.errors import ProtocolError
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
-
-
-def blocks_shared_by_two(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
-    """Digests present at two or more of the parties (sorted uint64, no zero): the blocks of
-    target any, whose records are shared (each input is 1-D uint64)."""
-    if len(digest_sets) < 2:
-        raise ProtocolError(
-            f"blocks_shared_by_two needs the digests of at least 2 parties, got {len(digest_sets)}"
-        )
-    distinct = []
-    for i, d in enumerate(digest_sets):
-        if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
-            raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
-        distinct.append(distinct_digests(d))
-    values, counts = np.unique(np.concatenate(distinct), return_counts=True)
-    return values[counts >= 2]
 
 
 class PairPlan:

@@ -12,7 +12,7 @@ from party.protocol.driver import run_in_process
 from party.protocol.errors import ResultsError, RingError
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.pair_engine import GroupResults, PairEngine
-from party.protocol.pairwise import PairPlan, blocks_shared_by_two, pair_candidates
+from party.protocol.pairwise import PairPlan, pair_candidates
 from party.protocol.ring import RingMessage
 from party.protocol.segments import new_pseudonyms
 from party.protocol.solver import SOLVERS
@@ -112,12 +112,6 @@ def test_pieces_hold_every_candidate_pair_once_per_block(cap: int | None) -> Non
         if cap is None:
             assert max(len(x) for x in pieces) <= max(size, int(plan.nb.max()))
         assert {tuple(r) for r in rows.tolist()} == {tuple(r) for r in whole.tolist()}
-
-
-def test_blocks_shared_by_two() -> None:
-    d = [np.array(x, np.uint64) for x in ([1, 2, 3], [3, 4], [2, 5], [6])]
-    assert blocks_shared_by_two(d).tolist() == [2, 3]
-    assert blocks_shared_by_two(d[:1] + d[3:]).tolist() == []
 
 
 def engines_after_compare(tables: list[EncodedRecords], prm) -> list[PairEngine]:  # type: ignore[no-untyped-def]
