@@ -140,7 +140,7 @@ async def test_propose_refuses_bad_target_parameters(cluster3: Cluster) -> None:
         (dict(target="any", min_parties=1), "min_parties"),
         (dict(target="some"), "target"),
         (dict(target="any", solver="hungarian"), "solver"),
-        (dict(target="any", mode="mpc3", segment_threshold=0.0), "only supported in mode"),
+        (dict(target="any", mode="mpc3", segment_threshold=0.0), "mpc3"),
     ]
     channel = security.channel(node.address, "party-b", ["pprl.v1.Party"])
     stub = PartyStub(channel)

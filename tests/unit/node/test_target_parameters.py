@@ -77,8 +77,6 @@ def test_node_checks_a_target_message_it_did_not_build_itself() -> None:
     msg.target = "any"
     assert protocol_parameters(msg)[1].target == "any"
     msg.mode = "mpc3"
-    with pytest.raises(
-        InvalidParameters, match="target 'any' is only supported in mode 'segments'"
-    ):
+    with pytest.raises(InvalidParameters, match="target 'any' in mode 'mpc3' is not supported"):
         protocol_parameters(msg)
     assert protocol_parameters(linkage.parameters_from_mapping(params()))[1].target == "all"
