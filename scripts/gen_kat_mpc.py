@@ -15,6 +15,9 @@ fixed random stream ``SHA-256(seed || ctr_be32)``, ctr = 0, 1, ..., seed = "kat-
 (``Stream`` of scripts/gen_kat_protocol.py).
 Vector "circuit": a whole run of the three CPs with fixed PRF keys on those shares: every round
 payload each CP sends (hex), and the outcome (matched sets by pseudonym, Dice, linkage ids).
+Vector "any": target any on the same records (party.mpc.pairs): the pair test's count terms (offset
+at every party), every round payload of the P = 2 circuit over the pairs of each two parties, and
+the matched pairs.
 The test tests/unit/mpc/test_kat.py runs party.mpc on the same inputs and requires identical bytes.
 Regenerate only for a deliberate format change.
 """
@@ -211,15 +214,20 @@ def word_to_wires(row: int, padded: int) -> list[int]:
     return [sum(((row >> (64 * r + b)) & 1) << r for r in range(padded)) for b in range(64)]
 
 
-def run_circuit(shares: dict[int, dict[str, Any]], n_bits: int, w: int, k_mult: int) -> dict:
-    p = P
+def run_circuit(
+    sim: Sim,
+    shares: list[dict[str, Any]],
+    sets: list[tuple[int, ...]],
+    n_bits: int,
+    w: int,
+    k_mult: int,
+) -> dict:
+    """One batch: ``sets`` are row tuples into the operands ``shares`` (one per column)."""
+    p = len(shares)
     words = -(-n_bits // 64)
-    rows = [list(range(len(PSEUDONYMS[j]))) for j in range(p)]
-    sets = list(itertools.product(*rows))  # one block; lexicographic = the CP's order
     n = len(sets)
     padded = -(-n // 64) * 64
     lanes = padded // 64
-    sim = Sim()
     cw = n_bits.bit_length()
 
     # operands: per party, word-major rows m -> int of padded words (set r -> word r)
@@ -286,6 +294,52 @@ def run_circuit(shares: dict[int, dict[str, Any]], n_bits: int, w: int, k_mult: 
     return {"sets": sets, "matched": matched, "sent": sim.sent, "value": value}
 
 
+def build_any() -> dict[str, Any]:
+    """Vector "any": target any, the P = 2 circuit per pair of parties (a, b), a < b, one batch each
+    (batch numbers 0, 1, 2), on the same records: count terms of the pair test with the offset at
+    every party whose x is 0; shares from seeds "kat-mpc-any/<party>"."""
+    n_num, d_den, w = threshold(2, L_BITS, S_T)
+    k_mult = 2 * d_den
+    filters = [[sum(1 << b for b in bits) for bits in party] for party in RECORD_BITS]
+    counts = [[len(bits) for bits in party] for party in RECORD_BITS]
+    shares = []
+    vectors = []
+    for j in range(P):
+        terms = [(-n_num * x - ((1 << (w - 2)) if x == 0 else 0)) % (1 << w) for x in counts[j]]
+        rnd = Stream(f"kat-mpc-any/{j}")
+        f_sh = share(filters[j], L_BITS, rnd)
+        c_sh = share(terms, w, rnd)
+        shares.append({"filters": f_sh, "counts": c_sh})
+        vectors.append({"source": j, "seed": f"kat-mpc-any/{j}", "count_terms": terms})
+    sim = Sim()
+    cw = L_BITS.bit_length()
+    matched = []
+    for batch, (a, b) in enumerate(itertools.combinations(range(P), 2)):
+        sim.batch, sim.number = batch, 0
+        sets = list(itertools.product(range(len(PSEUDONYMS[a])), range(len(PSEUDONYMS[b]))))
+        res = run_circuit(sim, [shares[a], shares[b]], sets, L_BITS, w, k_mult)
+        for r in res["matched"]:
+            v = res["value"](0, r) ^ res["value"](1, r) ^ res["value"](2, r)
+            c_val, s_val = v & ((1 << cw) - 1), v >> cw
+            s_signed = s_val - (1 << w) if s_val >> (w - 1) else s_val
+            x_val = (k_mult * c_val - s_signed) // n_num
+            ra, rb = res["sets"][r]
+            matched.append(
+                {
+                    "pair": [a, PSEUDONYMS[a][ra], b, PSEUDONYMS[b][rb]],
+                    "common": c_val,
+                    "total": x_val,
+                    "dice": float(2 * c_val) / float(x_val),
+                }
+            )
+    return {
+        "parameters": {"numerator": n_num, "denominator": d_den, "width": w},
+        "shares": vectors,
+        "sent_hex": sim.sent,
+        "matched_pairs": matched,
+    }
+
+
 def build() -> dict[str, Any]:
     n_num, d_den, w = threshold(P, L_BITS, S_T)
     k_mult = P * d_den
@@ -324,7 +378,8 @@ def build() -> dict[str, Any]:
                 ],
             }
         )
-    res = run_circuit(shares, L_BITS, w, k_mult)
+    sets = list(itertools.product(*[range(len(PSEUDONYMS[j])) for j in range(P)]))  # one block
+    res = run_circuit(Sim(), [shares[j] for j in range(P)], sets, L_BITS, w, k_mult)
     cw = L_BITS.bit_length()
     outcome = []
     for r in res["matched"]:
@@ -362,6 +417,7 @@ def build() -> dict[str, Any]:
             "sent_hex": res["sent"],
             "matches": outcome,
         },
+        "any": build_any(),
     }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import pathlib
@@ -87,6 +88,18 @@ def test_share_layout():
             assert [c.tolist() for c in got.counts] == want["counts"]
 
 
+def _spy(sent: list[str], gen):
+    """Pass a compute party's rounds through, keeping each payload's hex."""
+    incoming = None
+    try:
+        while True:
+            rnd: Round = gen.send(incoming)
+            sent.append(rnd.payload.hex())
+            incoming = yield rnd
+    except StopIteration as stop:
+        return stop.value
+
+
 def test_circuit_rounds_and_outcome():
     params = _params()
     keys = [bytes.fromhex(h) for h in KAT["circuit"]["keys_hex"]]
@@ -95,18 +108,7 @@ def test_circuit_rounds_and_outcome():
         for s in shares:
             cps[s.target].receive_input(s)
     sent: list[list[str]] = [[], [], []]
-
-    def spy(i: int, gen):
-        incoming = None
-        try:
-            while True:
-                rnd: Round = gen.send(incoming)
-                sent[i].append(rnd.payload.hex())
-                incoming = yield rnd
-        except StopIteration as stop:
-            return stop.value
-
-    outcomes = drive([spy(i, cps[i].run()) for i in range(3)])
+    outcomes = drive([_spy(sent[i], cps[i].run()) for i in range(3)])
     assert sent == KAT["circuit"]["sent_hex"]
     cls = outcomes[0].classification
     want = KAT["circuit"]["matches"]
@@ -119,3 +121,41 @@ def test_circuit_rounds_and_outcome():
 @pytest.mark.slow
 def test_generator_reproduces_the_file():
     assert json.loads(json.dumps(GEN.build())) == KAT
+
+
+def _any_params() -> ProtocolParameters:
+    return dataclasses.replace(_params(), target="any", min_parties=2, solver="greedy")
+
+
+def test_target_any_count_terms_and_pair_circuit():
+    """Vector "any": pair-test count terms (offset at every party with x = 0), the P = 2 circuit's
+    round payloads per pair of parties, and the matched pairs."""
+    from party.mpc.pairs import PairComputeParty
+
+    params = _any_params()
+    vec = KAT["any"]
+    t = threshold_test(2, params.filter_bits, params.match_threshold)
+    assert (t.numerator, t.denominator, t.width) == tuple(
+        vec["parameters"][k] for k in ("numerator", "denominator", "width")
+    )
+    keys = [bytes.fromhex(h) for h in KAT["circuit"]["keys_hex"]]
+    cps = [PairComputeParty(i, params, ComputeKeys(keys[i], keys[(i + 1) % 3])) for i in range(3)]
+    for v, want in zip(KAT["shares"], vec["shares"], strict=True):
+        shares = share_records(
+            v["source"],
+            params,
+            np.array(v["pseudonyms"], dtype=np.uint64),
+            np.array(v["block_digests"], dtype=np.uint64),
+            _rows(v["filters_hex"]),
+            np.array(v["counts"], dtype=np.int64),
+            GEN.Stream(want["seed"]),
+        )
+        terms = shares[0].counts[0] ^ shares[1].counts[0] ^ shares[2].counts[0]
+        assert terms.tolist() == want["count_terms"]
+        for s in shares:
+            cps[s.target].receive_input(s)
+    sent: list[list[str]] = [[], [], []]
+    outcomes = drive([_spy(sent[i], cps[i].run()) for i in range(3)])
+    assert sent == vec["sent_hex"]
+    want = [(*m["pair"], m["dice"]) for m in vec["matched_pairs"]]
+    assert [tuple(m) for m in outcomes[0].matched_pairs] == want
