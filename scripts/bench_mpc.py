@@ -14,6 +14,13 @@ thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures t
    protocol (in process, its default s_m and s_m = 0) and mpc3 on the same encodings: wall time of
    the comparison steps, the ratio mpc3 / segments, candidate sets per second, and F1 against the
    truth (one-to-one on, as in the shipped parameters), with the check that mpc3's matches equal the oracle's (s_m = 0 run) exactly.
+4. Target any (``party.mpc.pairs``) against target all, mpc3 both, on the same generated people
+   (``--any-records`` per party, ``--parties``): wall time and ratio any / all, candidate pairs vs
+   sets, round bytes sent per candidate pair (set) per compute party, AND gates and rounds per
+   batch, pairs (sets) per second for the 3 CPs, and quality (all: F1 one-to-one; any: pairwise and
+   exact-group F1 of the default solver):
+
+    .venv/bin/python scripts/bench_mpc.py --skip gates,bytes,segments --any-records 20000
 
 ``--networked`` instead (the transport half): the same generated data set linked by real node
 processes on loopback with mutual TLS (party/synthetic/network_sim.py), once in mode segments (the
@@ -51,9 +58,11 @@ from party.encoding.records import EncodedRecords  # noqa: E402
 from party.mpc._numba_gates import and_share  # noqa: E402
 from party.mpc.driver import run_keys, run_mpc3_in_process  # noqa: E402
 from party.mpc.keys import ZeroShares  # noqa: E402
+from party.mpc.pairs import run_mpc3_any_in_process  # noqa: E402
 from party.protocol.driver import run_in_process  # noqa: E402
 from party.protocol.params import ProtocolParameters  # noqa: E402
 from party.synthetic.metrics import evaluate  # noqa: E402
+from party.synthetic.metrics_any import evaluate_groups  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     SimulationConfig,
     SimulationResult,
@@ -203,6 +212,77 @@ def bench_vs_segments(records: int, parties: int) -> None:
     )
 
 
+def bench_any(records: int, parties: int) -> None:
+    """Part 4: mpc3 target any vs target all on one generated data set (module docstring)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SimulationConfig(parties=parties, records=records, seed=3, out_dir=Path(tmp))
+        enc = prepare_encoded(cfg)
+    l_bits = enc.tables[0].filter_bits
+    common = dict(
+        parties=tuple(f"p{j}" for j in range(parties)),
+        filter_bits=l_bits,
+        match_threshold=0.8,
+        segment_threshold=0.0,
+        memory_budget_bytes=2**31,
+        mode="mpc3",
+    )
+    t0 = time.perf_counter()
+    run_all = run_mpc3_in_process(enc.tables, ProtocolParameters(**common, one_to_one=True))
+    t_all = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    run_any = run_mpc3_any_in_process(enc.tables, ProtocolParameters(**common, target="any"))
+    t_any = time.perf_counter() - t0
+    truth = enc.data.truth
+    f1_all = evaluate(run_all.matches, truth).f1
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for q, rows in enumerate(run_any.matches):
+        for r in rows:
+            groups.setdefault(r.linkage_id, []).append((q, r.record_id))
+    quality = evaluate_groups(list(groups.values()), truth, 2)
+    table = Table(
+        title=f"mpc3, target any vs all: generated people, P = {parties}, {records:,} records per "
+        f"party, l = {l_bits}, s_t = 0.8 (3 CPs in this process, one core)"
+    )
+    for col in (
+        "target",
+        "seconds",
+        "candidates",
+        "round bytes/candidate/CP",
+        "AND gates/candidate",
+        "rounds/batch",
+        "candidates/s",
+        "quality",
+        "time / all",
+    ):
+        table.add_column(col, justify="left" if col in ("target", "quality") else "right")
+    for name, stats, dt, q in (
+        ("all (sets, one-to-one)", run_all.mpc_stats[0], t_all, f"F1 {f1_all:.4f}"),
+        (
+            "any (pairs, weakest-link)",
+            run_any.mpc_stats[0],
+            t_any,
+            f"pairwise F1 {quality.pairwise.f1:.4f}, exact-group F1 {quality.groups.f1:.4f}",
+        ),
+    ):
+        n = max(1, stats.candidate_sets)
+        table.add_row(
+            name,
+            f"{dt:.2f}",
+            f"{stats.candidate_sets:,}",
+            f"{stats.bytes_sent / n:.0f}",
+            f"{stats.and_gates / n:.0f}",
+            f"{stats.rounds / max(1, stats.batches):.0f}",
+            f"{stats.candidate_sets / dt:,.0f}",
+            q,
+            f"{dt / t_all:.2f}",
+        )
+    console.print(table)
+    console.print(
+        f"target any: {run_any.stats.matched_pairs:,} matched pairs, {run_any.stats.groups:,} groups"
+        f"; target all: {run_all.classification.matches:,} matched sets"
+    )
+
+
 def _sets(run) -> set[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped-def]
     cls = run.classification
     inv = [{int(v): i for i, v in enumerate(ps)} for ps in run.pseudonyms]
@@ -316,7 +396,10 @@ def main() -> None:
     ap.add_argument("--records", type=int, default=20000, help="records per party (part 3)")
     ap.add_argument("--parties", type=int, default=3, help="P of part 3")
     ap.add_argument("--bytes-parties", default="3,5,7", help="P values of part 2")
-    ap.add_argument("--skip", default="", help="comma list of parts to skip: gates,bytes,segments")
+    ap.add_argument("--any-records", type=int, default=20000, help="records per party (part 4)")
+    ap.add_argument(
+        "--skip", default="", help="comma list of parts to skip: gates,bytes,segments,any"
+    )
     net = ap.add_argument_group(
         "networked (--networked): mpc3 vs segments over real node processes"
     )
@@ -346,6 +429,8 @@ def main() -> None:
         bench_bytes([int(p) for p in args.bytes_parties.split(",")])
     if "segments" not in skip:
         bench_vs_segments(args.records, args.parties)
+    if "any" not in skip:
+        bench_any(args.any_records, args.parties)
     console.print(
         f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
     )
