@@ -131,6 +131,11 @@ class PairComputeParty(ComputeParty):
         return PairOutcome(matched, groups, self._stats(total, batch, t0))
 
 
+def compute_party_class(params: ProtocolParameters) -> type[ComputeParty]:
+    """The compute party of a run: P-way sets (target "all") or pairs (target "any")."""
+    return PairComputeParty if params.target == "any" else ComputeParty
+
+
 @dataclass
 class Mpc3AnyRun(AnyRun):
     """``AnyRun`` of an in-process mpc3 run, with the three compute parties' statistics."""
@@ -190,4 +195,10 @@ def run_mpc3_any_in_process(
     )
 
 
-__all__ = ["Mpc3AnyRun", "PairComputeParty", "PairOutcome", "run_mpc3_any_in_process"]
+__all__ = [
+    "Mpc3AnyRun",
+    "PairComputeParty",
+    "PairOutcome",
+    "compute_party_class",
+    "run_mpc3_any_in_process",
+]

@@ -126,7 +126,7 @@ async def receive_input_share(
     rest: Any,
 ) -> int:
     from party.mpc.inputs import validate_input_share
-    from party.mpc.threshold import threshold_test
+    from party.mpc.threshold import run_threshold_test
 
     st = compute_state(run, who)
     if first.target != st.cp_index:
@@ -141,7 +141,7 @@ async def receive_input_share(
     try:
         share = await mpc_wire.input_share_from_chunks(first, rest, account=account)
         p = run.params
-        test = threshold_test(p.party_count, p.filter_bits, p.match_threshold)
+        test = run_threshold_test(p)  # P-way sets, or pairs (target any)
         await asyncio.to_thread(
             validate_input_share,
             share,
@@ -270,8 +270,8 @@ async def _compute(
     enter: Callable[[Any], None],
 ) -> Any:
     """Keys, then the circuit with the other two compute parties; returns the MpcOutcome."""
-    from party.mpc.compute import ComputeParty
     from party.mpc.keys import ComputeKeys, key_recipient, new_key
+    from party.mpc.pairs import compute_party_class
 
     assert st.cp_index is not None and st.inbox is not None
     i = st.cp_index
@@ -294,7 +294,7 @@ async def _compute(
     assert st.key_in is not None
     enter(S.STAGE_COMPARING)
     await node._pause_hook(run, "circuit")
-    cp = ComputeParty(
+    cp = compute_party_class(run.params)(
         i,
         run.params,
         ComputeKeys(own=own_key, received=st.key_in),

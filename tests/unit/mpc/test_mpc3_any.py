@@ -211,3 +211,11 @@ def test_bad_parameters_are_named() -> None:
         PairComputeParty(0, any_params(3, 60, 0.8, target="all"), run_keys()[0])
     with pytest.raises(ProtocolError, match="target 'any'"):
         run_mpc3_any_in_process(subset_tables(1, 3, 5, 0.0), any_params(3, 180, 0.8, target="all"))
+
+
+def test_compute_party_class_follows_the_target() -> None:
+    from party.mpc.compute import ComputeParty
+    from party.mpc.pairs import compute_party_class
+
+    assert compute_party_class(any_params(3, 60, 0.8)) is PairComputeParty
+    assert compute_party_class(any_params(3, 60, 0.8, target="all")) is ComputeParty
