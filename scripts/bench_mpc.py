@@ -277,9 +277,12 @@ def bench_any(records: int, parties: int) -> None:
             f"{dt / t_all:.2f}",
         )
     console.print(table)
+    steps = run_any.step_seconds
     console.print(
         f"target any: {run_any.stats.matched_pairs:,} matched pairs, {run_any.stats.groups:,} groups"
-        f"; target all: {run_all.classification.matches:,} matched sets"
+        f" (circuit {steps['compute']:.2f} s, solver {steps['solve']:.2f} s, input shares "
+        f"{steps['input_shares']:.2f} s); target all: {run_all.classification.matches:,} matched "
+        f"sets (circuit {run_all.metrics.step_seconds['compute']:.2f} s)"
     )
 
 

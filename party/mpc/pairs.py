@@ -14,8 +14,9 @@ come first, numbered from 0 across the whole run, then those of (0, 2), and so o
 compute parties cut identical batches. Opened, as in mode mpc3: the match bit of every candidate
 pair, and for matched pairs only c and S (hence x = x_a + x_b and Dice = 2c/x). Nothing else.
 
-The matched pairs (party a, pseudonym, party b, pseudonym, Dice) feed the deterministic group solver
-(``party.protocol.solver.solve_groups``), so the three compute parties solve identical groups.
+The matched pairs (party a, pseudonym, party b, pseudonym, Dice), identical at the three compute
+parties, feed the deterministic group solver (``party.protocol.solver.solve_groups``); only the
+compute party that delivers the results (CP 0) needs to run it.
 """
 
 from __future__ import annotations
@@ -41,17 +42,17 @@ from party.protocol.errors import ProtocolError
 from party.protocol.pairwise import pair_candidates
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
-from party.protocol.solver import Group, solve_groups
+from party.protocol.solver import solve_groups
 
 MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
 
 
 @dataclass(frozen=True)
 class PairOutcome:
-    """Matched pairs and solved groups (identical at the three CPs) and this CP's statistics."""
+    """Matched pairs (identical at the three CPs, by party pair, then pseudonyms) and this CP's
+    statistics."""
 
     matched_pairs: list[MatchedPair]
-    groups: list[Group]
     stats: MpcStats
 
 
@@ -78,7 +79,7 @@ class PairComputeParty(ComputeParty):
         progress: Callable[[int, int], None] | None = None,
         cancel: threading.Event | None = None,
     ) -> Generator[Round, bytes, PairOutcome]:
-        """Evaluate the pairwise circuit on every candidate pair, then solve the groups."""
+        """Evaluate the pairwise circuit on every candidate pair; return the matched pairs."""
         t0 = time.perf_counter()
         inputs = self._take_inputs()
         work: list[tuple[int, int, np.ndarray]] = []
@@ -127,8 +128,7 @@ class PairComputeParty(ComputeParty):
                 done += int(part.shape[0])
                 if progress is not None:
                     progress(done, total)
-        groups = solve_groups(matched, self.params.min_parties, self.params.solver)
-        return PairOutcome(matched, groups, self._stats(total, batch, t0))
+        return PairOutcome(matched, self._stats(total, batch, t0))
 
 
 def compute_party_class(params: ProtocolParameters) -> type[ComputeParty]:
@@ -138,9 +138,11 @@ def compute_party_class(params: ProtocolParameters) -> type[ComputeParty]:
 
 @dataclass
 class Mpc3AnyRun(AnyRun):
-    """``AnyRun`` of an in-process mpc3 run, with the three compute parties' statistics."""
+    """``AnyRun`` of an in-process mpc3 run, with the three compute parties' statistics and the
+    seconds of its steps (``input_shares``, ``compute``: the circuit, ``solve``: the groups)."""
 
     mpc_stats: list[MpcStats] = field(default_factory=list)
+    step_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def run_mpc3_any_in_process(
@@ -160,6 +162,7 @@ def run_mpc3_any_in_process(
     p = params.party_count
     if len(tables) != p:
         raise ProtocolError(f"{len(tables)} tables for {p} parties")
+    steps: dict[str, float] = {}
     engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
     try:
         shared = shared_blocks([e.block_digests() for e in engines])
@@ -170,28 +173,32 @@ def run_mpc3_any_in_process(
             for i, keys in enumerate(run_keys())
         ]
         outcomes: list[PairOutcome] = compute_in_process(
-            engines, cps, {}, progress=progress, cancel=cancel
+            engines, cps, steps, progress=progress, cancel=cancel
         )
         pseudonyms = [e.record_pseudonyms for e in engines]
     finally:
         for e in engines:
             e.close()
     first = outcomes[0]
-    if any(o.groups != first.groups or o.matched_pairs != first.matched_pairs for o in outcomes):
-        raise MpcError("compute parties reached different groups")
+    if any(o.matched_pairs != first.matched_pairs for o in outcomes):
+        raise MpcError("compute parties reached different matched pairs")
+    t0 = time.perf_counter()
+    groups = solve_groups(first.matched_pairs, params.min_parties, params.solver)
+    steps["solve"] = time.perf_counter() - t0
     total = first.stats.candidate_sets
     return Mpc3AnyRun(
-        matches=group_rows(first.groups, params, tables, pseudonyms),
-        groups=first.groups,
+        matches=group_rows(groups, params, tables, pseudonyms),
+        groups=groups,
         matched_pairs=first.matched_pairs,
         pseudonyms=pseudonyms,
         stats=AnyRunStats(
             candidate_pairs=total,
             pairs_summed=total,
             matched_pairs=len(first.matched_pairs),
-            groups=len(first.groups),
+            groups=len(groups),
         ),
         mpc_stats=[o.stats for o in outcomes],
+        step_seconds=steps,
     )
 
 
