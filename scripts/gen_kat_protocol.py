@@ -39,6 +39,7 @@ from typing import Any
 
 import jellyfish
 from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -244,9 +245,20 @@ def encode_filter(row: Mapping[str, str]) -> int:
     return value
 
 
+def cbc_mac_digest(key: bytes, parts: Sequence[str]) -> int:
+    """C_0 = 0, C_i = AES-256_key(C_{i-1} xor SHA-256(UTF-8 part_i)[0:16]); bytes 0-7 of C_m,
+    little-endian, 0 -> 1 (hashing.py, scheme sha256-aes256-cbcmac/1)."""
+    c = bytes(16)
+    for part in parts:
+        x = hashlib.sha256(part.encode("utf-8")).digest()[:16]
+        enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+        c = enc.update(bytes(a ^ b for a, b in zip(c, x, strict=True))) + enc.finalize()
+    return int.from_bytes(c[:8], "little") or 1
+
+
 def blocking_digests(row: Mapping[str, str]) -> list[int]:
-    """Per blocking key: HMAC-SHA256(HKDF key of the key name, parts joined by U+001F), first 8
-    bytes little-endian, 0 -> 1; 0 when a part is empty. soundex: of the normalised value's
+    """Per blocking key: CBC-MAC with AES-256 (key HKDF "blocking-prf"/name) over the blocks
+    SHA-256(part)[0:16], first 8 bytes little-endian, 0 -> 1; 0 when a part is empty. soundex: of the normalised value's
     letters; year: the first stand-alone 4-digit run of the raw value."""
     out = []
     for spec in SCHEMA["blocking"]:
@@ -263,10 +275,7 @@ def blocking_digests(row: Mapping[str, str]) -> list[int]:
         if not all(parts):
             out.append(0)
             continue
-        mac = std_hmac.new(
-            hkdf_key("blocking", spec["name"]), "\x1f".join(parts).encode(), "sha256"
-        )
-        out.append(int.from_bytes(mac.digest()[:8], "little") or 1)
+        out.append(cbc_mac_digest(hkdf_key("blocking-prf", spec["name"]), parts))
     return out
 
 

@@ -15,10 +15,11 @@ default normalisation), then the function is applied:
 - ``postcode_prefix``: the first ``length`` characters with whitespace removed, upper-cased.
 
 If any part is empty (missing value, no year found, empty code) the record has no value for that
-key and its digest is 0. Otherwise the parts are joined with U+001F and the key value is
-``hashing.blocking_digest(HKDF(secret, "blocking", name), joined)``: HMAC-SHA256 truncated to 64
-bits, 0 mapped to 1. The key name is in the HKDF info, so equal values under different keys give
-unrelated digests.
+key and its digest is 0. Otherwise the digest of the part values p_1..p_m (in the key's part
+order) is ``CBC-MAC_K(X(p_1), ..., X(p_m))`` with ``K = HKDF(secret, "blocking-prf", name)``,
+``X(p) = SHA-256(UTF-8 p)[0:16]`` and AES-256, truncated to 64 bits, 0 mapped to 1 (scheme
+``sha256-aes256-cbcmac/1``, exact definition and security argument in ``party.encoding.hashing``).
+The key name is in the HKDF info, so equal values under different keys give unrelated digests.
 
 LSH keys (``{"name": N, "lsh": {"bands": B, "bitsPerBand": r, "fields": [...]}}``; Hamming LSH,
 Indyk & Motwani 1998, on Bloom filters as in Durham 2012 and Karapiperis & Verykios 2015). The
@@ -26,13 +27,14 @@ sampled filter is the record's l-bit CLK before hardening and BLIP, made only of
 features' bits (all features when none are listed). Positions: ``keyed_shuffle(HKDF(secret,
 "blocking", N), l, b"lsh" || round_be32)`` for round = 0, 1, ... concatenated, cut into B bands of
 r positions in order. Band b's value is the r sampled bits as an integer (bit j = the j-th position);
-its digest is ``blocking_digest(HKDF(secret, "blocking", N + "/band" + b), the value as 8
-little-endian bytes)``; a record whose sampled filter is all zero has digest 0 in every band. Two
+its digest is ``AES_K(b || value)`` (both as little-endian uint64, ``K = HKDF(secret,
+"blocking-prf", N)``), bytes 0-7 read little-endian, 0 mapped to 1; a record whose sampled filter is all zero has digest 0 in every band. Two
 filters agree on a band with probability about (1 - h)^r, h the fraction of bits where they differ,
 so true matches share some band among B with high probability while unrelated records rarely do.
 
 All pairs. A schema without blocking keys gets one digest column holding
-``blocking_digest(HKDF(secret, "blocking", "*all-pairs*"), "")`` for every record: one block.
+the digest of the one-part value ``""`` under the key name ``*all-pairs*`` for every record: one
+block.
 """
 
 from __future__ import annotations
@@ -44,8 +46,15 @@ from collections.abc import Callable, Sequence
 import jellyfish
 import numpy as np
 
-from party.encoding import bits
-from party.encoding.hashing import blocking_digest, derive_key, keyed_shuffle
+from party.encoding.hashing import (
+    blocking_prf_key,
+    cbc_mac_digests,
+    derive_key,
+    keyed_shuffle,
+    lsh_band_digests,
+    part_block,
+    value_blocks,
+)
 from party.encoding.normalise import DEFAULT_NORMALISATION, normalise, valid_text
 from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
@@ -128,19 +137,17 @@ class InvalidText(ValueError):
 
 
 class BlockingKeyer:
-    """Computes the digests of one blocking key, memoising part values and digests."""
+    """Computes the digests of one blocking key, memoising each raw column value's part block."""
 
     MAX_CACHE = 200_000
-    MAX_PACKED_KEY = 2**62  # part codes are packed into one int64 below this
+    _EMPTY = bytes(16)  # the block of an empty part value (no record value for the key)
 
     def __init__(self, spec: BlockingKeySpec, schema: LinkageSchema, secret: bytes) -> None:
         self.spec = spec
         self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
         self._functions = [part_function(p, schema) for p in spec.parts]
-        self._key = derive_key(secret, "blocking", spec.name)
-        self._cache: dict[tuple[str, ...], int] = {}
-        self._part_memo: list[dict[str, str]] = [{} for _ in spec.parts]  # raw -> part value
-        self._joined: dict[str, int] = {}  # joined key value -> digest
+        self._key = blocking_prf_key(secret, spec.name)
+        self._block_memo: list[dict[str, bytes]] = [{} for _ in spec.parts]  # raw -> X(part)
 
     def value(self, raw: tuple[str, ...]) -> str | None:
         """The joined blocking-key value of a record's raw part columns, or None if missing."""
@@ -151,88 +158,51 @@ class BlockingKeyer:
 
     def digest(self, raw: tuple[str, ...]) -> int:
         """The digest of one record's raw part columns (0 = no value)."""
-        d = self._cache.get(raw)
-        if d is None:
-            if not all(map(valid_text, raw)):
-                raise InvalidText("blocking-key column value is not valid UTF-8")
-            v = self.value(raw)
-            d = 0 if v is None else blocking_digest(self._key, v)
-            if len(self._cache) >= self.MAX_CACHE:
-                self._cache.clear()
-            self._cache[raw] = d
-        return d
+        return int(self.column_digests([([v], np.zeros(1, dtype=np.int64)) for v in raw])[0])
+
+    def _part_blocks(self, i: int, uniques: list[str]) -> np.ndarray:
+        """(len(uniques), 2) uint64 blocks X(part value) of part i's distinct raw values; all zero
+        for an empty part value. Memoised across batches (bounded)."""
+        memo = self._block_memo[i]
+        if len(memo) >= self.MAX_CACHE:
+            memo.clear()
+        got = list(map(memo.get, uniques))
+        if None in got:
+            miss = [u for u, b in zip(uniques, got, strict=True) if b is None]
+            fn = self._functions[i]
+            parts = [fn(u) for u in miss]
+            for u, p in zip(miss, parts, strict=True):
+                memo[u] = part_block(p) if p else self._EMPTY
+            got = list(map(memo.__getitem__, uniques))
+        return np.frombuffer(b"".join(got), dtype="<u8").reshape(len(uniques), 2)  # type: ignore[arg-type]
 
     def column_digests(self, columns: Sequence[tuple[list[str], np.ndarray]]) -> np.ndarray:
         """(n,) uint64 digests of n rows given column by column as (distinct values, each row's
         index into them), one column per part: equal to ``digest`` of every row's raw tuple.
 
-        Each part function runs once per distinct column value (memoised across calls) and the
-        HMAC once per distinct combination of part values, so the cost follows the number of
-        distinct keys, not of rows. Raises InvalidText if any value is not valid UTF-8."""
-        codes: list[np.ndarray] = []  # per part: each row's code of its part value
-        values: list[list[str]] = []  # per part: the distinct part values
+        Each part function and SHA-256 run once per distinct column value (memoised across
+        calls); the keyed step is one AES call per part over all rows (hashing module
+        docstring). Raises InvalidText if any value is not valid UTF-8."""
+        blocks: list[np.ndarray] = []
+        empty: np.ndarray | None = None
         for i, (uniques, indices) in enumerate(columns):
             if not all(map(valid_text, uniques)):
                 raise InvalidText("blocking-key column value is not valid UTF-8")
-            memo = self._part_memo[i]
-            if len(memo) >= self.MAX_CACHE:
-                memo.clear()
-            fn = self._functions[i]
-            part = [memo[u] if u in memo else memo.setdefault(u, fn(u)) for u in uniques]
-            seen: dict[str, int] = {}
-            ucode = np.fromiter(
-                (seen.setdefault(v, len(seen)) for v in part), dtype=np.int64, count=len(part)
-            )
-            codes.append(ucode[indices])
-            values.append(list(seen))
-        n = int(codes[0].size) if codes else 0
-        key = np.zeros(n, dtype=np.int64)
-        for c, vals in zip(codes, values, strict=True):
-            if key.size and (int(key.max()) + 1) * len(vals) >= self.MAX_PACKED_KEY:
-                return self._combo_digests(np.stack(codes, axis=1), values)
-            key = key * len(vals) + c
-        uniq, inverse = np.unique(key, return_inverse=True)
-        combos = np.empty((uniq.size, len(values)), dtype=np.int64)
-        rest = uniq.copy()
-        for i in range(len(values) - 1, -1, -1):
-            combos[:, i] = rest % len(values[i])
-            rest //= len(values[i])
-        return self._joined_digests(combos, values)[inverse.reshape(-1)]
-
-    def _combo_digests(self, row_codes: np.ndarray, values: list[list[str]]) -> np.ndarray:
-        combos, inverse = np.unique(row_codes, axis=0, return_inverse=True)
-        return self._joined_digests(combos, values)[inverse.reshape(-1)]
-
-    def _joined_digests(self, combos: np.ndarray, values: list[list[str]]) -> np.ndarray:
-        """Digest of each row of part-value codes (0 if any part value is empty), memoised."""
-        cache = self._joined
-        if len(cache) >= self.MAX_CACHE:
-            cache.clear()
-        out = np.zeros(combos.shape[0], dtype=np.uint64)
-        parts = [[vals[c] for c in combos[:, i].tolist()] for i, vals in enumerate(values)]
-        for j, tup in enumerate(zip(*parts, strict=True)):
-            if not all(tup):
-                continue
-            joined = "\x1f".join(tup)
-            d = cache.get(joined)
-            if d is None:
-                d = cache[joined] = blocking_digest(self._key, joined)
-            out[j] = d
+            x = self._part_blocks(i, uniques)[indices]
+            none = ~x.any(axis=1)
+            empty = none if empty is None else empty | none
+            blocks.append(x)
+        out = cbc_mac_digests(self._key, blocks)
+        if empty is not None:
+            out[empty] = 0
         return out
-
-    def digests(self, raws: list[tuple[str, ...]]) -> list[int]:
-        """digest() of many records, with the memo lookups done in bulk."""
-        out: list[int | None] = list(map(self._cache.get, raws))
-        if None in out:
-            for j, d in enumerate(out):
-                if d is None:
-                    out[j] = self.digest(raws[j])
-        return out  # type: ignore[return-value]
 
 
 def all_pairs_digest(secret: bytes) -> int:
-    """The one digest every record gets when the schema has no blocking keys."""
-    return blocking_digest(derive_key(secret, "blocking", ALL_PAIRS_KEY), "")
+    """The one digest every record gets when the schema has no blocking keys: that of the
+    one-part value ``""`` under the key name ``*all-pairs*``."""
+    key = blocking_prf_key(secret, ALL_PAIRS_KEY)
+    return int(cbc_mac_digests(key, [value_blocks([""])])[0])
 
 
 def lsh_positions(name: str, secret: bytes, nbits: int, bands: int, per_band: int) -> np.ndarray:
@@ -257,29 +227,18 @@ class LshKeyer:
         self.fields = lsh.fields or tuple(f.name for f in schema.fields)
         self.nbits = schema.filter_bits
         self.positions = lsh_positions(spec.name, secret, self.nbits, lsh.bands, lsh.bits_per_band)
-        self._band_keys = [
-            derive_key(secret, "blocking", f"{spec.name}/band{b}") for b in range(lsh.bands)
-        ]
-        self._weights = np.left_shift(np.uint64(1), np.arange(lsh.bits_per_band, dtype=np.uint64))
+        self._words = (self.positions >> 6).astype(np.intp)  # packed word of each position
+        self._shifts = (self.positions & 63).astype(np.uint64)  # its bit in the word (bits.py)
+        self._key = blocking_prf_key(secret, spec.name)
+        self._weights = np.arange(lsh.bits_per_band, dtype=np.uint64)
 
     def band_values(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64: each band's sampled bits as an integer (bit j = position j)."""
-        u = bits.unpack_rows(filters, self.nbits)
-        sel = u[:, self.positions].astype(np.uint64)  # (n, B, r)
-        return (sel * self._weights).sum(axis=2, dtype=np.uint64)
+        sel = (filters[:, self._words] >> self._shifts) & np.uint64(1)  # (n, B, r)
+        return np.bitwise_or.reduce(sel << self._weights, axis=2)
 
     def digests(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64 digests of (n, words_for(l)) filters; 0 for an all-zero filter."""
-        values = self.band_values(filters)
-        empty = ~filters.any(axis=1)
-        out = np.zeros(values.shape, dtype=np.uint64)
-        for b, key in enumerate(self._band_keys):
-            uniq, inverse = np.unique(values[:, b], return_inverse=True)
-            d = np.fromiter(
-                (blocking_digest(key, v.to_bytes(8, "little")) for v in uniq.tolist()),
-                dtype=np.uint64,
-                count=uniq.size,
-            )
-            out[:, b] = d[inverse.reshape(-1)]
-        out[empty] = 0
+        out = lsh_band_digests(self._key, self.band_values(filters))
+        out[~filters.any(axis=1)] = 0
         return out

@@ -8,12 +8,14 @@ permutation and blocking digests are written again here from the descriptions in
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Mapping
 
 import mmh3
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives import hmac as chmac
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from party.encoding.blocking import part_function
 from party.encoding.hashing import derive_key, field_key
@@ -129,15 +131,30 @@ def ref_harden(schema: LinkageSchema, secret: bytes, filt: list[int]) -> list[in
     return out
 
 
-def _digest(key: bytes, data: bytes) -> int:
-    return int.from_bytes(_hmac(key, data)[:8], "little") or 1
+def _aes(key: bytes, block: bytes) -> bytes:
+    enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
+    return enc.update(block) + enc.finalize()
+
+
+def _digest_of_block(block: bytes) -> int:
+    return int.from_bytes(block[:8], "little") or 1
+
+
+def _cbc_mac(key: bytes, parts: list[str]) -> int:
+    """CBC-MAC with AES-256 over the 16-byte blocks SHA-256(part)[0:16]."""
+    c = bytes(16)
+    for p in parts:
+        x = hashlib.sha256(p.encode("utf-8")).digest()[:16]
+        c = _aes(key, bytes(a ^ b for a, b in zip(c, x, strict=True)))
+    return _digest_of_block(c)
 
 
 def ref_block_digests(schema: LinkageSchema, secret: bytes, row: Mapping[str, str]) -> list[int]:
     if not schema.blocking:
-        return [_digest(derive_key(secret, "blocking", "*all-pairs*"), b"")]
+        return [_cbc_mac(derive_key(secret, "blocking-prf", "*all-pairs*"), [""])]
     out = []
     for b in schema.blocking:
+        prf_key = derive_key(secret, "blocking-prf", b.name)
         if b.lsh is not None:
             lsh = b.lsh
             filt = ref_filter(schema, secret, row, lsh.fields or None)
@@ -154,16 +171,11 @@ def ref_block_digests(schema: LinkageSchema, secret: bytes, row: Mapping[str, st
                     continue
                 chosen = pos[band * lsh.bits_per_band : (band + 1) * lsh.bits_per_band]
                 value = sum(filt[p] << j for j, p in enumerate(chosen))
-                bkey = derive_key(secret, "blocking", f"{b.name}/band{band}")
-                out.append(_digest(bkey, value.to_bytes(8, "little")))
+                block = band.to_bytes(8, "little") + value.to_bytes(8, "little")
+                out.append(_digest_of_block(_aes(prf_key, block)))
             continue
         parts = [part_function(p, schema)(row[schema.column_of(p.field)]) for p in b.parts]
-        if not all(parts):
-            out.append(0)
-            continue
-        key = derive_key(secret, "blocking", b.name)
-        d = int.from_bytes(_hmac(key, "\x1f".join(parts).encode("utf-8"))[:8], "little")
-        out.append(d or 1)
+        out.append(_cbc_mac(prf_key, parts) if all(parts) else 0)
     return out
 
 

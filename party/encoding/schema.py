@@ -54,7 +54,10 @@ BLIP is ``{"flipProbability": f}`` with 0 < f < 0.5. Blocking functions: ``exact
 such as ``1987-05-03`` or ``03/05/1987``), ``postcode_prefix`` (needs ``length``; spaces removed).
 
 Digest. ``LinkageSchema.to_canonical_json`` writes the fully resolved schema (all defaults filled
-in, per-field k resolved) as compact JSON with sorted keys; ``digest`` is its SHA-256 hex. Two files
+in, per-field k resolved) as compact JSON with sorted keys; ``digest`` is the SHA-256 hex of the
+line ``blockingDigest=<hashing.BLOCKING_DIGEST_SCHEME>\n`` followed by it, so a schema digests
+differently under another blocking-digest scheme and encodings made under one are never taken for
+the other's. Two files
 that differ only in spelling out defaults therefore have the same digest.
 """
 
@@ -69,6 +72,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from party.encoding.hashing import BLOCKING_DIGEST_SCHEME
 from party.errors import PprlError
 
 SCHEMA_VERSION = 2  # the newest version; 1 is still read (and written back unchanged)
@@ -296,7 +300,8 @@ class LinkageSchema:
 
     def digest(self) -> str:
         """SHA-256 hex of the canonical JSON: the identity every party checks."""
-        return hashlib.sha256(self.to_canonical_json()).hexdigest()
+        tag = f"blockingDigest={BLOCKING_DIGEST_SCHEME}\n".encode()  # see the module docstring
+        return hashlib.sha256(tag + self.to_canonical_json()).hexdigest()
 
 
 def _blocking_dict(b: BlockingKeySpec) -> dict[str, Any]:

@@ -92,6 +92,25 @@ CASES: list[tuple[str, dict[str, Any], int | None]] = [
     ),
 ]
 
+
+def _schema_v2(**over: Any) -> dict[str, Any]:
+    """Version 2: per-feature bit budgets, LSH bands (all features, and one feature only)."""
+    base = _schema(**over)
+    base["version"] = 2
+    base["features"][0]["strategy"] = {"bitsPerFeature": 40}
+    base["features"][2]["strategy"] = {"bitsPerFeature": 17}
+    base["blocking"] = base["blocking"][3:] + [
+        {"name": "lsh", "lsh": {"bands": 4, "bitsPerBand": 64}},
+        {"name": "lsh_first", "lsh": {"bands": 3, "bitsPerBand": 1, "fields": ["first"]}},
+    ]
+    return base
+
+
+CASES += [
+    ("v2-bits-per-feature-lsh", _schema_v2(), None),
+    ("v2-all-pairs", {**_schema_v2(), "blocking": []}, None),
+]
+
 POSITION_CASES = [
     (scheme, gram, nbits, k)
     for scheme in hashing.SCHEME_FUNCTIONS
