@@ -55,7 +55,7 @@ from party.encoding.hashing import (
     part_block,
     value_blocks,
 )
-from party.encoding.normalise import DEFAULT_NORMALISATION, normalise, valid_text
+from party.encoding.normalise import DEFAULT_NORMALISATION, memoised_normaliser, valid_text
 from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
@@ -108,18 +108,19 @@ def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], 
         norm = schema.field_spec(part.field).normalisation
     except KeyError:
         norm = DEFAULT_NORMALISATION
+    norm_of = memoised_normaliser(norm)
     fn = part.function
     length = part.length or 0
     if fn == "exact":
-        return lambda v: normalise(v, norm)
+        return lambda v: norm_of(v)
     if fn == "soundex":
-        return lambda v: _phonetic(jellyfish.soundex, normalise(v, norm))
+        return lambda v: _phonetic(jellyfish.soundex, norm_of(v))
     if fn == "nysiis":
-        return lambda v: _phonetic(jellyfish.nysiis, normalise(v, norm))
+        return lambda v: _phonetic(jellyfish.nysiis, norm_of(v))
     if fn == "metaphone":
-        return lambda v: _phonetic(jellyfish.metaphone, normalise(v, norm))
+        return lambda v: _phonetic(jellyfish.metaphone, norm_of(v))
     if fn == "prefix":
-        return lambda v: normalise(v, norm)[:length]
+        return lambda v: norm_of(v)[:length]
     if fn == "year":
         return year_of
     if fn == "postcode_prefix":
@@ -142,12 +143,21 @@ class BlockingKeyer:
     MAX_CACHE = 200_000
     _EMPTY = bytes(16)  # the block of an empty part value (no record value for the key)
 
-    def __init__(self, spec: BlockingKeySpec, schema: LinkageSchema, secret: bytes) -> None:
+    def __init__(
+        self,
+        spec: BlockingKeySpec,
+        schema: LinkageSchema,
+        secret: bytes,
+        shared_memos: dict[BlockingPart, dict[str, bytes]] | None = None,
+    ) -> None:
+        """``shared_memos`` (part -> memo) lets keys with a common part, e.g. the year of birth,
+        share that part's memo of raw value -> X(part value)."""
         self.spec = spec
         self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
         self._functions = [part_function(p, schema) for p in spec.parts]
         self._key = blocking_prf_key(secret, spec.name)
-        self._block_memo: list[dict[str, bytes]] = [{} for _ in spec.parts]  # raw -> X(part)
+        memos = {} if shared_memos is None else shared_memos
+        self._block_memo: list[dict[str, bytes]] = [memos.setdefault(p, {}) for p in spec.parts]
 
     def value(self, raw: tuple[str, ...]) -> str | None:
         """The joined blocking-key value of a record's raw part columns, or None if missing."""
@@ -227,15 +237,20 @@ class LshKeyer:
         self.fields = lsh.fields or tuple(f.name for f in schema.fields)
         self.nbits = schema.filter_bits
         self.positions = lsh_positions(spec.name, secret, self.nbits, lsh.bands, lsh.bits_per_band)
-        self._words = (self.positions >> 6).astype(np.intp)  # packed word of each position
-        self._shifts = (self.positions & 63).astype(np.uint64)  # its bit in the word (bits.py)
         self._key = blocking_prf_key(secret, spec.name)
-        self._weights = np.arange(lsh.bits_per_band, dtype=np.uint64)
 
     def band_values(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64: each band's sampled bits as an integer (bit j = position j)."""
-        sel = (filters[:, self._words] >> self._shifts) & np.uint64(1)  # (n, B, r)
-        return np.bitwise_or.reduce(sel << self._weights, axis=2)
+        n = filters.shape[0]
+        bands, per_band = self.positions.shape
+        u = np.unpackbits(  # (n, 64 * words): column p = bit p (bits.py layout)
+            np.ascontiguousarray(filters, dtype="<u8").view(np.uint8), axis=1, bitorder="little"
+        )
+        sel = np.take(u, self.positions.ravel(), axis=1).reshape(n, bands, per_band)
+        packed = np.packbits(sel, axis=2, bitorder="little")  # (n, B, ceil(r / 8))
+        wide = np.zeros((n, bands, 8), dtype=np.uint8)
+        wide[:, :, : packed.shape[2]] = packed
+        return wide.view("<u8").reshape(n, bands).astype(np.uint64)
 
     def digests(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64 digests of (n, words_for(l)) filters; 0 for an all-zero filter."""

@@ -42,9 +42,15 @@ import pyarrow.csv as pcsv
 from party.encoding import bits
 from party.encoding.blocking import BlockingKeyer, InvalidText, LshKeyer, all_pairs_digest
 from party.encoding.hashing import SCHEME_FUNCTIONS, check_secret, field_key, keyed_permutation
-from party.encoding.normalise import field_qgram_list, field_qgrams, valid_text
+from party.encoding.normalise import (
+    field_qgram_list,
+    field_qgrams,
+    memoised_normaliser,
+    valid_text,
+)
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import FieldSpec, LinkageSchema
+from party.encoding.value_filters import GramStreams
 from party.errors import PprlError
 
 log = logging.getLogger(__name__)
@@ -157,6 +163,9 @@ class _FieldCodec:
         self._key = field_key(secret, schema.hashing.scheme, spec.name)
         self._fn = SCHEME_FUNCTIONS[schema.hashing.scheme]
         self._grams: dict[str, tuple[np.ndarray, int]] = {}
+        self._streams: dict[str, list[int]] = {}  # gram -> the longest position stream computed
+        self._streams_table = GramStreams(self._fn, self._key, self.nbits)  # batch path
+        self._normalise = memoised_normaliser(spec.normalisation)
         self._masks = _MaskMemo(self)  # gram -> bit mask, a dict filled on first use
         self.index: dict[object, int] = {}
         self.table = np.zeros((1024, self.words), dtype=np.uint64)
@@ -166,14 +175,22 @@ class _FieldCodec:
         self.salted = spec.salt_field is not None
 
     def _gram(self, gram: str, k: int | None = None) -> tuple[np.ndarray, int]:
-        """(positions, bit mask) of one q-gram with k hashes (default: the field's k), memoised."""
+        """(positions, bit mask) of one q-gram with k hashes (default: the field's k), memoised.
+        The k positions are the first k of the gram's hash stream, so one stream (as long as
+        the largest k seen) serves every k of a gram (bitsPerFeature varies k with the value)."""
         if k is None or k == self.spec.k:
             k, memo_key = self.spec.k, gram
         else:
             memo_key = f"{k}\x00{gram}"
         entry = self._grams.get(memo_key)
         if entry is None:
-            pos = self._fn(self._key, gram.encode("utf-8"), self.nbits, k)
+            stream = self._streams.get(gram)
+            if stream is None or len(stream) < k:
+                stream = self._fn(self._key, gram.encode("utf-8"), self.nbits, k)
+                if len(self._streams) >= self.MAX_GRAMS:
+                    self._streams.clear()
+                self._streams[gram] = stream
+            pos = stream[:k]
             mask = 0
             for p in pos:
                 mask |= 1 << p
@@ -224,15 +241,13 @@ class _FieldCodec:
             return _OK_EMPTY
         return st if st < 0 else None
 
-    def _store(self, masks: list[int]) -> int:
-        """Append value filters (int masks) to the table in one go; returns the first row index."""
+    def _store_rows(self, rows: np.ndarray) -> int:
+        """Append value filters (packed rows) to the table; returns the first row index."""
         first = self._used
-        need = first + len(masks)
+        need = first + rows.shape[0]
         if need > self.table.shape[0]:
             self.table.resize((max(need, 2 * self.table.shape[0]), self.words), refcheck=False)
-        nbytes = self.words * 8
-        block = b"".join([m.to_bytes(nbytes, "little") for m in masks])
-        self.table[first:need] = np.frombuffer(block, dtype="<u8").reshape(len(masks), self.words)
+        self.table[first:need] = rows
         self._used = need
         return first
 
@@ -245,22 +260,24 @@ class _FieldCodec:
         )
         miss = np.flatnonzero(out == _UNSEEN).tolist()
         if miss:
-            new_keys: list[Any] = []
-            masks: list[int] = []
+            usable: list[Any] = []
+            grams: list[list[str]] = []
             for key in dict.fromkeys([keys[j] for j in miss]):
                 value, salt = key if self.salted else (key, None)
                 code = self._classify(value, salt)
                 if code is None:
-                    mask = self.value_mask(value, salt)
-                    if mask:
-                        new_keys.append(key)
-                        masks.append(mask)
-                        continue
-                    code = _OK_EMPTY
-                index[key] = code
-            if masks:
-                first = self._store(masks)
-                index.update(zip(new_keys, range(first, first + len(masks)), strict=True))
+                    usable.append(key)
+                    grams.append(field_qgram_list(self.spec, value, salt, self._normalise))
+                else:
+                    index[key] = code
+            if usable:
+                spec = self.spec
+                rows = self._streams_table.value_rows(grams, spec.k, spec.bits_per_feature)
+                nonzero = rows.any(axis=1)
+                first = self._store_rows(rows[nonzero])
+                new_rows = iter(range(first, first + int(nonzero.sum())))
+                for key, ok in zip(usable, nonzero.tolist(), strict=True):
+                    index[key] = next(new_rows) if ok else _OK_EMPTY
             out[miss] = [index[keys[j]] for j in miss]
         return out
 
@@ -383,10 +400,11 @@ class Encoder:
         self._secret = check_secret(secret)
         self._blip_rng = blip_rng
         self._codecs = {f.name: _FieldCodec(f, schema, self._secret) for f in schema.fields}
+        part_memos: dict[Any, dict[str, bytes]] = {}  # shared by keys with a common part
         self._blockers: list[BlockingKeyer | LshKeyer] = [
             LshKeyer(b, schema, self._secret)
             if b.lsh is not None
-            else BlockingKeyer(b, schema, self._secret)
+            else BlockingKeyer(b, schema, self._secret, part_memos)
             for b in schema.blocking
         ]
         self._all_pairs = None if schema.blocking else all_pairs_digest(self._secret)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import operator
 import unicodedata
+from collections.abc import Callable
 
 from party.encoding.schema import FieldSpec, NormalisationSpec
 
@@ -86,6 +87,26 @@ def normalise(value: str, spec: NormalisationSpec) -> str:
     return s
 
 
+_MEMOS: dict[NormalisationSpec, dict[str, str]] = {}
+MAX_MEMO = 200_000  # values per normalisation spec; the memo is cleared when full
+
+
+def memoised_normaliser(spec: NormalisationSpec) -> Callable[[str], str]:
+    """``normalise(., spec)`` with a process-wide memo per spec, shared by the field encoders and
+    the blocking-key parts of one column (normalisation is a pure function)."""
+    memo = _MEMOS.setdefault(spec, {})
+
+    def norm(value: str) -> str:
+        out = memo.get(value)
+        if out is None:
+            if len(memo) >= MAX_MEMO:
+                memo.clear()
+            out = memo[value] = normalise(value, spec)
+        return out
+
+    return norm
+
+
 def qgram_list(
     normalised: str, q: int, padding: bool = True, positional: bool = False
 ) -> list[str]:
@@ -115,11 +136,19 @@ def qgrams(normalised: str, q: int, padding: bool = True, positional: bool = Fal
     return list(dict.fromkeys(qgram_list(normalised, q, padding, positional)))
 
 
-def field_qgram_list(spec: FieldSpec, value: str, salt: str | None = None) -> list[str]:
-    """field_qgrams with duplicates kept (what the encoder hashes; duplicates set no new bits)."""
-    grams = qgram_list(normalise(value, spec.normalisation), spec.q, spec.padding, spec.positional)
+def field_qgram_list(
+    spec: FieldSpec,
+    value: str,
+    salt: str | None = None,
+    norm: Callable[[str], str] | None = None,
+) -> list[str]:
+    """field_qgrams with duplicates kept (what the encoder hashes; duplicates set no new bits).
+    ``norm``: the field's normalisation as a function (e.g. memoised), default ``normalise``."""
+    if norm is None:
+        norm = memoised_normaliser(spec.normalisation)
+    grams = qgram_list(norm(value), spec.q, spec.padding, spec.positional)
     if spec.salt_field is not None:
-        suffix = SALT_SEPARATOR + normalise(salt or "", spec.normalisation)
+        suffix = SALT_SEPARATOR + norm(salt or "")
         grams = [g + suffix for g in grams]
     return grams
 
