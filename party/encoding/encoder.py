@@ -273,7 +273,7 @@ class _FieldCodec:
             if usable:
                 spec = self.spec
                 rows = self._streams_table.value_rows(grams, spec.k, spec.bits_per_feature)
-                nonzero = rows.any(axis=1)
+                nonzero = np.asarray(rows.any(axis=1), dtype=bool)
                 first = self._store_rows(rows[nonzero])
                 new_rows = iter(range(first, first + int(nonzero.sum())))
                 for key, ok in zip(usable, nonzero.tolist(), strict=True):

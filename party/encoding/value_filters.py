@@ -113,8 +113,7 @@ class GramStreams:
         offset = np.arange(pair_of.size) - np.repeat(np.cumsum(ks) - ks, ks)
         positions = self._table[gids[pair_of], offset]
         width = 64 * self.words
-        bitmat = np.zeros(m * width, dtype=np.uint8)
-        bitmat[value_of[pair_of] * width + positions] = 1
-        bitmat = bitmat.reshape(m, width)
-        packed = np.packbits(bitmat, axis=1, bitorder="little")
+        flat = np.zeros(m * width, dtype=np.uint8)
+        flat[value_of[pair_of] * width + positions] = 1
+        packed = np.packbits(flat.reshape(m, width), axis=1, bitorder="little")
         return packed.view("<u8").astype(np.uint64, copy=False)

@@ -15,7 +15,7 @@ from party.encoding.value_filters import GramStreams
 KEY = bytes(range(32))
 
 
-def _want(fn, grams: list[str], nbits: int, fixed_k: int, budget: int | None) -> list[int]:
+def _want(fn, grams: list[str], nbits: int, fixed_k: int, budget: int | None) -> int:
     """The filter as an int, written out: k_i from the per-feature budget as clkhash does."""
     t = len(grams)
     mask = 0
