@@ -88,12 +88,16 @@ def parameters_message(obj: Mapping[str, Any]) -> common_pb2.LinkageParameters:
         max_block_size=int(obj.get("max_block_size") or 0),
         mode="" if obj.get("mode", "segments") == "segments" else str(obj["mode"]),
         compute_parties=list(obj.get("compute_parties") or []),
+        target="" if obj.get("target", "all") == "all" else str(obj["target"]),
+        min_parties=int(obj.get("min_parties") or 0),
+        solver=str(obj.get("solver") or ""),
     )
 
 
 def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
     """SHA-256 hex of the canonical JSON of the message (schema parsed, 0 cap as null; in mode
-    mpc3 also "mode" and the resolved "compute_parties", default the first three parties)."""
+    mpc3 also "mode" and the resolved "compute_parties", default the first three parties; for
+    target any also "target", "min_parties" (default 2) and "solver" (default "weakest-link"))."""
     obj: dict[str, Any] = {
         "version": msg.version,
         "parties": list(msg.parties),
@@ -106,6 +110,10 @@ def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
     if msg.mode == "mpc3":
         obj["mode"] = "mpc3"
         obj["compute_parties"] = list(msg.compute_parties or msg.parties[:3])
+    if msg.target or msg.min_parties or msg.solver:  # target any: resolved m and solver
+        obj["target"] = msg.target or "all"
+        obj["min_parties"] = msg.min_parties or 2
+        obj["solver"] = msg.solver or "weakest-link"
     return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 

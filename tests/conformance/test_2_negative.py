@@ -564,6 +564,41 @@ async def test_proposal_naming_the_coordinator_or_an_untrusted_party_is_refused(
     await assert_serving(deployment)
 
 
+async def test_bad_target_parameters_are_refused_at_propose(deployment: Deployment) -> None:
+    """Target any with m outside 2..P, an unknown target or an unknown solver: INVALID_ARGUMENT at
+    Propose naming the field (docs/protocol.md section 2); nothing is kept, the node serves on."""
+    probe = await live.new_probe(deployment)
+    parties = len(live.probe_parameters(deployment, probe.target)["parties"])
+    cases = [
+        ({"target": "any", "min_parties": parties + 1}, "min_parties"),
+        ({"target": "any", "min_parties": 1}, "min_parties"),
+        ({"target": "some"}, "target"),
+        ({"target": "any", "solver": "hungarian"}, "solver"),
+    ]
+    for fields, word in cases:
+        obj = live.probe_parameters(deployment, probe.target) | fields
+        msg = client.parameters_message(obj)
+        req = party_pb2.ProposeRequest()
+        req.CopyFrom(probe.propose_request())
+        req.run_id = client.new_run_id()
+        req.parameters.CopyFrom(msg)
+        req.parameters_digest = client.parameters_digest(msg)
+        async with probe.stub() as stub:
+            try:
+                await stub.Propose(req, timeout=CALL_TIMEOUT)
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == C.INVALID_ARGUMENT, (fields, exc.code())
+                assert word in (exc.details() or ""), exc.details()
+            else:
+                pytest.fail(f"{probe.target} accepted {fields}")
+            ref = common_pb2.RunRef(run_id=req.run_id, parameters_digest=req.parameters_digest)
+            code = await client.status_of(
+                stub.Prepare(party_pb2.PrepareRequest(run=ref), timeout=CALL_TIMEOUT)
+            )
+            assert code == C.NOT_FOUND
+    await assert_serving(deployment)
+
+
 async def test_co_party_key_confirmation_is_checked_party_to_party(deployment: Deployment) -> None:
     """A co-party whose first block-digest chunk lacks or carries a wrong key confirmation is
     refused (FAILED_PRECONDITION) and the run fails at the receiver, whatever the coordinator said."""
