@@ -569,7 +569,7 @@ async def test_bad_target_parameters_are_refused_at_propose(deployment: Deployme
     Propose naming the field (docs/protocol.md section 2); nothing is kept, the node serves on."""
     probe = await live.new_probe(deployment)
     parties = len(live.probe_parameters(deployment, probe.target)["parties"])
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"target": "any", "min_parties": parties + 1}, "min_parties"),
         ({"target": "any", "min_parties": 1}, "min_parties"),
         ({"target": "some"}, "target"),
