@@ -20,23 +20,29 @@ def _jit(fn):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def and_share(x0, x1, y0, y1, ka, kb, out):  # type: ignore[no-untyped-def]
-    """out = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ ka ^ kb on 3-D uint64 arrays.
+def and_share_range(x0, x1, y0, y1, ka, kb, out, lo, hi):  # type: ignore[no-untyped-def]
+    """out = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ ka ^ kb on 3-D uint64 arrays, last index in [lo, hi).
 
     ka, kb are the two keystreams whose XOR is the zero share alpha (flat, in out's C order); the
-    inputs may be strided views; ``out`` is C-contiguous.
+    inputs may be strided views; ``out`` is C-contiguous. Ranges that cover [0, last dimension)
+    without overlap write disjoint elements (one range per thread).
     """
     a, b, c = out.shape
-    k = 0
     for i in range(a):
         for j in range(b):
-            for m in range(c):
+            k = (i * b + j) * c
+            for m in range(lo, hi):
                 out[i, j, m] = (
                     (x0[i, j, m] & (y0[i, j, m] ^ y1[i, j, m]))
                     ^ (x1[i, j, m] & y0[i, j, m])
-                    ^ (ka[k] ^ kb[k])
+                    ^ (ka[k + m] ^ kb[k + m])
                 )
-                k += 1
+
+
+@_jit
+def and_share(x0, x1, y0, y1, ka, kb, out):  # type: ignore[no-untyped-def]
+    """``and_share_range`` over the whole last dimension (one thread)."""
+    and_share_range(x0, x1, y0, y1, ka, kb, out, 0, out.shape[2])
 
 
 _MASKS = np.array(
@@ -68,13 +74,12 @@ def _transpose64(a):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def rows_to_lanes(src, out):  # type: ignore[no-untyped-def]
-    """out[w*64 + b, g] bit k = bit b of word w of src[64 g + k] (rows beyond src: 0; wires beyond out: dropped)."""
+def rows_to_lanes_range(src, out, lo, hi):  # type: ignore[no-untyped-def]
+    """``rows_to_lanes`` for the lane groups g in [lo, hi) only (disjoint ranges: disjoint writes)."""
     n = src.shape[0]
     words = src.shape[1]
-    groups = out.shape[1]
     blk = np.zeros(64, dtype=np.uint64)
-    for g in range(groups):
+    for g in range(lo, hi):
         for w in range(words):
             for k in range(64):
                 r = g * 64 + k
@@ -86,12 +91,17 @@ def rows_to_lanes(src, out):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
-    """out[64 g + k] = sum_b (bit k of src[b, g]) << b for b < src.shape[0] <= 64."""
+def rows_to_lanes(src, out):  # type: ignore[no-untyped-def]
+    """out[w*64 + b, g] bit k = bit b of word w of src[64 g + k] (rows beyond src: 0; wires beyond out: dropped)."""
+    rows_to_lanes_range(src, out, 0, out.shape[1])
+
+
+@_jit
+def lanes_to_values_range(src, out, lo, hi):  # type: ignore[no-untyped-def]
+    """``lanes_to_values`` for the lane groups g in [lo, hi) only (disjoint ranges: disjoint writes)."""
     bits = src.shape[0]
-    groups = src.shape[1]
     blk = np.zeros(64, dtype=np.uint64)
-    for g in range(groups):
+    for g in range(lo, hi):
         for b in range(64):
             blk[b] = src[b, g] if b < bits else np.uint64(0)
         _transpose64(blk)
@@ -102,16 +112,23 @@ def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out):  # type: ignore[no-untyped-def]
+def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
+    """out[64 g + k] = sum_b (bit k of src[b, g]) << b for b < src.shape[0] <= 64."""
+    lanes_to_values_range(src, out, 0, src.shape[1])
+
+
+@_jit
+def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out, lo, hi):  # type: ignore[no-untyped-def]
     """AND share into out (words, n), word-major: out[m, r] = word m of set r; ka ^ kb = alpha.
 
+    Only the sets r in [lo, hi) are written (disjoint ranges: disjoint writes, one per thread).
     An operand is gathered (``xg``/``yg`` true) from a row-major (records, words) share pair by
     its index array (-1: an all-zero row), or read word-major from a (words, n) pair.
     """
     words, n = out.shape
     zero = np.uint64(0)
     for m in range(words):  # word-major loop: sequential writes and keystream reads
-        for r in range(n):
+        for r in range(lo, hi):
             a = ix[r]
             b = iy[r]
             if xg:
@@ -131,28 +148,29 @@ def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out):  # type: ignore
 
 
 @_jit
-def fa_and(c0, c1, f, ka, kb, out):  # type: ignore[no-untyped-def]
-    """Full adders on rows a = c[0:f], b = c[f:2f], cc = c[2f:3f]: AND share of (a^cc) & (b^cc)."""
+def fa_and(c0, c1, f, ka, kb, out, lo, hi):  # type: ignore[no-untyped-def]
+    """Full adders on rows a = c[0:f], b = c[f:2f], cc = c[2f:3f]: AND share of (a^cc) & (b^cc).
+
+    Lanes g in [lo, hi) only (disjoint ranges: disjoint writes); keystream index r * lanes + g.
+    """
     lanes = c0.shape[1]
-    k = 0
     for r in range(f):
-        for g in range(lanes):
+        k = r * lanes
+        for g in range(lo, hi):
             cc0 = c0[2 * f + r, g]
             cc1 = c1[2 * f + r, g]
             x0 = c0[r, g] ^ cc0
             x1 = c1[r, g] ^ cc1
             y0 = c0[f + r, g] ^ cc0
             y1 = c1[f + r, g] ^ cc1
-            out[r, g] = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ (ka[k] ^ kb[k])
-            k += 1
+            out[r, g] = (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ (ka[k + g] ^ kb[k + g])
 
 
 @_jit
-def fa_finish(c0, c1, f, z0, z1, sum0, sum1, carry0, carry1, with_carry):  # type: ignore[no-untyped-def]
-    """sum = a ^ b ^ cc into sum*, carry = z ^ cc into carry* (when with_carry)."""
-    lanes = c0.shape[1]
+def fa_finish(c0, c1, f, z0, z1, sum0, sum1, carry0, carry1, with_carry, lo, hi):  # type: ignore[no-untyped-def]
+    """sum = a ^ b ^ cc into sum*, carry = z ^ cc into carry* (when with_carry); lanes [lo, hi)."""
     for r in range(f):
-        for g in range(lanes):
+        for g in range(lo, hi):
             cc0 = c0[2 * f + r, g]
             cc1 = c1[2 * f + r, g]
             sum0[r, g] = c0[r, g] ^ c0[f + r, g] ^ cc0

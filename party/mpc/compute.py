@@ -46,12 +46,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.encoding.bits import words_for
-from party.mpc._numba_gates import and_word_major, lanes_to_values, rows_to_lanes
+from party.mpc._numba_gates import and_word_major, lanes_to_values_range, rows_to_lanes_range
 from party.mpc.candidates import candidate_sets
 from party.mpc.errors import MpcCancelled, MpcError
 from party.mpc.gates import Gates, Pair, Round
 from party.mpc.inputs import InputShare, validate_input_share
 from party.mpc.keys import ComputeKeys, ZeroShares
+from party.mpc.parallel import run_split
 from party.mpc.threshold import ThresholdTest, run_threshold_test
 from party.protocol.classify import Classification, dice, greedy_one_to_one
 from party.protocol.errors import MemoryBudgetError
@@ -100,7 +101,8 @@ class ComputeParty:
 
     ``batch_sets`` overrides the batch size (a positive multiple of 64; all three CPs must use the
     same value); ``memory_budget_bytes`` (default: the parameters') bounds the candidate list and a
-    batch's working memory.
+    batch's working memory; ``workers`` threads share every layer of the circuit (the node's
+    ``[limits] workers``): the same payloads and outcome as one thread.
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class ComputeParty:
         *,
         memory_budget_bytes: int | None = None,
         batch_sets: int | None = None,
+        workers: int = 1,
     ) -> None:
         if isinstance(index, bool) or index not in (0, 1, 2):
             raise MpcError(f"compute party index must be 0, 1 or 2, got {index!r}")
@@ -134,7 +137,10 @@ class ComputeParty:
         if isinstance(batch_sets, bool) or batch_sets < 64 or batch_sets % 64:
             raise MpcError(f"batch_sets must be a positive multiple of 64, got {batch_sets}")
         self.batch_sets = batch_sets
-        self._gates = Gates(index, ZeroShares(keys))
+        if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+            raise MpcError(f"workers must be a positive integer, got {workers!r}")
+        self.workers = workers
+        self._gates = Gates(index, ZeroShares(keys, workers), workers)
         self._inputs: dict[int, InputShare] = {}
         self._digest_width: int | None = None
         self._ran = False
@@ -260,11 +266,15 @@ class ComputeParty:
                 ka: np.ndarray, kb: np.ndarray, z: np.ndarray, layer=layer, pairs=pairs
             ) -> None:
                 step = padded * words
-                for q in range(pairs):
-                    x0, x1, ix, xg = layer[2 * q]
-                    y0, y1, iy, yg = layer[2 * q + 1]
-                    o = q * step
-                    and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka[o:], kb[o:], z[q])
+
+                def part(lo: int, hi: int) -> None:
+                    for q in range(pairs):
+                        x0, x1, ix, xg = layer[2 * q]
+                        y0, y1, iy, yg = layer[2 * q + 1]
+                        o = q * step
+                        and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka[o:], kb[o:], z[q], lo, hi)
+
+                run_split(self.workers, padded, part, words=z.size, align=8)
 
             z = yield from g.and_fill((pairs, words, padded), fill)
             nxt = [(z[0][q], z[1][q], operands[0][2], False) for q in range(pairs)]
@@ -279,30 +289,33 @@ class ComputeParty:
         cw = test.count_bits
         word_cols = yield from g.wallace([both], cw, padded)
         del both
-        bit_cols: list[Pair] = []
-        for c0, c1 in word_cols:
-            t = []
-            for src in (c0, c1):
-                out = np.empty((64 * src.shape[0], lanes), dtype=np.uint64)
+        srcs = [src for col in word_cols for src in col]
+        outs = [np.empty((64 * src.shape[0], lanes), dtype=np.uint64) for src in srcs]
+
+        def to_lanes(lo: int, hi: int) -> None:
+            for src, out in zip(srcs, outs, strict=True):
                 for r in range(src.shape[0]):
-                    rows_to_lanes(src[r][:, None], out[64 * r : 64 * (r + 1)])
-                t.append(out)
-            bit_cols.append((t[0], t[1]))
+                    rows_to_lanes_range(src[r][:, None], out[64 * r : 64 * (r + 1)], lo, hi)
+
+        run_split(self.workers, lanes, to_lanes, words=sum(s.size for s in srcs))
+        bit_cols: list[Pair] = [(outs[2 * k], outs[2 * k + 1]) for k in range(len(word_cols))]
         del word_cols
         c = yield from g.compress(bit_cols, cw, lanes)
         del bit_cols
         # 3. S = K*c + sum of count terms, mod 2^w
         w = test.width
-        terms = []
+        vals = [np.zeros((padded, 1), dtype=np.uint64) for _ in range(2 * len(inputs))]
         for j, share in enumerate(inputs):
-            t = []
             for s in range(2):
-                vals = np.zeros((padded, 1), dtype=np.uint64)
-                np.take(share.counts[s], rows[:, j], out=vals[:n, 0])
-                out = np.empty((w, lanes), dtype=np.uint64)
-                rows_to_lanes(vals, out)
-                t.append(out)
-            terms.append((t[0], t[1]))
+                np.take(share.counts[s], rows[:, j], out=vals[2 * j + s][:n, 0])
+        touts = [np.empty((w, lanes), dtype=np.uint64) for _ in vals]
+
+        def terms_to_lanes(lo: int, hi: int) -> None:
+            for v, out in zip(vals, touts, strict=True):
+                rows_to_lanes_range(v, out, lo, hi)
+
+        run_split(self.workers, lanes, terms_to_lanes, words=len(vals) * padded)
+        terms = [(touts[2 * j], touts[2 * j + 1]) for j in range(len(inputs))]
         k_bits = [e for e in range(test.multiplier.bit_length()) if test.multiplier >> e & 1]
         columns: list[Pair] = []
         for k in range(w):
@@ -319,11 +332,15 @@ class ComputeParty:
             match = g.not_((s_bits[0][w - 1 : w], s_bits[1][w - 1 : w]))
             opened = yield from g.open(match)
             hit = _lane_bits(opened[0], n)
-        values = []
-        for s in range(2):
-            v = np.zeros(padded, dtype=np.uint64)
-            lanes_to_values(np.concatenate([c[s], s_bits[s]]), v)
-            values.append(v[:n][hit])
+        lane_rows = [np.concatenate([c[s], s_bits[s]]) for s in range(2)]
+        plains = [np.zeros(padded, dtype=np.uint64) for _ in range(2)]
+
+        def to_values(lo: int, hi: int) -> None:
+            for src, v in zip(lane_rows, plains, strict=True):
+                lanes_to_values_range(src, v, lo, hi)
+
+        run_split(self.workers, lanes, to_values, words=2 * padded)
+        values = [v[:n][hit] for v in plains]
         plain = yield from g.open((values[0], values[1]))
         common = (plain & np.uint64((1 << cw) - 1)).astype(np.int64)
         s_val = (plain >> np.uint64(cw)).astype(np.int64)

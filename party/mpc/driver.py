@@ -68,8 +68,13 @@ def run_mpc3_in_process(
     progress: Callable[[int, int, int], None] | None = None,
     cancel: threading.Event | None = None,
     batch_sets: int | None = None,
+    workers: int = 1,
 ) -> InProcessRun:
-    """Run mpc3 for P in-process data parties and three compute parties (``progress(cp, done, total)``)."""
+    """Run mpc3 for P in-process data parties and three compute parties (``progress(cp, done, total)``).
+
+    ``workers`` threads per compute party share each layer of its circuit (the three compute
+    parties take turns in this thread, so at most ``workers`` threads run at a time).
+    """
     if params.mode != "mpc3":
         raise ProtocolError(f"run_mpc3_in_process needs mode 'mpc3', got {params.mode!r}")
     p = params.party_count
@@ -86,7 +91,7 @@ def run_mpc3_in_process(
         steps["blocks"] = time.perf_counter() - t0
 
         cps = [
-            ComputeParty(i, params, keys, batch_sets=batch_sets)
+            ComputeParty(i, params, keys, batch_sets=batch_sets, workers=workers)
             for i, keys in enumerate(run_keys())
         ]
         outcomes = compute_in_process(engines, cps, steps, progress=progress, cancel=cancel)

@@ -31,9 +31,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from party.mpc._numba_gates import and_share, fa_and, fa_finish
+from party.mpc._numba_gates import and_share_range, fa_and, fa_finish
 from party.mpc.errors import MpcError
 from party.mpc.keys import ZeroShares
+from party.mpc.parallel import run_split
 
 Pair = tuple[np.ndarray, np.ndarray]
 _U64 = np.dtype("<u8")
@@ -56,11 +57,16 @@ Steps = Generator[Round, bytes, Pair]
 
 
 class Gates:
-    """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes."""
+    """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes.
 
-    def __init__(self, index: int, zero: ZeroShares) -> None:
+    ``workers`` threads share every layer's compiled kernels (``party.mpc.parallel``): the same
+    shares and payloads as one thread.
+    """
+
+    def __init__(self, index: int, zero: ZeroShares, workers: int = 1) -> None:
         self.index = index
         self._zero = zero
+        self.workers = workers
         self.batch = 0
         self.number = 0
         self.rounds = 0
@@ -108,8 +114,13 @@ class Gates:
         three = _three_d(shape)
 
         def fill(ka: np.ndarray, kb: np.ndarray, z: np.ndarray) -> None:
-            args = (a.reshape(three) for a in (x[0], x[1], y[0], y[1]))
-            and_share(*args, ka, kb, z.reshape(three))
+            x0, x1, y0, y1 = (a.reshape(three) for a in (x[0], x[1], y[0], y[1]))
+            out = z.reshape(three)
+
+            def part(lo: int, hi: int) -> None:
+                and_share_range(x0, x1, y0, y1, ka, kb, out, lo, hi)
+
+            run_split(self.workers, three[2], part, words=z.size)
 
         return (yield from self.and_fill(shape, fill))
 
@@ -154,12 +165,16 @@ class Gates:
         offsets = np.concatenate([[0], np.cumsum(adders)]).astype(int).tolist()
 
         def fill(ka: np.ndarray, kb: np.ndarray, z: np.ndarray) -> None:
-            for k, f in enumerate(adders):
-                if f:
-                    o = offsets[k] * lanes
-                    fa_and(
-                        cols[k][0], cols[k][1], f, ka[o:], kb[o:], z[offsets[k] : offsets[k] + f]
-                    )
+            def part(lo: int, hi: int) -> None:
+                for k, f in enumerate(adders):
+                    if f:
+                        o = offsets[k]
+                        zk = z[o : o + f]
+                        fa_and(
+                            cols[k][0], cols[k][1], f, ka[o * lanes :], kb[o * lanes :], zk, lo, hi
+                        )
+
+            run_split(self.workers, lanes, part, words=z.size)
 
         z = yield from self.and_fill((offsets[-1], lanes), fill)
         sizes = [
@@ -175,23 +190,32 @@ class Gates:
             n0, n1 = new[k]
             n0[f : m - 2 * f] = c0[3 * f :]
             n1[f : m - 2 * f] = c1[3 * f :]
-            if not f:
-                continue
-            o = offsets[k]
-            carry = k + 1 < width
-            nxt = new[k + 1] if carry else new[k]
-            fa_finish(
-                c0,
-                c1,
-                f,
-                z[0][o : o + f],
-                z[1][o : o + f],
-                n0[:f],
-                n1[:f],
-                nxt[0][nxt[0].shape[0] - f :],
-                nxt[1][nxt[1].shape[0] - f :],
-                carry,
-            )
+
+        def finish(lo: int, hi: int) -> None:
+            for k, f in enumerate(adders):
+                if not f:
+                    continue
+                c0, c1 = cols[k]
+                n0, n1 = new[k]
+                o = offsets[k]
+                carry = k + 1 < width
+                nxt = new[k + 1] if carry else new[k]
+                fa_finish(
+                    c0,
+                    c1,
+                    f,
+                    z[0][o : o + f],
+                    z[1][o : o + f],
+                    n0[:f],
+                    n1[:f],
+                    nxt[0][nxt[0].shape[0] - f :],
+                    nxt[1][nxt[1].shape[0] - f :],
+                    carry,
+                    lo,
+                    hi,
+                )
+
+        run_split(self.workers, lanes, finish, words=2 * z[0].size)
         return new
 
     def _prefix_add(

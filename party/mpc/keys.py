@@ -22,6 +22,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from party.mpc.errors import MpcError
+from party.mpc.parallel import run_split
 
 KEY_BYTES = 16
 
@@ -65,35 +66,50 @@ class ComputeKeys:
 
 
 class ZeroShares:
-    """alpha_i streams for one compute party: XOR of the own and received keys' keystreams."""
+    """alpha_i streams for one compute party: XOR of the own and received keys' keystreams.
 
-    def __init__(self, keys: ComputeKeys) -> None:
+    With ``workers`` > 1 a long stream is cut into ranges of whole AES blocks, each encrypted by
+    its own CTR context started at the range's counter (the initial counter block plus the range's
+    block offset, as a 128-bit big-endian integer) in a worker thread (the ``cryptography`` cipher
+    releases the GIL): the same bytes as one context over the whole stream.
+    """
+
+    def __init__(self, keys: ComputeKeys, workers: int = 1) -> None:
         self._own = algorithms.AES(keys.own)
         self._received = algorithms.AES(keys.received)
         self._zeros = np.zeros(0, dtype=np.uint8)
         self._bufs = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.uint64))
+        self.workers = workers
 
     def streams(self, batch: int, round_number: int, words: int) -> tuple[np.ndarray, np.ndarray]:
         """F(k_i) and F(k_{i+1}) for (batch, round), ``words`` uint64 each; alpha_i is their XOR.
 
         The arrays are reused by the next call.
         """
-        block = counter_block(batch, round_number)
-        nbytes = 8 * words
-        if self._zeros.size < nbytes:
-            self._zeros = np.zeros(nbytes, dtype=np.uint8)
+        start = int.from_bytes(counter_block(batch, round_number), "big")
+        if self._zeros.size < 8 * words:
+            self._zeros = np.zeros(8 * words, dtype=np.uint8)
             self._bufs = (
                 np.zeros(words + 2, dtype=np.uint64),
                 np.zeros(words + 2, dtype=np.uint64),
             )
-        zeros = self._zeros.data[:nbytes]
-        for algorithm, target in zip((self._own, self._received), self._bufs, strict=True):
-            enc = Cipher(algorithm, modes.CTR(block)).encryptor()
-            # update_into wants room for one more block than it writes
-            n = enc.update_into(zeros, target[: words + 2].view(np.uint8).data)
-            if n != nbytes:
-                raise MpcError("AES-CTR returned a short keystream")
-        return self._bufs[0][:words], self._bufs[1][:words]
+        own, received = self._bufs
+
+        def fill(lo: int, hi: int) -> None:  # words [lo, hi), lo a multiple of 2 (one AES block)
+            block = ((start + lo // 2) % 2**128).to_bytes(16, "big")
+            nbytes = 8 * (hi - lo)
+            for algorithm, target in ((self._own, own), (self._received, received)):
+                enc = Cipher(algorithm, modes.CTR(block)).encryptor()
+                # update_into wants room for one more block than it writes (CTR writes exactly
+                # nbytes: the room past hi is not touched, so ranges may run side by side)
+                n = enc.update_into(
+                    self._zeros.data[:nbytes], target[lo : hi + 2].view(np.uint8).data
+                )
+                if n != nbytes:
+                    raise MpcError("AES-CTR returned a short keystream")
+
+        run_split(self.workers, words, fill, align=2)
+        return own[:words], received[:words]
 
     def alpha(self, batch: int, round_number: int, words: int) -> np.ndarray:
         """alpha_i for (batch, round): ``words`` uint64 (a new array)."""

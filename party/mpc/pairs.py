@@ -67,11 +67,17 @@ class PairComputeParty(ComputeParty):
         *,
         memory_budget_bytes: int | None = None,
         batch_sets: int | None = None,
+        workers: int = 1,
     ) -> None:
         if isinstance(params, ProtocolParameters) and params.target != "any":
             raise MpcError(f"parameters are for target {params.target!r}, not 'any'")
         super().__init__(
-            index, params, keys, memory_budget_bytes=memory_budget_bytes, batch_sets=batch_sets
+            index,
+            params,
+            keys,
+            memory_budget_bytes=memory_budget_bytes,
+            batch_sets=batch_sets,
+            workers=workers,
         )
 
     def run(  # type: ignore[override]  # same rounds and driving; the outcome is a PairOutcome

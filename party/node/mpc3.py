@@ -270,6 +270,7 @@ async def _compute(
     enter: Callable[[Any], None],
 ) -> Any:
     """Keys, then the circuit with the other two compute parties; returns the MpcOutcome."""
+    from party.encoding.parallel import resolve_workers
     from party.mpc.keys import ComputeKeys, key_recipient, new_key
     from party.mpc.pairs import compute_party_class
 
@@ -299,6 +300,7 @@ async def _compute(
         run.params,
         ComputeKeys(own=own_key, received=st.key_in),
         memory_budget_bytes=run.params.memory_budget_bytes,
+        workers=resolve_workers(node.config.workers),
     )
     for source in sorted(st.inputs):
         await asyncio.to_thread(cp.receive_input, st.inputs[source])

@@ -1,0 +1,57 @@
+"""Worker threads for the mpc3 gate kernels: a layer's index range cut into one piece per thread.
+
+Every compiled gate kernel (``party.mpc._numba_gates``) releases the GIL and takes a [lo, hi) range
+of the index it is split on (candidate sets, lanes or words); ranges that cover [0, total) without
+overlap write disjoint output elements, so the result does not depend on the number of threads.
+The threads are the comparison kernel's process-wide pool (``party.protocol.kernel.thread_pool``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from party.protocol.kernel import thread_pool
+
+#: Below this many uint64 words of work a layer stays in the calling thread (a hand-off to the
+#: pool costs about as much as this many words of gate evaluation).
+PARALLEL_MIN_WORDS = 1 << 15
+
+
+def split_range(total: int, parts: int, align: int = 1) -> list[tuple[int, int]]:
+    """Contiguous non-empty [lo, hi) ranges covering [0, total) in order, at most ``parts``; every
+    cut except the end is a multiple of ``align``."""
+    if total <= 0:
+        return []
+    units = -(-total // align)
+    parts = max(1, min(parts, units))
+    cuts = [min(total, (units * k // parts) * align) for k in range(parts + 1)]
+    return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def run_split(
+    workers: int,
+    total: int,
+    fn: Callable[[int, int], None],
+    *,
+    words: int | None = None,
+    align: int = 1,
+) -> None:
+    """Call ``fn(lo, hi)`` on ranges of [0, total), one per thread (in this thread when
+    ``workers`` <= 1 or the ``words`` of work, default ``total``, are too few to be worth it)."""
+    work = total if words is None else words
+    if workers <= 1 or work < PARALLEL_MIN_WORDS:
+        if total > 0:
+            fn(0, total)
+        return
+    pieces = split_range(total, workers, align)
+    if len(pieces) <= 1:
+        for lo, hi in pieces:
+            fn(lo, hi)
+        return
+    pool = thread_pool(workers)
+    futures = [pool.submit(fn, lo, hi) for lo, hi in pieces[1:]]
+    try:
+        fn(*pieces[0])  # the calling thread takes the first piece
+    finally:
+        for fut in futures:
+            fut.result()

@@ -1,0 +1,139 @@
+"""mpc3 gates on several threads: the same keystreams, round payloads and outcome as one thread."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import party.mpc.parallel as parallel
+from party.mpc.compute import ComputeParty
+from party.mpc.driver import drive, run_keys
+from party.mpc.errors import MpcError
+from party.mpc.gates import Round
+from party.mpc.inputs import input_shares
+from party.mpc.keys import ZeroShares, keystream
+from party.protocol.blocks import common_blocks
+from party.protocol.engine import PartyEngine
+from tests.unit.mpc.test_mpc3_oracle import check_equal, mpc_params
+from tests.unit.protocol.helpers import linked_tables
+
+
+@pytest.fixture
+def split_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every layer, however small, is cut into one range per thread."""
+    monkeypatch.setattr(parallel, "PARALLEL_MIN_WORDS", 1)
+
+
+@pytest.mark.parametrize("total", [1, 2, 7, 64, 1000, 1001])
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+@pytest.mark.parametrize("align", [1, 2, 8])
+def test_split_range_covers_in_order(total, parts, align):
+    pieces = parallel.split_range(total, parts, align)
+    assert pieces[0][0] == 0 and pieces[-1][1] == total
+    assert all(a < b for a, b in pieces)
+    assert all(b == c for (_, b), (c, _) in zip(pieces[:-1], pieces[1:], strict=True))
+    assert all(a % align == 0 for a, _ in pieces)
+    assert len(pieces) <= parts
+
+
+def test_split_range_of_nothing_is_empty():
+    assert parallel.split_range(0, 4) == []
+
+
+@pytest.mark.parametrize("workers", [2, 3, 5])
+@pytest.mark.parametrize("words", [1, 2, 3, 17, 4096, 4097])
+def test_parallel_keystreams_equal_one_context(split_everything, workers, words):
+    keys = run_keys()[1]
+    one = ZeroShares(keys)
+    many = ZeroShares(keys, workers)
+    for batch, number in ((0, 0), (3, 2**32 - 1), (2**32 - 1, 5)):
+        a = [s.copy() for s in one.streams(batch, number, words)]
+        b = [s.copy() for s in many.streams(batch, number, words)]
+        assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        want = keystream(keys.own, batch, number, 8 * words)
+        assert b[0].astype("<u8").tobytes() == want
+
+
+def test_counter_carries_across_the_low_64_bits(split_everything):
+    """A range that starts past a 2^64-block boundary of the 128-bit counter carries into the
+    round number, as one CTR context does."""
+    keys = run_keys()[0]
+    words = 64
+    one = ZeroShares(keys).streams(7, 9, words)[0].copy()
+    many = ZeroShares(keys, 4).streams(7, 9, words)[0].copy()
+    assert np.array_equal(one, many)
+
+
+def _inputs(p: int, seed: int):
+    rng = np.random.default_rng(seed)
+    l_bits = 16 * p + 3
+    blocks = 3 if p <= 3 else 16  # a few thousand candidate sets at P = 3, about 1,000 at P = 5
+    tables = linked_tables(rng, p, 36, l_bits, shared=16, blocks=blocks, flip=0.04)
+    params = mpc_params(p, l_bits, 0.6, one_to_one=True)
+    engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    shares = [s for e in engines for s in input_shares(e)]
+    return params, shares
+
+
+def _run(params, shares, keys, workers: int):
+    """Outcomes and every round payload of the three CPs (batches of 128 sets)."""
+    cps = [ComputeParty(i, params, keys[i], batch_sets=128, workers=workers) for i in range(3)]
+    for s in shares:
+        cps[s.target].receive_input(s)
+    sent: list[list[tuple[int, int, bytes]]] = [[], [], []]
+
+    def recording(i: int, gen):  # type: ignore[no-untyped-def]
+        incoming = None
+        while True:
+            try:
+                rnd: Round = gen.send(incoming)
+            except StopIteration as stop:
+                return stop.value
+            sent[i].append((rnd.batch, rnd.number, rnd.payload))
+            incoming = yield rnd
+
+    outcomes = drive([recording(i, cp.run()) for i, cp in enumerate(cps)])
+    return outcomes, sent
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_compute_party_threads_send_the_same_rounds(split_everything, p):
+    params, shares = _inputs(p, 40 + p)
+    keys = run_keys()
+    base, base_sent = _run(params, shares, keys, 1)
+    assert base[0].stats.batches > 1 and base[0].classification.matches > 0
+    for workers in (2, 3):
+        got, got_sent = _run(params, shares, keys, workers)
+        assert got_sent == base_sent
+        for a, b in zip(base, got, strict=True):
+            assert np.array_equal(a.classification.candidates, b.classification.candidates)
+            assert np.array_equal(a.classification.similarities, b.classification.similarities)
+            assert a.stats.and_gates == b.stats.and_gates and a.stats.rounds == b.stats.rounds
+
+
+@pytest.mark.parametrize("p", [3, 4])
+@pytest.mark.parametrize("s_t", [0.0, 0.75, 1.0])
+def test_threaded_run_equals_oracle(split_everything, p, s_t, monkeypatch):
+    rng = np.random.default_rng(7 * p)
+    l_bits = 14 * p
+    tables = linked_tables(rng, p, 24, l_bits, shared=10, blocks=6, flip=0.03)
+    import party.mpc.driver as driver
+
+    real = driver.ComputeParty
+
+    def threaded(*args, **kwargs):  # type: ignore[no-untyped-def]
+        kwargs["workers"] = 3
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(driver, "ComputeParty", threaded)
+    check_equal(tables, mpc_params(p, l_bits, s_t), batch_sets=64)
+
+
+@pytest.mark.parametrize("workers", [0, -1, True, 1.5])
+def test_bad_workers_are_refused(workers):
+    params, _ = _inputs(3, 1)
+    with pytest.raises(MpcError, match="workers must be a positive integer"):
+        ComputeParty(0, params, run_keys()[0], workers=workers)
