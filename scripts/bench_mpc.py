@@ -22,6 +22,14 @@ thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures t
 
     .venv/bin/python scripts/bench_mpc.py --skip gates,bytes,segments --any-records 20000
 
+5. Every core: the circuit of the three compute parties with 1 and ``--threads`` threads per
+   compute party (``ComputeParty(workers=...)``), on the same input shares and keys, interleaved
+   1, N, 1, N, best of two each: whole circuit seconds (candidate enumeration, gate layers,
+   classification) and the gate layers alone (``MpcStats.gate_seconds``), the speedups, and the
+   check that both classifications are identical (generated people, ``--threads-schema``):
+
+    .venv/bin/python scripts/bench_mpc.py --skip gates,bytes,segments,any --threads-records 200000
+
 ``--networked`` instead (the transport half): the same generated data set linked by real node
 processes on loopback with mutual TLS (party/synthetic/network_sim.py), once in mode segments (the
 reference: its default s_m, or ``--segments-s-m``) and once in mode mpc3. Prints the time ratio
@@ -286,6 +294,65 @@ def bench_any(records: int, parties: int) -> None:
     )
 
 
+def bench_threads(records: int, parties: int, schema: Path | None, workers: int) -> None:
+    """The three compute parties' circuit with 1 and ``workers`` threads each, same inputs/keys."""
+    from party.mpc.compute import ComputeParty
+    from party.mpc.driver import drive
+    from party.mpc.inputs import input_shares
+    from party.protocol.blocks import common_blocks
+    from party.protocol.engine import PartyEngine
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SimulationConfig(
+            parties=parties, records=records, seed=3, schema_path=schema, out_dir=Path(tmp)
+        )
+        enc = prepare_encoded(cfg)
+    names = tuple(f"p{j}" for j in range(parties))
+    l_bits = enc.tables[0].filter_bits
+    params = ProtocolParameters(
+        names, l_bits, 0.8, 0.0, True, mode="mpc3", memory_budget_bytes=2**32
+    )
+    engines = [PartyEngine(i, params, enc.tables[i]) for i in range(parties)]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    shares = [s for e in engines for s in input_shares(e)]
+    keys = run_keys()
+    seconds: dict[int, list[float]] = {}
+    gates: dict[int, list[float]] = {}
+    outcomes = {}
+    console.print(f"threads: {records:,} records per party, P = {parties}; {_load()}")
+    for w in (1, workers, 1, workers):
+        cps = [ComputeParty(i, params, keys[i], workers=w) for i in range(3)]
+        for sh in shares:
+            cps[sh.target].receive_input(sh)
+        t0 = time.perf_counter()
+        out = drive([cp.run() for cp in cps])
+        seconds.setdefault(w, []).append(time.perf_counter() - t0)
+        gates.setdefault(w, []).append(sum(o.stats.gate_seconds for o in out))
+        outcomes[w] = out[0]
+    one, many = outcomes[1], outcomes[workers]
+    same = np.array_equal(
+        one.classification.candidates, many.classification.candidates
+    ) and np.array_equal(one.classification.similarities, many.classification.similarities)
+    sets = one.stats.candidate_sets
+    t1, tw = min(seconds[1]), min(seconds[workers])
+    g1, gw = min(gates[1]), min(gates[workers])
+    table = Table(
+        title=f"mpc3 circuit of 3 compute parties in one process (take turns), {sets:,} sets, "
+        f"{one.stats.and_gates:,} AND gates per CP"
+    )
+    for col in ("threads per CP", "circuit s (3 CPs)", "of which gate layers s", "sets/s per CP"):
+        table.add_column(col, justify="right")
+    table.add_row("1", f"{t1:.2f}", f"{g1:.2f}", f"{3 * sets / t1:,.0f}")
+    table.add_row(str(workers), f"{tw:.2f}", f"{gw:.2f}", f"{3 * sets / tw:,.0f}")
+    console.print(table)
+    console.print(
+        f"speedup 1 -> {workers} threads (best of 2, interleaved): circuit {t1 / tw:.2f}x, gate "
+        f"layers {g1 / gw:.2f}x; identical classification: {same}; {_load()}"
+    )
+
+
 def _sets(run) -> set[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped-def]
     cls = run.classification
     inv = [{int(v): i for i, v in enumerate(ps)} for ps in run.pseudonyms]
@@ -401,7 +468,17 @@ def main() -> None:
     ap.add_argument("--bytes-parties", default="3,5,7", help="P values of part 2")
     ap.add_argument("--any-records", type=int, default=20000, help="records per party (part 4)")
     ap.add_argument(
-        "--skip", default="", help="comma list of parts to skip: gates,bytes,segments,any"
+        "--skip",
+        default="",
+        help="comma list of parts to skip: gates,bytes,segments,any,threads",
+    )
+    ap.add_argument("--threads", type=int, default=2, help="threads per CP in part 5")
+    ap.add_argument("--threads-records", type=int, default=50000, help="records per party, part 5")
+    ap.add_argument(
+        "--threads-schema",
+        type=Path,
+        default=Path("party/synthetic/data/schema_large.json"),
+        help="linkage schema of part 5",
     )
     net = ap.add_argument_group(
         "networked (--networked): mpc3 vs segments over real node processes"
@@ -434,6 +511,8 @@ def main() -> None:
         bench_vs_segments(args.records, args.parties)
     if "any" not in skip:
         bench_any(args.any_records, args.parties)
+    if "threads" not in skip:
+        bench_threads(args.threads_records, args.parties, args.threads_schema, args.threads)
     console.print(
         f"load: {subprocess.run(['uptime'], capture_output=True, text=True).stdout.strip()}"
     )

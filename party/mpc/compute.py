@@ -77,7 +77,8 @@ def batch_bytes_per_set(parties: int, filter_bits: int) -> int:
 
 @dataclass(frozen=True)
 class MpcStats:
-    """What one compute party did: sets, batches, rounds, AND gates (lanes), bytes, seconds."""
+    """What one compute party did: sets, batches, rounds, AND gates (lanes), bytes, seconds
+    (``gate_seconds``: of those, computing the circuit's layers, not waiting for rounds)."""
 
     candidate_sets: int
     batches: int
@@ -86,6 +87,7 @@ class MpcStats:
     bytes_sent: int
     bytes_received: int
     seconds: float
+    gate_seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -236,6 +238,7 @@ class ComputeParty:
             bytes_sent=g.bytes_sent,
             bytes_received=g.bytes_received,
             seconds=time.perf_counter() - t0,
+            gate_seconds=g.busy_seconds,
         )
 
     # ----------------------------------------------------------------- one batch

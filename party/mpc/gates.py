@@ -26,6 +26,7 @@ bit k is p_k ^ G_{k-1}. Columns at or above ``width`` are dropped (arithmetic mo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
@@ -73,15 +74,20 @@ class Gates:
         self.and_words = 0
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.busy_seconds = 0.0  # computing between rounds (not waiting for a payload)
+        self._resumed = time.perf_counter()
 
     def start_batch(self, batch: int) -> None:
         self.batch = batch
         self.number = 0
+        self._resumed = time.perf_counter()
 
     def _exchange(self, payload: np.ndarray) -> Generator[Round, bytes, np.ndarray]:
         """Send ``payload`` (C-contiguous uint64), receive the same shape from the other side."""
         data = payload.tobytes()
+        self.busy_seconds += time.perf_counter() - self._resumed
         incoming = yield Round(self.batch, self.number, data)
+        self._resumed = time.perf_counter()
         if not isinstance(incoming, bytes | bytearray | memoryview) or len(incoming) != len(data):
             got = len(incoming) if isinstance(incoming, bytes | bytearray | memoryview) else None
             raise MpcError(

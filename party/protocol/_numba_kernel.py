@@ -163,3 +163,26 @@ def intersect_sorted_rows(a, b):  # type: ignore[no-untyped-def]
         else:
             j += 1
     return ia[:k], ib[:k]
+
+
+@_jit
+def greedy_keep_dense(ids, slots):  # type: ignore[no-untyped-def]
+    """Greedy one-to-one over rows of dense record ids (m, P) int64 already in visiting order
+    (column j's ids offset so that no two columns share one; ``slots`` > every id): positions of
+    the rows kept, i.e. those none of whose ids is in a row kept before (``classify.greedy_keep``)."""
+    m, p = ids.shape
+    used = np.zeros(slots, dtype=np.bool_)
+    kept = np.empty(m, dtype=np.int64)
+    k = 0
+    for i in range(m):
+        free = True
+        for j in range(p):
+            if used[ids[i, j]]:
+                free = False
+                break
+        if free:
+            for j in range(p):
+                used[ids[i, j]] = True
+            kept[k] = i
+            k += 1
+    return kept[:k]

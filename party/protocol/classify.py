@@ -40,9 +40,21 @@ def greedy_one_to_one(candidates: np.ndarray, similarity: np.ndarray) -> np.ndar
     if m == 0:
         return np.zeros(0, dtype=np.int64)
     order = np.lexsort((*candidates.T[::-1], -similarity))
-    used: list[set[int]] = [set() for _ in range(parties)]
-    kept = greedy_keep(candidates[order].tolist(), used)
-    return np.sort(order[np.array(kept, dtype=np.int64)])
+    try:
+        from party.protocol._numba_kernel import greedy_keep_dense
+    except ImportError:  # pragma: no cover - numba is a dependency; the plain loop is the fallback
+        used: list[set[int]] = [set() for _ in range(parties)]
+        kept = greedy_keep(candidates[order].tolist(), used)
+        return np.sort(order[np.array(kept, dtype=np.int64)])
+    # the same greedy loop, compiled, on dense ids: column j's distinct records numbered from
+    # offset_j (np.unique's inverse), so "record already used" is one array lookup
+    ids = np.empty((m, parties), dtype=np.int64)
+    offset = 0
+    for j in range(parties):
+        uniq, inverse = np.unique(candidates[order, j], return_inverse=True)
+        ids[:, j] = inverse.reshape(-1) + offset
+        offset += uniq.size
+    return np.sort(order[greedy_keep_dense(ids, offset)])
 
 
 def greedy_keep(rows: Iterable[Sequence[int]], used: list[set[int]]) -> list[int]:
