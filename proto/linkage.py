@@ -177,7 +177,7 @@ def parameters_from_mapping(
         problems.append("compute_parties must be a list of non-empty names")
         compute = []
     problems.extend(compute_party_problems(mode, list(parties), compute))
-    target, min_parties, solver = _target_fields(obj, mode, len(parties), problems)
+    target, min_parties, solver = _target_fields(obj, len(parties), problems)
     if problems:
         raise ParametersFormatError(source, problems)
     return common_pb2.LinkageParameters(
@@ -197,7 +197,7 @@ def parameters_from_mapping(
 
 
 def _target_fields(
-    obj: Mapping[str, Any], mode: str, parties: int, problems: list[str]
+    obj: Mapping[str, Any], parties: int, problems: list[str]
 ) -> tuple[str, int, str]:
     """(target, min_parties, solver) of a parameters object; appends problems naming each key."""
     target = obj.get("target", "all")
@@ -210,8 +210,6 @@ def _target_fields(
         if m is not None or solver is not None:
             problems.append("min_parties and solver are only used with target 'any'")
         return "all", 0, ""
-    if mode != "segments":
-        problems.append(f"target 'any' is only supported in mode 'segments', not {mode!r}")
     m = 2 if m is None else m
     if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= max(parties, 2):
         problems.append(f"min_parties must be an integer in 2..P={parties}")

@@ -17,6 +17,10 @@ Message order of one mpc3 run at node N (docs/protocol.md, "Mode mpc3"):
    round of the same (batch, number) from (i+1) mod 3 comes back through the RoundInbox.
 5. Compute party 0 sends each data party j its results (DeliverResults, source 0): linkage ids,
    similarities and party j's own pseudonyms of the matched sets. Data parties write matches.csv.
+   Target any (docs/protocol.md, section 15.1): the compute parties run the pairwise circuit
+   (party.mpc.pairs) on the records in blocks of two or more parties (the data parties' PairEngine
+   picks them); compute party 0 solves the groups from the matched pairs and sends each data party,
+   per group it is in, the group columns of mode segments (GroupResults, ``groups`` set).
 
 Stages reported: exchanging (steps 1-3), comparing (the circuit; compute parties report batches
 done), summing (results). A helper compute node (P = 2) holds no data and does steps 3-5 only.
@@ -213,7 +217,7 @@ async def execute(
     enter(S.STAGE_SUMMING)
     if st.cp_index == 0:
         assert outcome is not None
-        return await _deliver_results(node, run, outcome.classification)
+        return await _deliver_results(node, run, await asyncio.to_thread(_results_of, run, outcome))
     if not data_party:
         return None
     what = f"results from {st.compute_names[0]}"
@@ -391,31 +395,44 @@ def _step(gen: Any, incoming: bytes | None) -> tuple[bool, Any]:
         return True, stop.value
 
 
-async def _deliver_results(node: PartyNode, run: Run, classification: Any) -> Any:
+def _results_of(run: Run, outcome: Any) -> list[Any]:
+    """Compute party 0: every data party's results, by party index (PartyResults of the matched
+    sets; target any: GroupResults of the groups solved from the matched pairs)."""
+    from party.protocol.classify import PartyResults
+    from party.protocol.pair_engine import group_result_rows, group_results
+    from party.protocol.solver import solve_groups
+
+    p = run.params
+    if p.target == "any":
+        groups = solve_groups(outcome.matched_pairs, p.min_parties, p.solver)
+        rows = group_result_rows(groups, p.party_count)
+        return [group_results(rows[j], j) for j in range(p.party_count)]
+    cls = outcome.classification
+    lids = np.asarray(cls.linkage_ids, dtype=np.uint64)
+    sims = np.asarray(cls.similarities, dtype=np.float64)
+    return [
+        PartyResults(j, lids, sims, np.ascontiguousarray(cls.candidates[:, j], dtype=np.uint64))
+        for j in range(p.party_count)
+    ]
+
+
+async def _deliver_results(node: PartyNode, run: Run, results: list[Any]) -> Any:
     """Compute party 0: each data party its results; returns this node's own as PartyResults
     chunks (None at a helper)."""
     from party.node import wire
-    from party.protocol.classify import PartyResults
 
     own = None
     sends = []
-    lids = np.asarray(classification.linkage_ids, dtype=np.uint64)
-    sims = np.asarray(classification.similarities, dtype=np.float64)
+    groups = run.params.target == "any"
     for j, name in enumerate(run.parties):
-        pseudonyms = np.ascontiguousarray(classification.candidates[:, j], dtype=np.uint64)
+        mine = results[j]
         if name == node.config.name:
-            own = [PartyResults(j, lids, sims, pseudonyms)]
+            own = [mine]
             continue
-        sends.append(
-            node._send(
-                run,
-                name,
-                "results",
-                "summing",
-                "DeliverResults",
-                wire.results_to_chunks(run.ref, 0, j, lids, sims, pseudonyms),
-            )
+        chunks = wire.results_stream_to_chunks(
+            run.ref, 0, j, int(mine.pseudonyms.shape[0]), [wire.result_columns(mine)], groups
         )
+        sends.append(node._send(run, name, "results", "summing", "DeliverResults", chunks))
     await asyncio.gather(*sends)
     return own
 

@@ -178,11 +178,6 @@ def protocol_parameters(
         )
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
-    if params.target == "any" and params.mode == "mpc3":
-        raise InvalidParameters(
-            "parameters: target 'any' in mode 'mpc3' is not supported by this party's network "
-            "path yet (mode 'segments' is)"
-        )
     return schema, params
 
 

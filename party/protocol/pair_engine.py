@@ -28,7 +28,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,7 +49,7 @@ from party.protocol.kernel import DEFAULT_KERNEL
 from party.protocol.pairwise import PairPlan, segment_pair_counts
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
-from party.protocol.solver import solve_groups
+from party.protocol.solver import Group, solve_groups
 from party.protocol.spill import LocalGauge, MemoryGauge, RowStore
 
 logger = logging.getLogger(__name__)
@@ -85,6 +85,41 @@ def party_mask(parties: Iterable[int]) -> int:
 def mask_parties(mask: int, parties: int) -> tuple[int, ...]:
     """The party indices of a bit mask, increasing."""
     return tuple(q for q in range(parties) if mask >> q & 1)
+
+
+def group_result_rows(groups: Sequence[Group], parties: int) -> list[np.ndarray]:
+    """Per party q, the result rows of the groups it is in, in linkage-id order: (k_q, 5) uint64
+    columns linkage id (the group's number), similarity (float64 bits), q's member pseudonym,
+    group size, party bit mask. Also used by mode mpc3's compute party 0 (party/node/mpc3.py)."""
+    per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
+    for gid, g in enumerate(groups):
+        mask = party_mask(g.parties)
+        for q, key in g.members:
+            per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+    out = []
+    for rows in per_party:
+        table = np.zeros((len(rows), 5), dtype=np.uint64)
+        if rows:
+            gid_, sim_, key_, size_, mask_ = zip(*rows, strict=True)
+            table[:, 0] = gid_
+            table[:, 1] = np.array(sim_, dtype=np.float64).view(np.uint64)
+            table[:, 2] = np.array(key_, dtype=np.uint64)
+            table[:, 3] = size_
+            table[:, 4] = np.array(mask_, dtype=np.uint64)
+        out.append(table)
+    return out
+
+
+def group_results(rows: np.ndarray, party: int) -> GroupResults:
+    """GroupResults of party ``party`` from its result rows (``group_result_rows`` columns)."""
+    return GroupResults(
+        party=party,
+        linkage_ids=rows[:, 0].copy(),
+        similarities=rows[:, 1].view(np.float64).copy(),
+        pseudonyms=rows[:, 2].copy(),
+        group_sizes=rows[:, 3].copy(),
+        group_parties=rows[:, 4].copy(),
+    )
 
 
 class PairEngine(PartyEngine):
@@ -243,29 +278,14 @@ class PairEngine(PartyEngine):
             groups = solve_groups(
                 self._matched_pairs(), self.params.min_parties, self.params.solver
             )
-            per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(p)]
-            for gid, g in enumerate(groups):
-                mask = party_mask(g.parties)
-                for q, key in g.members:
-                    per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+            per_party = group_result_rows(groups, p)
         finally:
             solver_gauge.release(need)
         self._group_rows = []
         for q in range(p):
             store = self._store(self.RESULT_COLUMNS, f"groups-{q}")
-            if per_party[q]:
-                gid_, sim_, key_, size_, mask_ = zip(*per_party[q], strict=True)
-                store.append(
-                    np.column_stack(
-                        [
-                            np.array(gid_, dtype=np.uint64),
-                            np.array(sim_, dtype=np.float64).view(np.uint64),
-                            np.array(key_, dtype=np.uint64),
-                            np.array(size_, dtype=np.uint64),
-                            np.array(mask_, dtype=np.uint64),
-                        ]
-                    )
-                )
+            if per_party[q].shape[0]:
+                store.append(per_party[q])
             self._group_rows.append(store.finish())
         self.group_count = len(groups)
         logger.info(
@@ -314,14 +334,7 @@ class PairEngine(PartyEngine):
             yield self._results_of(np.zeros((0, self.RESULT_COLUMNS), np.uint64), party)
 
     def _results_of(self, rows: np.ndarray, party: int | None = None) -> GroupResults:
-        return GroupResults(
-            party=self.index if party is None else party,
-            linkage_ids=rows[:, 0].copy(),
-            similarities=rows[:, 1].view(np.float64).copy(),
-            pseudonyms=rows[:, 2].copy(),
-            group_sizes=rows[:, 3].copy(),
-            group_parties=rows[:, 4].copy(),
-        )
+        return group_results(rows, self.index if party is None else party)
 
     def _result_columns(self, results: PartyResults) -> np.ndarray:
         assert isinstance(results, GroupResults)

@@ -127,8 +127,8 @@ def test_four_parties_min_three_majority_equals_the_oracle(
 
 
 async def test_propose_refuses_bad_target_parameters(cluster3: Cluster) -> None:
-    """m outside 2..P, an unknown target, an unknown solver, and target any in mode mpc3 (not
-    supported yet): INVALID_ARGUMENT at Propose naming the field; the run is never created."""
+    """m outside 2..P, an unknown target, an unknown solver: INVALID_ARGUMENT at Propose naming the
+    field; the run is never created."""
     security = cluster3.security("coordinator")
     node = cluster3.nodes["party-b"]
     base = linkage.load_parameters(parameters(cluster3, name="p-any-bad.json"))
@@ -140,7 +140,6 @@ async def test_propose_refuses_bad_target_parameters(cluster3: Cluster) -> None:
         (dict(target="any", min_parties=1), "min_parties"),
         (dict(target="some"), "target"),
         (dict(target="any", solver="hungarian"), "solver"),
-        (dict(target="any", mode="mpc3", segment_threshold=0.0), "mpc3"),
     ]
     channel = security.channel(node.address, "party-b", ["pprl.v1.Party"])
     stub = PartyStub(channel)

@@ -53,7 +53,6 @@ def test_target_all_digest_is_unchanged_and_any_is_covered_with_resolved_default
         (dict(target="any", min_parties=5), "min_parties must be an integer in 2..P=4"),
         (dict(target="any", solver="hungarian"), "solver must be one of"),
         (dict(min_parties=2), "only used with target 'any'"),
-        (dict(target="any", mode="mpc3"), "only supported in mode 'segments'"),
     ],
 )
 def test_bad_target_in_a_parameters_file_is_named(changes: dict[str, Any], words: str) -> None:
@@ -73,10 +72,9 @@ def test_node_checks_a_target_message_it_did_not_build_itself() -> None:
     msg.solver, msg.target = "", "some"
     with pytest.raises(InvalidParameters, match="target"):
         protocol_parameters(msg)
-    # target any runs in mode segments; mode mpc3 refuses it (until its pairwise circuits exist)
+    # target any runs in mode segments
     msg.target = "any"
     assert protocol_parameters(msg)[1].target == "any"
-    msg.mode = "mpc3"
-    with pytest.raises(InvalidParameters, match="target 'any' in mode 'mpc3' is not supported"):
-        protocol_parameters(msg)
+    msg.mode, msg.segment_threshold = "mpc3", 0.0  # and in mode mpc3 (party.mpc.pairs)
+    assert protocol_parameters(msg)[1].mode == "mpc3"
     assert protocol_parameters(linkage.parameters_from_mapping(params()))[1].target == "all"
