@@ -72,7 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         choices=["all", "any"],
         default="all",
-        help="all: sets at every party; any: groups at --min-parties..P parties (mode segments; "
+        help="all: sets at every party; any: groups at --min-parties..P parties (both modes; "
         "generated data then has entities at random subsets of the parties)",
     )
     ap.add_argument("--min-parties", type=int, default=2, help="target any: smallest group m")
@@ -214,9 +214,6 @@ def _mib(n: int | None) -> str:
 def run_target_any(console: Console, cfg: SimulationConfig, args: argparse.Namespace) -> int:
     """Target any: networked (or in-process) run, matches.csv with group columns, pairwise and
     exact-group scores, and at s_m = 0 whether the groups equal the plaintext oracle's."""
-    if args.mode != "segments":
-        console.print("simulate: error: --target any runs in mode segments only (mpc3: not yet)")
-        return 2
     t0 = time.perf_counter()
     target = AnyTarget(args.min_parties, args.solver, args.single)
     try:

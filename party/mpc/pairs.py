@@ -1,8 +1,8 @@
 """Target "any" in mode mpc3: the pairwise circuit over every two data parties' candidate pairs (pure).
 
 The data parties' steps are mode mpc3's (``party.mpc.inputs``) with two differences: the blocks are
-those present at two or more parties (``party.protocol.blocks.shared_blocks``: a party shares every
-record that can form a pair), and the count terms are those of the pair test (``threshold_test(2,
+those present at two or more parties (``PairEngine.common_of``: a party shares every record that
+can form a pair), and the count terms are those of the pair test (``threshold_test(2,
 l, s_t)``, offset at every party: ``party.mpc.threshold``).
 
 A ``PairComputeParty`` enumerates, for every pair of data parties (a, b), a < b in that order, the
@@ -35,10 +35,9 @@ from party.mpc.errors import MpcCancelled, MpcError
 from party.mpc.gates import Round
 from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
-from party.protocol.blocks import shared_blocks
 from party.protocol.classify import dice
-from party.protocol.engine import PartyEngine
-from party.protocol.errors import ProtocolError
+from party.protocol.errors import MemoryBudgetError, ProtocolError
+from party.protocol.pair_engine import SOLVER_BYTES_PER_PAIR, PairEngine
 from party.protocol.pairwise import pair_candidates
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
@@ -121,6 +120,12 @@ class PairComputeParty(ComputeParty):
                         "a matched pair has Dice below s_t: the computation is inconsistent"
                     )
                 found = part[hit]
+                if SOLVER_BYTES_PER_PAIR * (len(matched) + found.shape[0]) > self.budget // 2:
+                    raise MemoryBudgetError(
+                        f"compute party {self.index}: more than {len(matched)} matched pairs: "
+                        "holding and solving them needs more than half of memory_budget_bytes="
+                        f"{self.budget}; raise the budget (or s_t)"
+                    )
                 matched.extend(
                     (a, ka, b, kb, s)
                     for ka, kb, s in zip(
@@ -169,9 +174,9 @@ def run_mpc3_any_in_process(
     if len(tables) != p:
         raise ProtocolError(f"{len(tables)} tables for {p} parties")
     steps: dict[str, float] = {}
-    engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
+    engines = [PairEngine(i, params, tables[i]) for i in range(p)]
     try:
-        shared = shared_blocks([e.block_digests() for e in engines])
+        shared = engines[0].common_of([e.block_digests() for e in engines])
         for e in engines:
             e.set_common_blocks(shared)
         cps: list[object] = [

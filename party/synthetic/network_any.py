@@ -3,7 +3,7 @@
 ``run_any_networked(cfg, target)`` generates entities at random subsets of the parties (or loads
 ``cfg.data_dir``) like the in-process simulation (``party.synthetic.simulation_any``), starts a
 coordinator and P party nodes on loopback (``party.synthetic.network_sim.run_on_cluster``), runs
-one linkage of target any in mode segments, reads every party's matches.csv, scores the groups
+one linkage of target any (mode segments or mpc3), reads every party's matches.csv, scores the groups
 (pairwise and exact-group P/R/F1) and, with s_m = 0, no cap and ``reference``, checks them against
 the independent plaintext oracle (``party.protocol.oracle_any``). Output folder as the in-process
 simulation (``results/party-<i>/matches.csv``, ``summary.json``) plus ``network/`` (node logs).
@@ -29,6 +29,7 @@ from party.synthetic.network_sim import parameters_object, run_on_cluster
 from party.synthetic.simulation import (
     Progress,
     SimulationConfig,
+    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
@@ -104,6 +105,8 @@ def run_any_networked(
         target="any",
         min_parties=target.min_parties,
         solver=target.solver,
+        mode=cfg.mode,
+        compute_parties=compute_parties(cfg),
     )
     t0 = time.perf_counter()
     paths, truth, id_column = any_data(cfg, target)

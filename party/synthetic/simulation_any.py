@@ -2,9 +2,9 @@
 
 ``run_any_simulation(cfg, ...)`` generates entities at random subsets of the parties
 (``party.synthetic.subsets``; ``single`` = share at one party only) or loads ``cfg.data_dir``,
-encodes them with the simulation schema, runs the segment-mode protocol of target any in-process,
-writes each party's matches.csv with the columns of MATCHES_ANY_HEADER, and scores the groups
-(pairwise and exact-group P/R/F1). With s_m = 0 it also checks the groups against the independent
+encodes them with the simulation schema, runs the protocol of target any in-process (segments,
+or mpc3: ``party.mpc.pairs``), writes each party's matches.csv with the columns of
+MATCHES_ANY_HEADER, and scores the groups (pairwise and exact-group P/R/F1). With s_m = 0 it also checks the groups against the independent
 plaintext oracle (``party.protocol.oracle_any``) and reports whether they are equal.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from party.protocol.any_driver import GroupRow, run_any_in_process
+from party.protocol.any_driver import AnyRun, GroupRow, run_any_in_process
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
 from party.synthetic.external import load_folder
@@ -25,6 +25,7 @@ from party.synthetic.generator import write_dataset
 from party.synthetic.metrics_any import AnyQuality, evaluate_groups
 from party.synthetic.simulation import (
     SimulationConfig,
+    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
@@ -103,9 +104,17 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
         target="any",
         min_parties=target.min_parties,
         solver=target.solver,
+        mode=cfg.mode,
+        compute_parties=compute_parties(cfg),
     )
     t0 = time.perf_counter()
-    run = run_any_in_process(tables, params)
+    run: AnyRun
+    if params.mode == "mpc3":
+        from party.mpc.pairs import run_mpc3_any_in_process
+
+        run = run_mpc3_any_in_process(tables, params)
+    else:
+        run = run_any_in_process(tables, params)
     seconds["protocol"] = time.perf_counter() - t0
     for p, rows in enumerate(run.matches):
         write_any_matches_csv(matches_path(cfg.out_dir, p), rows)

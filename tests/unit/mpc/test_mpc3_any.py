@@ -219,3 +219,14 @@ def test_compute_party_class_follows_the_target() -> None:
 
     assert compute_party_class(any_params(3, 60, 0.8)) is PairComputeParty
     assert compute_party_class(any_params(3, 60, 0.8, target="all")) is ComputeParty
+
+
+def test_matched_pairs_beyond_the_memory_budget_are_refused() -> None:
+    """The candidate pairs and a batch fit 1 MiB, but holding every pair as matched (s_t = 0) for
+    the solver does not: MemoryBudgetError naming the matched pairs, not an out-of-memory."""
+    from party.protocol.errors import MemoryBudgetError
+
+    tables = subset_tables(1, 3, 150, 0.06)
+    prm = any_params(3, tables[0].filter_bits, 0.0, memory_budget_bytes=2**20)
+    with pytest.raises(MemoryBudgetError, match="matched pairs"):
+        run_mpc3_any_in_process(tables, prm, batch_sets=64)
