@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from party.synthetic.cluster import Cluster
-from proto import common_pb2
+from proto import common_pb2, coordinator_pb2
 from tests.integration.conftest import run_and_wait
 from tests.integration.test_any_target import (
     any_parameters,
@@ -22,7 +22,7 @@ from tests.integration.test_any_target import (
 S = common_pb2.Stage
 
 
-def _check_compute_parties(status: common_pb2.RunStatus, compute: list[str]) -> None:
+def _check_compute_parties(status: coordinator_pb2.RunStatus, compute: list[str]) -> None:
     summaries = {s.party: s for s in status.summaries}
     for name in compute:
         s = summaries[name]
