@@ -4,9 +4,10 @@
 Generates one data set (``party.synthetic.generator.generate``: people with many distinct names and
 addresses, the share ``--overlap`` at every party), then runs two networked linkages on the same
 CSVs, schema, secret and thresholds, each with fresh party processes (mutual TLS, loopback): mode
-segments with target "all", then target "any" (``--min-parties``, ``--solver``). Prints each run's
-wall time (start of the run to done, as the coordinator reports it), the nodes' stage seconds (max
-over parties), candidate sets / pairs, matches, and the ratio any / all. Writes ``bench.json``.
+segments (or ``--mode mpc3``) with target "all", then target "any" (``--min-parties``,
+``--solver``). Prints each run's wall time (start of the run to done, as the coordinator reports
+it), the nodes' stage seconds (max over parties), candidate sets / pairs, matches, in mode mpc3 the
+round bytes a compute party sent per candidate, and the ratio any / all. Writes ``bench.json``.
 
 Example: python scripts/bench_any_net.py --records 100000 --schema party/synthetic/data/schema_large.json
 """
@@ -44,6 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--min-parties", type=int, default=2)
     ap.add_argument("--solver", choices=list(SOLVERS), default=SOLVERS[0])
     ap.add_argument("--memory-budget-mib", type=int, default=1024)
+    ap.add_argument(
+        "--mode", choices=["segments", "mpc3"], default="segments", help="both runs in this mode"
+    )
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--out", type=Path, default=Path("results/bench/any-net"))
     return ap
@@ -75,6 +79,11 @@ def one_run(
         "matches_rows": {s.party: int(s.matches) for s in final.summaries},
         "peak_rss_mib": max(int(s.peak_rss_bytes) for s in final.summaries) / 2**20,
         "bytes_sent_mib": max(int(s.bytes_sent) for s in final.summaries) / 2**20,
+        # mode mpc3: round payload bytes a compute party sent per candidate set / pair
+        "round_bytes_per_candidate": max(
+            (s.mpc_round_bytes / s.candidate_sets for s in final.summaries if s.candidate_sets),
+            default=0.0,
+        ),
     }
 
 
@@ -105,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                 schema_path=args.schema,
                 out_dir=out / target,
                 memory_budget_mib=args.memory_budget_mib,
+                mode=args.mode,
             )
             extra: dict[str, Any] = {}
             if target == "any":
