@@ -41,18 +41,47 @@ from party.protocol.pair_engine import SOLVER_BYTES_PER_PAIR, PairEngine
 from party.protocol.pairwise import pair_candidates
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
-from party.protocol.solver import solve_groups
+from party.protocol.solver import Group, solve_groups
 
 MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
+
+
+#: Bytes a compute party holds per matched pair until the run ends (4 uint64 + 1 float64).
+MATCHED_PAIR_BYTES = 40
 
 
 @dataclass(frozen=True)
 class PairOutcome:
     """Matched pairs (identical at the three CPs, by party pair, then pseudonyms) and this CP's
-    statistics."""
+    statistics: ``ends`` (k, 4) uint64 rows (party a, pseudonym, party b, pseudonym), a < b, and
+    their Dice ``similarities`` (k,) float64."""
 
-    matched_pairs: list[MatchedPair]
+    ends: np.ndarray
+    similarities: np.ndarray
     stats: MpcStats
+
+    def pairs(self) -> list[MatchedPair]:
+        """The matched pairs as the solver's (party a, pseudonym, party b, pseudonym, Dice)."""
+        return [
+            (a, ka, b, kb, s)
+            for (a, ka, b, kb), s in zip(
+                self.ends.tolist(), self.similarities.tolist(), strict=True
+            )
+        ]
+
+
+def solve_pair_groups(outcome: PairOutcome, params: ProtocolParameters) -> list[Group]:
+    """The groups of a run's matched pairs (at the compute party that delivers the results);
+    MemoryBudgetError, before solving, when the solver's working set exceeds half the budget
+    (``SOLVER_BYTES_PER_PAIR``, as at the segment mode's ring initiator)."""
+    k = int(outcome.ends.shape[0])
+    if SOLVER_BYTES_PER_PAIR * k > params.memory_budget_bytes // 2:
+        raise MemoryBudgetError(
+            f"solving the groups of {k} matched pairs needs about "
+            f"{SOLVER_BYTES_PER_PAIR * k // 2**20 + 1} MiB, more than half of the memory budget: "
+            "raise the party's memory_budget_mib (or s_t)"
+        )
+    return solve_groups(outcome.pairs(), params.min_parties, params.solver)
 
 
 class PairComputeParty(ComputeParty):
@@ -101,8 +130,9 @@ class PairComputeParty(ComputeParty):
             self._check_budget(held, sum(r.shape[0] for _, _, r in work) + rows.shape[0])
             work.append((a, b, rows))
         total = sum(int(r.shape[0]) for _, _, r in work)
-        matched: list[MatchedPair] = []
-        batch = done = 0
+        ends: list[np.ndarray] = []
+        sims: list[np.ndarray] = []
+        matched = batch = done = 0
         if progress is not None:
             progress(0, total)
         while work:
@@ -120,26 +150,28 @@ class PairComputeParty(ComputeParty):
                         "a matched pair has Dice below s_t: the computation is inconsistent"
                     )
                 found = part[hit]
-                if SOLVER_BYTES_PER_PAIR * (len(matched) + found.shape[0]) > self.budget // 2:
+                matched += int(found.shape[0])
+                if held + MATCHED_PAIR_BYTES * matched > self.budget:
                     raise MemoryBudgetError(
-                        f"compute party {self.index}: more than {len(matched)} matched pairs: "
-                        "holding and solving them needs more than half of memory_budget_bytes="
-                        f"{self.budget}; raise the budget (or s_t)"
+                        f"compute party {self.index}: the candidate pairs and more than "
+                        f"{matched} matched pairs exceed memory_budget_bytes={self.budget}; raise "
+                        "the budget (or s_t)"
                     )
-                matched.extend(
-                    (a, ka, b, kb, s)
-                    for ka, kb, s in zip(
-                        keys_a[found[:, 0]].tolist(),
-                        keys_b[found[:, 1]].tolist(),
-                        similarity.tolist(),
-                        strict=True,
-                    )
-                )
+                rows_out = np.empty((found.shape[0], 4), dtype=np.uint64)
+                rows_out[:, 0], rows_out[:, 2] = a, b
+                rows_out[:, 1] = keys_a[found[:, 0]]
+                rows_out[:, 3] = keys_b[found[:, 1]]
+                ends.append(rows_out)
+                sims.append(similarity)
                 batch += 1
                 done += int(part.shape[0])
                 if progress is not None:
                     progress(done, total)
-        return PairOutcome(matched, self._stats(total, batch, t0))
+        return PairOutcome(
+            np.concatenate(ends) if ends else np.zeros((0, 4), dtype=np.uint64),
+            np.concatenate(sims) if sims else np.zeros(0, dtype=np.float64),
+            self._stats(total, batch, t0),
+        )
 
 
 def compute_party_class(params: ProtocolParameters) -> type[ComputeParty]:
@@ -191,21 +223,28 @@ def run_mpc3_any_in_process(
         for e in engines:
             e.close()
     first = outcomes[0]
-    if any(o.matched_pairs != first.matched_pairs for o in outcomes):
+    if any(
+        not (
+            np.array_equal(o.ends, first.ends)
+            and np.array_equal(o.similarities, first.similarities)
+        )
+        for o in outcomes
+    ):
         raise MpcError("compute parties reached different matched pairs")
     t0 = time.perf_counter()
-    groups = solve_groups(first.matched_pairs, params.min_parties, params.solver)
+    matched = first.pairs()
+    groups = solve_pair_groups(first, params)
     steps["solve"] = time.perf_counter() - t0
     total = first.stats.candidate_sets
     return Mpc3AnyRun(
         matches=group_rows(groups, params, tables, pseudonyms),
         groups=groups,
-        matched_pairs=first.matched_pairs,
+        matched_pairs=matched,
         pseudonyms=pseudonyms,
         stats=AnyRunStats(
             candidate_pairs=total,
             pairs_summed=total,
-            matched_pairs=len(first.matched_pairs),
+            matched_pairs=len(matched),
             groups=len(groups),
         ),
         mpc_stats=[o.stats for o in outcomes],

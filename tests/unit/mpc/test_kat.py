@@ -158,4 +158,4 @@ def test_target_any_count_terms_and_pair_circuit():
     outcomes = drive([_spy(sent[i], cps[i].run()) for i in range(3)])
     assert sent == vec["sent_hex"]
     want = [(*m["pair"], m["dice"]) for m in vec["matched_pairs"]]
-    assert [tuple(m) for m in outcomes[0].matched_pairs] == want
+    assert outcomes[0].pairs() == want

@@ -222,8 +222,8 @@ def test_compute_party_class_follows_the_target() -> None:
 
 
 def test_matched_pairs_beyond_the_memory_budget_are_refused() -> None:
-    """The candidate pairs and a batch fit 1 MiB, but holding every pair as matched (s_t = 0) for
-    the solver does not: MemoryBudgetError naming the matched pairs, not an out-of-memory."""
+    """The candidate pairs and a batch fit 1 MiB, but solving every pair as matched (s_t = 0) does
+    not: MemoryBudgetError naming the matched pairs, not an out-of-memory."""
     from party.protocol.errors import MemoryBudgetError
 
     tables = subset_tables(1, 3, 150, 0.06)
