@@ -25,11 +25,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -45,12 +45,11 @@ from party.protocol.errors import (
     ResultsError,
     RingError,
 )
-from party.protocol.kernel import DEFAULT_KERNEL
 from party.protocol.pairwise import PairPlan, segment_pair_counts
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import Group, solve_groups
-from party.protocol.spill import LocalGauge, MemoryGauge, RowStore
+from party.protocol.spill import LocalGauge, RowStore
 
 logger = logging.getLogger(__name__)
 
@@ -128,33 +127,14 @@ class PairEngine(PartyEngine):
     RESULT_COLUMNS = 5  # linkage id, Dice bits, own pseudonym, group size, party mask
 
     def __init__(
-        self,
-        index: int,
-        params: ProtocolParameters,
-        records: EncodedTable,
-        *,
-        random_bytes: Callable[[int], bytes] = os.urandom,
-        kernel: str = DEFAULT_KERNEL,
-        workers: int = 1,
-        memory: MemoryGauge | None = None,
-        spill_dir: str | os.PathLike[str] | None = None,
-        spill_limit_bytes: int | None = None,
+        self, index: int, params: ProtocolParameters, records: EncodedTable, **options: Any
     ) -> None:
+        """As PartyEngine (``options``: its keyword arguments); ``params.target`` must be any."""
         if not isinstance(params, ProtocolParameters) or params.target != "any":
             raise ProtocolError("PairEngine needs ProtocolParameters with target 'any'")
         if params.party_count > MAX_ANY_PARTIES:
             raise ProtocolError(f"target 'any' supports at most {MAX_ANY_PARTIES} parties")
-        super().__init__(
-            index,
-            dataclasses.replace(params, one_to_one=False),
-            records,
-            random_bytes=random_bytes,
-            kernel=kernel,
-            workers=workers,
-            memory=memory,
-            spill_dir=spill_dir,
-            spill_limit_bytes=spill_limit_bytes,
-        )
+        super().__init__(index, dataclasses.replace(params, one_to_one=False), records, **options)
         self.records_per_row = 2
         self._group_rows: list[
             RowStore

@@ -29,7 +29,6 @@ from party.synthetic.network_sim import parameters_object, run_on_cluster
 from party.synthetic.simulation import (
     Progress,
     SimulationConfig,
-    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
@@ -40,6 +39,7 @@ from party.synthetic.simulation_any import (
     AnySimulationResult,
     AnyTarget,
     any_data,
+    any_parameters,
     write_any_matches_csv,
 )
 
@@ -96,18 +96,7 @@ def run_any_networked(
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     schema, schema_obj, note = load_schema_for(cfg.schema_path, cfg.parties)
-    params = ProtocolParameters(  # validates the settings before any process starts
-        parties=tuple(party_name(i) for i in range(cfg.parties)),
-        filter_bits=schema.output_bits,
-        match_threshold=cfg.match_threshold,
-        segment_threshold=cfg.s_m,
-        max_block_size=cfg.max_block_size,
-        target="any",
-        min_parties=target.min_parties,
-        solver=target.solver,
-        mode=cfg.mode,
-        compute_parties=compute_parties(cfg),
-    )
+    params = any_parameters(cfg, schema, target)  # validates before any process starts
     t0 = time.perf_counter()
     paths, truth, id_column = any_data(cfg, target)
     seconds["generate"] = time.perf_counter() - t0

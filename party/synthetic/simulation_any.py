@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from party.encoding.schema import LinkageSchema
 from party.protocol.any_driver import AnyRun, GroupRow, run_any_in_process
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
@@ -84,18 +85,11 @@ def any_data(cfg: SimulationConfig, target: AnyTarget) -> tuple[list[Path], Any,
     return write_dataset(ds, cfg.out_dir / "data"), ds.truth, "rec_id"
 
 
-def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulationResult:
-    """One in-process simulation of target any (see the module docstring)."""
-    cfg.out_dir.mkdir(parents=True, exist_ok=True)
-    seconds: dict[str, float] = {}
-    t0 = time.perf_counter()
-    paths, truth, id_column = any_data(cfg, target)
-    seconds["generate"] = time.perf_counter() - t0
-    schema, _, _ = load_schema_for(cfg.schema_path, cfg.parties)
-    t0 = time.perf_counter()
-    tables, _ = encode_parties(schema, simulation_secret(cfg.seed), paths, id_column)
-    seconds["encode"] = time.perf_counter() - t0
-    params = ProtocolParameters(
+def any_parameters(
+    cfg: SimulationConfig, schema: LinkageSchema, target: AnyTarget
+) -> ProtocolParameters:
+    """The protocol parameters of a simulation of target any."""
+    return ProtocolParameters(
         parties=tuple(party_name(i) for i in range(cfg.parties)),
         filter_bits=schema.output_bits,
         match_threshold=cfg.match_threshold,
@@ -107,6 +101,20 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
         mode=cfg.mode,
         compute_parties=compute_parties(cfg),
     )
+
+
+def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulationResult:
+    """One in-process simulation of target any (see the module docstring)."""
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    paths, truth, id_column = any_data(cfg, target)
+    seconds["generate"] = time.perf_counter() - t0
+    schema, _, _ = load_schema_for(cfg.schema_path, cfg.parties)
+    t0 = time.perf_counter()
+    tables, _ = encode_parties(schema, simulation_secret(cfg.seed), paths, id_column)
+    seconds["encode"] = time.perf_counter() - t0
+    params = any_parameters(cfg, schema, target)
     t0 = time.perf_counter()
     run: AnyRun
     if params.mode == "mpc3":

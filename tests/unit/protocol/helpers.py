@@ -6,7 +6,6 @@ import numpy as np
 
 from party.encoding.bits import pack_rows
 from party.encoding.records import EncodedRecords
-from party.protocol.blocks import common_blocks
 from party.protocol.classify import Classification
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
@@ -68,9 +67,13 @@ def linked_tables(
 def engines_after_compare(
     tables: list[EncodedRecords], params: ProtocolParameters, **kw: object
 ) -> list[PartyEngine]:
-    """P engines that exchanged segments and compared (steps 4-5), ready for the ring."""
-    engines = [PartyEngine(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
-    common = common_blocks([e.block_digests() for e in engines])
+    """P engines that exchanged segments and compared (steps 4-5), ready for the ring (target any:
+    PairEngines)."""
+    from party.protocol.pair_engine import PairEngine
+
+    engine_class = PairEngine if params.target == "any" else PartyEngine
+    engines = [engine_class(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
+    common = engines[0].common_of([e.block_digests() for e in engines])
     for e in engines:
         e.set_common_blocks(common)
     for e in engines:

@@ -11,11 +11,12 @@ from party.protocol.any_driver import GroupRow, run_any_in_process
 from party.protocol.driver import run_in_process
 from party.protocol.errors import ResultsError, RingError
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
-from party.protocol.pair_engine import GroupResults, PairEngine
+from party.protocol.pair_engine import GroupResults
 from party.protocol.pairwise import PairPlan, pair_candidates
 from party.protocol.ring import RingMessage
 from party.protocol.segments import new_pseudonyms
 from party.protocol.solver import SOLVERS
+from tests.unit.protocol.helpers import engines_after_compare
 from tests.unit.protocol.test_any_target import params, subset_tables
 
 Groups = set[tuple[tuple[tuple[int, str], ...], float, int, tuple[str, ...]]]
@@ -112,19 +113,6 @@ def test_pieces_hold_every_candidate_pair_once_per_block(cap: int | None) -> Non
         if cap is None:
             assert max(len(x) for x in pieces) <= max(size, int(plan.nb.max()))
         assert {tuple(r) for r in rows.tolist()} == {tuple(r) for r in whole.tolist()}
-
-
-def engines_after_compare(tables: list[EncodedRecords], prm) -> list[PairEngine]:  # type: ignore[no-untyped-def]
-    engines = [PairEngine(i, prm, t) for i, t in enumerate(tables)]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
-    for e in engines:
-        e.compare()
-    return engines
 
 
 def test_ring_rows_must_name_two_known_records() -> None:
