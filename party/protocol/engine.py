@@ -427,14 +427,7 @@ class PartyEngine:
 
         counts = StageCounts.zeros(p)
         budget = self.params.memory_budget_bytes
-        store = RowStore(
-            p + 1,
-            gauge=self._gauge,
-            folder=self._folder,
-            key_columns=p,
-            name="survivors",
-            merge_bytes=budget // 8,
-        )
+        store = self._survivor_store()
         if progress is not None:
             progress(0, total)
         seg_pops = [popcount_rows(s) for s in segs]
@@ -525,19 +518,37 @@ class PartyEngine:
         except BaseException:
             store.close()  # cancelled or failed: nothing is kept
             raise
-        self._survivors = store.finish()
         stats.survivors_with_duplicates = store.appended
         stats.evaluated_per_stage = counts.evaluated
         stats.survived_per_stage = counts.survived
+        return self._finish_compare(store, stats, t0, "sets")
+
+    def _survivor_store(self) -> RowStore:
+        """A store of (pseudonyms..., c) rows, sorted and distinct by the pseudonyms."""
+        return RowStore(
+            self.parties + 1,
+            gauge=self._gauge,
+            folder=self._folder,
+            key_columns=self.parties,
+            name="survivors",
+            merge_bytes=self.params.memory_budget_bytes // 8,
+        )
+
+    def _finish_compare(
+        self, store: RowStore, stats: ComparisonStats, t0: float, what: str
+    ) -> ComparisonStats:
+        """Keep the survivors (sorted, distinct), complete and log the comparison's stats."""
+        self._survivors = store.finish()
         stats.survivors = store.rows
         stats.spilled_bytes = self._folder.bytes_written
         stats.seconds = time.perf_counter() - t0
         self.timings["compare"] = stats.seconds
         self.comparison_stats = stats
         logger.info(
-            "party %d: %d candidate sets, %d survive the segment filter (RR_f %.4f)",
+            "party %d: %d candidate %s, %d survive the segment filter (RR_f %.4f)",
             self.index,
             stats.candidate_sets,
+            what,
             stats.survivors,
             stats.reduction_ratio,
         )

@@ -168,14 +168,7 @@ class PairEngine(PartyEngine):
         words = -(-self.segment_bits // 64)
         # per pair in a piece: two gathered segments, their AND, indices, the kept row
         piece = max(4096, (budget // 4) // (24 * words + 8 * (p + 8)))
-        store = RowStore(
-            p + 1,
-            gauge=self._gauge,
-            folder=self._folder,
-            key_columns=p,
-            name="survivors",
-            merge_bytes=budget // 8,
-        )
+        store = self._survivor_store()
         done = kept_total = 0
         if progress is not None:
             progress(0, total)
@@ -201,21 +194,8 @@ class PairEngine(PartyEngine):
         except BaseException:
             store.close()
             raise
-        self._survivors = store.finish()
         stats.survivors_with_duplicates = kept_total
-        stats.survivors = store.rows
-        stats.spilled_bytes = self._folder.bytes_written
-        stats.seconds = time.perf_counter() - t0
-        self.timings["compare"] = stats.seconds
-        self.comparison_stats = stats
-        logger.info(
-            "party %d: %d candidate pairs, %d survive the segment filter (RR_f %.4f)",
-            self.index,
-            total,
-            stats.survivors,
-            stats.reduction_ratio,
-        )
-        return stats
+        return self._finish_compare(store, stats, t0, "pairs")
 
     # ----------------------------------------------------------------- ring
     def _own_x(self, own_pseudonyms: np.ndarray) -> np.ndarray:

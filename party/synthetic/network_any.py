@@ -12,7 +12,6 @@ simulation (``results/party-<i>/matches.csv``, ``summary.json``) plus ``network/
 from __future__ import annotations
 
 import csv
-import json
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -40,6 +39,7 @@ from party.synthetic.simulation_any import (
     AnyTarget,
     any_data,
     any_parameters,
+    any_result,
     write_any_matches_csv,
 )
 
@@ -144,13 +144,4 @@ def run_any_networked(
         "nodes": nodes,
         "note": note,
     }
-    summary = {
-        "config": {k: str(v) for k, v in vars(cfg).items()} | vars(target),
-        "pairwise": vars(quality.pairwise),
-        "groups": vars(quality.groups),
-        "oracle_equal": oracle_equal,
-        "stats": stats,
-        "seconds": seconds,
-    }
-    (cfg.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return AnySimulationResult(quality, oracle_equal, stats, seconds, cfg.out_dir)
+    return any_result(cfg, target, quality, oracle_equal, stats, seconds)

@@ -142,6 +142,18 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
             sorted((p, tables[p].record_ids[row]) for p, row in g.members) for g in want
         ) == sorted(sorted(g) for g in groups.values())
     stats = vars(run.stats) | {"group_sizes": _sizes(run.matches)}
+    return any_result(cfg, target, quality, oracle_equal, stats, seconds)
+
+
+def any_result(
+    cfg: SimulationConfig,
+    target: AnyTarget,
+    quality: AnyQuality,
+    oracle_equal: bool | None,
+    stats: dict[str, Any],
+    seconds: dict[str, float],
+) -> AnySimulationResult:
+    """Write ``summary.json`` of a simulation of target any and return its result."""
     summary = {
         "config": {k: str(v) for k, v in vars(cfg).items()} | vars(target),
         "pairwise": vars(quality.pairwise),
