@@ -13,7 +13,7 @@ Parameters file (``examples/parameters.json``), a JSON object::
      "compute_parties": ["party-a", "party-b", "helper"],  # optional, mpc3 only: CP 0, 1, 2
      "target": "all",                                    # optional: "all" (default) | "any"
      "min_parties": 2,                                   # optional, target any: 2..P (default 2)
-     "solver": "weakest-link"}                           # optional, target any: see TARGET_SOLVERS
+     "solver": "guarded"}                                # optional, target any: see TARGET_SOLVERS
 
 Canonical digest: SHA-256 (lower-case hex) of the canonical JSON of the object above with
 "schema" as the parsed schema object, keys sorted, separators "," and ":", ensure_ascii off, UTF-8,
@@ -22,7 +22,7 @@ floats written by Python's repr, max_block_size 0 written as null. In mode "mpc3
 parties), so naming the default explicitly does not change the digest; in mode "segments" both keys
 are left out, so a segments digest is the same as before modes existed (and the known-answer
 vectors of tests/data/kat_protocol.json stay valid). Likewise "target", "min_parties" and "solver"
-(resolved: m default 2, solver default "weakest-link") are in the object only for target "any". The same digest is computed by
+(resolved: m default 2, solver default "guarded") are in the object only for target "any". The same digest is computed by
 the coordinator (which treats the schema as opaque JSON) and by every party (which also validates the
 schema with party.encoding). This module is plain Python (no grpc) so both sides can use it.
 """
@@ -56,7 +56,7 @@ _KNOWN_KEYS = {
 }
 TARGETS = ("all", "any")
 #: Group solvers of target "any" (party/protocol/solver.py); the first is the default.
-TARGET_SOLVERS = ("weakest-link", "majority", "greedy")
+TARGET_SOLVERS = ("guarded", "weakest-link", "majority", "greedy")
 MODES = ("segments", "mpc3")
 COMPUTE_PARTIES = 3
 

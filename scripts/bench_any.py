@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         for solver in SOLVERS:
             for t in args.thresholds:
                 kept = [m for m in run.matched_pairs if m[4] >= t]
-                groups = solve_groups(kept, 2, solver)
+                groups = solve_groups(kept, 2, solver, t)
                 named = [[(q, lookup[q][k]) for q, k in g.members] for g in groups]
                 results["ours"].setdefault(solver, {})[repr(t)] = _row(
                     evaluate_groups(named, truth)

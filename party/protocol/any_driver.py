@@ -140,7 +140,7 @@ def run_any_in_process(
             (a, x, b, y, s) for x, y, s in zip(ka, kb, similarity[hit].tolist(), strict=True)
         )
     stats.matched_pairs = len(matched)
-    groups = solve_groups(matched, params.min_parties, params.solver)
+    groups = solve_groups(matched, params.min_parties, params.solver, params.match_threshold)
     stats.groups = len(groups)
     return AnyRun(
         matches=group_rows(groups, params, tables, pseudonyms),

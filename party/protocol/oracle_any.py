@@ -9,7 +9,9 @@ engine's blocking, pair, Dice or solver code (``pairwise``, ``blocks``, ``classi
   sum of their 1-bits; 0 when x = 0); matched iff >= s_t.
 - Groups: pairs by (-Dice, smaller (party, key) end, larger end); a pair merges its two groups
   unless they are one group, share a party, or the rule rejects: "greedy" never, "majority" unless
-  at least half the cross pairs are matched, "weakest-link" unless all are. Similarity = mean Dice
+  at least half the cross pairs are matched, "weakest-link" unless all are; "guarded" merges as
+  greedy when Dice >= s_t + 0.02, and below that only a lone record into a group of 2+ that holds
+  every record the lone one is matched with (never two lone records, never two groups). Similarity = mean Dice
   of the matched internal pairs (``math.fsum``). Groups smaller than min_parties are dropped; the
   rest are ordered by their smallest (party, key).
 
@@ -78,29 +80,47 @@ def oracle_groups(
     min_parties: int,
     solver: str,
     keys: Sequence[np.ndarray | Sequence[int]] | None = None,
+    match_threshold: float | None = None,
 ) -> list[OracleGroup]:
     """Groups of (party, row) built from matched pairs by the documented rule (see module doc)."""
-    if solver not in ("greedy", "majority", "weakest-link"):
+    if solver not in ("greedy", "majority", "weakest-link", "guarded"):
         raise ProtocolError(f"oracle_groups: unknown solver {solver!r}")
+    weak_below = -math.inf
+    if solver == "guarded":
+        if match_threshold is None:
+            raise ProtocolError("oracle_groups: solver 'guarded' needs the match threshold")
+        weak_below = match_threshold + 0.02
 
     def key(party: int, row: int) -> tuple[int, int]:
         return (party, row if keys is None else int(keys[party][row]))
 
     sim: dict[frozenset[tuple[int, int]], float] = {}
+    partners: dict[tuple[int, int], set[tuple[int, int]]] = {}
     visit = []
     for a, ra, b, rb, d in pairs:
         u, v = sorted([key(a, ra), key(b, rb)])
         sim[frozenset((u, v))] = d
+        partners.setdefault(u, set()).add(v)
+        partners.setdefault(v, set()).add(u)
         visit.append((-d, u, v))
     visit.sort()
     groups: list[set[tuple[int, int]]] = [
         {m} for m in sorted({m for _, u, v in visit for m in (u, v)})
     ]
-    for _, u, v in visit:
+    for negd, u, v in visit:
         gu = next(g for g in groups if u in g)
         gv = next(g for g in groups if v in g)
         if gu is gv or {p for p, _ in gu} & {p for p, _ in gv}:
             continue
+        if -negd < weak_below:
+            if len(gu) == 1 and len(gv) >= 2:
+                lone, rest = u, gv
+            elif len(gv) == 1 and len(gu) >= 2:
+                lone, rest = v, gu
+            else:
+                continue
+            if not partners[lone] <= rest:
+                continue
         links = [frozenset((x, y)) in sim for x in gu for y in gv]
         if solver == "majority" and 2 * sum(links) < len(links):
             continue

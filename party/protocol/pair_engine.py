@@ -236,7 +236,10 @@ class PairEngine(PartyEngine):
             )
         try:
             groups = solve_groups(
-                self._matched_pairs(), self.params.min_parties, self.params.solver
+                self._matched_pairs(),
+                self.params.min_parties,
+                self.params.solver,
+                self.params.match_threshold,
             )
             per_party = group_result_rows(groups, p)
         finally:

@@ -13,6 +13,13 @@ rejects the merge:
   matched pairs.
 - ``weakest-link``: rejects unless every cross pair is a matched pair, i.e. the merged group's
   weakest link is at or above the match threshold (complete linkage).
+- ``guarded``: greedy for a pair whose Dice is at least ``s_t + WEAK_BAND`` (IEEE double sum; s_t =
+  the run's match threshold). A pair in the weak band ``[s_t, s_t + WEAK_BAND)`` merges only a lone
+  record into a group of two or more whose records are the only ones it is matched with (every
+  matched pair of the lone record leads into that group); it never joins two lone records or two
+  groups. Why (docs/benchmarks.md, "Target any"): near the threshold most pairs are a person's
+  household member or neighbour, and a corrupted copy of a group's person is told apart from them
+  by having no other candidate; two groups joined by a weak pair are almost always two people.
 
 A group's similarity is the mean Dice of its matched internal pairs (``math.fsum`` / count, so
 the order of summation does not matter). Groups of fewer than ``min_parties`` records are dropped; the rest are ordered by their
@@ -28,7 +35,9 @@ from dataclasses import dataclass
 from party.protocol.errors import ParameterError
 
 #: Supported solver names; the first is the default (see the module docstring and docs/protocol.md).
-SOLVERS = ("weakest-link", "majority", "greedy")
+SOLVERS = ("guarded", "weakest-link", "majority", "greedy")
+#: Width of the weak band of the ``guarded`` rule, above the match threshold.
+WEAK_BAND = 0.02
 DEFAULT_SOLVER = SOLVERS[0]
 
 Member = tuple[int, int]  # (party index, record key)
@@ -54,20 +63,52 @@ def check_solver(name: str) -> str:
 
 
 def _accepts(rule: str, matched_cross: int, cross: int) -> bool:
-    if rule == "greedy":
+    if rule in ("greedy", "guarded"):
         return True
     if rule == "majority":
         return 2 * matched_cross >= cross
     return matched_cross == cross
 
 
+def _strong_level(solver: str, match_threshold: float | None) -> float:
+    """The Dice from which a pair merges by the rule alone (-inf: every matched pair)."""
+    if solver != "guarded":
+        return -math.inf
+    if match_threshold is None or not 0.0 <= match_threshold <= 1.0:
+        raise ParameterError(
+            f"solver 'guarded' needs the match threshold in [0, 1], got {match_threshold!r}"
+        )
+    return match_threshold + WEAK_BAND
+
+
+def _weak_attach(
+    a: Member,
+    b: Member,
+    group_a: list[Member],
+    group_b: list[Member],
+    group_of: dict[Member, int],
+    linked: dict[Member, dict[Member, float]],
+) -> bool:
+    """Weak-band pair of ``guarded``: a lone record whose matched pairs all lead into the other group."""
+    if (len(group_a) == 1) == (len(group_b) == 1):
+        return False
+    lone, other = (a, b) if len(group_a) == 1 else (b, a)
+    target = group_of[other]
+    return all(group_of[m] == target for m in linked[lone])
+
+
 def solve_groups(
     pairs: Iterable[tuple[int, int, int, int, float]],
     min_parties: int,
     solver: str = DEFAULT_SOLVER,
+    match_threshold: float | None = None,
 ) -> list[Group]:
-    """Groups from matched pairs (see the module docstring for the rules and tie-breaks)."""
+    """Groups from matched pairs (see the module docstring for the rules and tie-breaks).
+
+    ``match_threshold`` (the run's s_t) is needed by the ``guarded`` rule only.
+    """
     check_solver(solver)
+    strong = _strong_level(solver, match_threshold)
     edges: list[tuple[float, Member, Member]] = []
     for pa, ka, pb, kb, sim in pairs:
         a, b = (int(pa), int(ka)), (int(pb), int(kb))
@@ -84,11 +125,13 @@ def solve_groups(
     for m in sorted(linked):
         group_of[m] = len(members)
         members.append([m])
-    for _, a, b in edges:
+    for sim, a, b in edges:
         ga, gb = group_of[a], group_of[b]
         if ga == gb:
             continue
         if {p for p, _ in members[ga]} & {p for p, _ in members[gb]}:
+            continue
+        if sim < strong and not _weak_attach(a, b, members[ga], members[gb], group_of, linked):
             continue
         cross = [(x, y) for x in members[ga] for y in members[gb]]
         matched = [linked[x][y] for x, y in cross if y in linked[x]]

@@ -74,7 +74,9 @@ def oracle_group_set(
     found: list[GroupSet] = []
     for _ in range(draws):
         keys = [rng.permutation(len(t.record_ids)) + 1 for t in tables]
-        groups = oracle_groups(pairs, params.min_parties, params.solver, keys=keys)
+        groups = oracle_groups(
+            pairs, params.min_parties, params.solver, keys, params.match_threshold
+        )
         found.append(
             {
                 (tuple((q, tables[q].record_ids[row]) for q, row in g.members), g.similarity)

@@ -21,6 +21,7 @@ from party.encoding.schema import LinkageSchema
 from party.protocol.any_driver import AnyRun, GroupRow, run_any_in_process
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
+from party.protocol.solver import DEFAULT_SOLVER
 from party.synthetic.external import load_folder
 from party.synthetic.generator import write_dataset
 from party.synthetic.metrics_any import AnyQuality, evaluate_groups
@@ -44,7 +45,7 @@ class AnyTarget:
     """The target-any settings of a simulation (the rest is the SimulationConfig)."""
 
     min_parties: int = 2
-    solver: str = "weakest-link"
+    solver: str = DEFAULT_SOLVER
     single: float = 0.3  # generated data: share of entities at one party only
 
 
@@ -135,7 +136,11 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
     if params.segment_threshold == 0 and params.max_block_size is None:
         t0 = time.perf_counter()
         want = oracle_groups(
-            oracle_pairs(tables, params), params.min_parties, params.solver, run.pseudonyms
+            oracle_pairs(tables, params),
+            params.min_parties,
+            params.solver,
+            run.pseudonyms,
+            params.match_threshold,
         )
         seconds["oracle"] = time.perf_counter() - t0
         oracle_equal = sorted(

@@ -97,7 +97,7 @@ def parameters_message(obj: Mapping[str, Any]) -> common_pb2.LinkageParameters:
 def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
     """SHA-256 hex of the canonical JSON of the message (schema parsed, 0 cap as null; in mode
     mpc3 also "mode" and the resolved "compute_parties", default the first three parties; for
-    target any also "target", "min_parties" (default 2) and "solver" (default "weakest-link"))."""
+    target any also "target", "min_parties" (default 2) and "solver" (default "guarded"))."""
     obj: dict[str, Any] = {
         "version": msg.version,
         "parties": list(msg.parties),
@@ -113,7 +113,7 @@ def parameters_digest(msg: common_pb2.LinkageParameters) -> str:
     if msg.target or msg.min_parties or msg.solver:  # target any: resolved m and solver
         obj["target"] = msg.target or "all"
         obj["min_parties"] = msg.min_parties or 2
-        obj["solver"] = msg.solver or "weakest-link"
+        obj["solver"] = msg.solver or "guarded"
     return hashlib.sha256(canonical_json(obj)).hexdigest()
 
 

@@ -79,7 +79,7 @@ def oracle_any_groups(cluster: Cluster, params_path: pathlib.Path) -> Groups:
         segment_threshold=msg.segment_threshold,
         target="any",
         min_parties=msg.min_parties or 2,
-        solver=msg.solver or "weakest-link",
+        solver=msg.solver or "guarded",
     )
     tables = [
         Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")[0] for path in cluster.csvs

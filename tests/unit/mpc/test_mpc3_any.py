@@ -48,7 +48,9 @@ def groups_by_record_id(run, tables) -> set:
 
 def oracle_by_record_id(tables, params, run) -> set:
     pairs = oracle_pairs(tables, params)
-    want = oracle_groups(pairs, params.min_parties, params.solver, keys=run.pseudonyms)
+    want = oracle_groups(
+        pairs, params.min_parties, params.solver, run.pseudonyms, params.match_threshold
+    )
     assert len(run.matched_pairs) == len(pairs)
     return {
         (tuple((q, tables[q].record_ids[row]) for q, row in g.members), g.similarity) for g in want

@@ -36,13 +36,13 @@ def test_target_all_digest_is_unchanged_and_any_is_covered_with_resolved_default
     assert digest(params(target="all")) == base
     any2 = digest(params(target="any"))
     assert any2 != base
-    assert digest(params(target="any", min_parties=2, solver="weakest-link")) == any2
+    assert digest(params(target="any", min_parties=2, solver="guarded")) == any2
     assert digest(params(target="any", min_parties=3)) != any2
     assert digest(params(target="any", solver="greedy")) != any2
     canon = linkage.canonical_json(
         linkage.parameters_to_mapping(linkage.parameters_from_mapping(params(target="any")))
     )
-    assert b'"min_parties":2' in canon and b'"solver":"weakest-link"' in canon
+    assert b'"min_parties":2' in canon and b'"solver":"guarded"' in canon
 
 
 @pytest.mark.parametrize(

@@ -56,7 +56,7 @@ def test_one_record_per_party_and_ties_broken_by_smaller_key() -> None:
     # A0 ties with B5 and B3 (same Dice): the pair with the smaller far end (B3) is visited first.
     pairs = [(0, 0, 1, 5, 0.9), (0, 0, 1, 3, 0.9)]
     for solver in SOLVERS:
-        assert [g.members for g in solve_groups(pairs, 2, solver)] == [((0, 0), (1, 3))]
+        assert [g.members for g in solve_groups(pairs, 2, solver, 0.8)] == [((0, 0), (1, 3))]
     # the same tie seen from the other side: B3 ties with A9 and A2 -> A2 wins
     pairs = [(0, 9, 1, 3, 0.85), (1, 3, 0, 2, 0.85)]
     assert [g.members for g in solve_groups(pairs, 2, "greedy")] == [((0, 2), (1, 3))]
@@ -67,6 +67,62 @@ def test_min_parties_drops_small_groups_and_ids_follow_smallest_member() -> None
     got = solve_groups(pairs, 2, "weakest-link")
     assert [g.members for g in got] == [((0, 4), (1, 4), (2, 4)), ((1, 7), (2, 7))]
     assert [g.members for g in solve_groups(pairs, 3, "weakest-link")] == [((0, 4), (1, 4), (2, 4))]
+
+
+# guarded at s_t = 0.88: the weak band is [0.88, 0.9); 0.88 + 0.02 == 0.9 exactly in IEEE double.
+A0, B0, C0, D5 = (0, 1), (1, 1), (2, 1), (3, 5)
+
+
+def pair(u: tuple[int, int], v: tuple[int, int], d: float) -> tuple[int, int, int, int, float]:
+    return (u[0], u[1], v[0], v[1], d)
+
+
+def guarded(pairs: list[tuple[int, int, int, int, float]]) -> list[tuple[tuple[int, int], ...]]:
+    got = solve_groups(pairs, 2, "guarded", 0.88)
+    want = oracle_groups(pairs, 2, "guarded", match_threshold=0.88)
+    assert [g.members for g in got] == [g.members for g in want]
+    return [g.members for g in got]
+
+
+def test_guarded_attaches_a_lone_record_whose_only_partners_are_in_the_group() -> None:
+    strong = [pair(A0, B0, 0.95)]
+    assert guarded(strong + [pair(C0, A0, 0.89), pair(C0, B0, 0.89)]) == [(A0, B0, C0)]
+    # the same lone record with one more partner outside the group stays out (and so does D5:
+    # two lone records are never joined by a weak pair)
+    assert guarded(strong + [pair(C0, A0, 0.89), pair(C0, D5, 0.885)]) == [(A0, B0)]
+    # greedy takes both chains
+    chained = strong + [pair(C0, A0, 0.89), pair(C0, D5, 0.885)]
+    assert [g.members for g in solve_groups(chained, 2, "greedy")] == [(A0, B0, C0, D5)]
+
+
+def test_guarded_weak_band_ends_at_threshold_plus_band() -> None:
+    # two lone records: refused at 0.8999, joined at 0.9 (= 0.88 + 0.02, the first strong Dice)
+    assert guarded([pair(A0, B0, 0.8999)]) == []
+    assert guarded([pair(A0, B0, 0.9)]) == [(A0, B0)]
+    # two groups of two joined by weak pairs only: refused; by a strong pair: merged
+    groups = [pair(A0, B0, 1.0), pair(C0, D5, 1.0)]
+    weak = [pair(A0, C0, 0.89), pair(B0, D5, 0.89), pair(A0, D5, 0.89), pair(B0, C0, 0.89)]
+    assert guarded(groups + weak) == [(A0, B0), (C0, D5)]
+    assert guarded(groups + [pair(A0, C0, 0.9)]) == [(A0, B0, C0, D5)]
+
+
+def test_guarded_ties_go_to_the_smaller_key_and_a_lone_record_between_groups_stays_out() -> None:
+    # (2, 3) and (2, 5) both want the group {A0, B0} at the same Dice: (2, 3) is visited first
+    tie = [pair(A0, B0, 0.95), pair((2, 5), A0, 0.89), pair((2, 3), A0, 0.89)]
+    assert guarded(tie) == [(A0, B0, (2, 3))]
+    # a lone record matched into two groups (equal Dice) joins neither
+    two = [
+        pair(A0, B0, 0.95),
+        pair((3, 1), (4, 1), 0.95),
+        pair(C0, A0, 0.89),
+        pair(C0, (3, 1), 0.89),
+    ]
+    assert guarded(two) == [(A0, B0), ((3, 1), (4, 1))]
+
+
+def test_guarded_needs_the_match_threshold() -> None:
+    with pytest.raises(ParameterError, match="guarded.*match threshold"):
+        solve_groups([pair(A0, B0, 0.9)], 2, "guarded")
 
 
 def test_threshold_boundary_pair_is_a_match_in_the_protocol() -> None:
@@ -80,10 +136,13 @@ def test_threshold_boundary_pair_is_a_match_in_the_protocol() -> None:
         EncodedRecords(("a",), pack_rows(a), 120, dig),
         EncodedRecords(("b",), pack_rows(b), 120, dig),
     ]
-    run = run_any_in_process(tables, params(2))
+    run = run_any_in_process(tables, params(2, solver="greedy"))
     assert [(r.record_id, r.similarity, r.group_size, r.parties) for r in run.matches[0]] == [
         ("a", 0.8, 2, ("p0", "p1"))
     ]
+    # guarded: the pair is matched (in the weak band) but joins two lone records: no group
+    run = run_any_in_process(tables, params(2, solver="guarded"))
+    assert run.stats.matched_pairs == 1 and run.matches == [[], []]
 
 
 @given(
@@ -93,29 +152,30 @@ def test_threshold_boundary_pair_is_a_match_in_the_protocol() -> None:
             st.integers(0, 3),
             st.integers(0, 3),
             st.integers(0, 3),
-            st.sampled_from([0.8, 0.85, 0.9, 1.0]),
+            st.sampled_from([0.8, 0.82, 0.85, 0.86, 0.9, 1.0]),
         ),
         max_size=25,
     ),
     st.sampled_from(SOLVERS),
     st.integers(2, 4),
+    st.sampled_from([0.78, 0.8, 0.83, 0.84, 0.88]),  # weak bands end at 0.8, 0.82+, 0.85, 0.86, 0.9
     st.randoms(use_true_random=False),
 )
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_solver_equals_the_independent_oracle_and_ignores_input_order(
-    raw: list[tuple[int, int, int, int, float]], solver: str, m: int, rnd: object
+    raw: list[tuple[int, int, int, int, float]], solver: str, m: int, s_t: float, rnd: object
 ) -> None:
     seen, pairs = set(), []
     for a, ra, b, rb, d in raw:
         ends = frozenset([(a, ra), (b, rb)])
-        if a != b and ends not in seen:
+        if a != b and ends not in seen and d >= s_t:
             seen.add(ends)
             pairs.append((a, ra, b, rb, d))
-    got = solve_groups(pairs, m, solver)
+    got = solve_groups(pairs, m, solver, s_t)
     shuffled = list(pairs)
     rnd.shuffle(shuffled)  # type: ignore[attr-defined]
-    assert solve_groups(shuffled, m, solver) == got
-    want = oracle_groups(pairs, m, solver)
+    assert solve_groups(shuffled, m, solver, s_t) == got
+    want = oracle_groups(pairs, m, solver, match_threshold=s_t)
     assert [(g.members, g.similarity) for g in got] == [(g.members, g.similarity) for g in want]
     for g in got:
         assert len(set(g.parties)) == len(g.parties) >= m
@@ -169,7 +229,7 @@ def test_sm_zero_groups_equal_the_oracle(seed: int, p: int, solver: str) -> None
     run = run_any_in_process(tables, prm)
     pairs = oracle_pairs(tables, prm)
     assert len(run.matched_pairs) == len(pairs)
-    want = oracle_groups(pairs, 2, solver, keys=run.pseudonyms)
+    want = oracle_groups(pairs, 2, solver, run.pseudonyms, 0.75)
     got = {
         (
             tuple(

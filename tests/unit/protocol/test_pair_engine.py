@@ -40,7 +40,9 @@ def groups_of(matches: list[list[GroupRow]]) -> Groups:
 
 
 def expected(tables: list[EncodedRecords], prm, keys: list[np.ndarray]) -> Groups:  # type: ignore[no-untyped-def]
-    want = oracle_groups(oracle_pairs(tables, prm), prm.min_parties, prm.solver, keys=keys)
+    want = oracle_groups(
+        oracle_pairs(tables, prm), prm.min_parties, prm.solver, keys, prm.match_threshold
+    )
     return {
         (
             tuple((q, tables[q].record_ids[row]) for q, row in g.members),
