@@ -46,6 +46,7 @@ from collections.abc import Callable, Sequence
 import jellyfish
 import numpy as np
 
+from party.encoding._numba_bits import gather_bands
 from party.encoding.hashing import (
     blocking_prf_key,
     cbc_mac_digests,
@@ -90,7 +91,8 @@ ALL_PAIRS_KEY = "*all-pairs*"
 def phonetic_letters(value: str) -> str:
     """The ASCII letters a phonetic code is taken of (see the module docstring)."""
     s = value.casefold().translate(_PHONETIC_TRANSLATE)
-    s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
+    if not s.isascii():  # ASCII has no combining marks and is its own NFKD
+        s = "".join(ch for ch in unicodedata.normalize("NFKD", s) if not unicodedata.combining(ch))
     return _NOT_ASCII_LETTER.sub("", s)
 
 
@@ -148,16 +150,18 @@ class BlockingKeyer:
         spec: BlockingKeySpec,
         schema: LinkageSchema,
         secret: bytes,
-        shared_memos: dict[BlockingPart, dict[str, bytes]] | None = None,
+        shared_memos: dict[BlockingPart | None, dict[str, bytes]] | None = None,
     ) -> None:
         """``shared_memos`` (part -> memo) lets keys with a common part, e.g. the year of birth,
-        share that part's memo of raw value -> X(part value)."""
+        share that part's memo of raw value -> X(part value); its entry None maps part values
+        to X(part value) for every part."""
         self.spec = spec
         self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
         self._functions = [part_function(p, schema) for p in spec.parts]
         self._key = blocking_prf_key(secret, spec.name)
         memos = {} if shared_memos is None else shared_memos
         self._block_memo: list[dict[str, bytes]] = [memos.setdefault(p, {}) for p in spec.parts]
+        self._value_memo = memos.setdefault(None, {})  # part value -> X(part value)
 
     def value(self, raw: tuple[str, ...]) -> str | None:
         """The joined blocking-key value of a record's raw part columns, or None if missing."""
@@ -181,8 +185,17 @@ class BlockingKeyer:
             miss = [u for u, b in zip(uniques, got, strict=True) if b is None]
             fn = self._functions[i]
             parts = [fn(u) for u in miss]
+            blocks = self._value_memo
+            if len(blocks) >= self.MAX_CACHE:
+                blocks.clear()
             for u, p in zip(miss, parts, strict=True):
-                memo[u] = part_block(p) if p else self._EMPTY
+                if not p:
+                    memo[u] = self._EMPTY
+                    continue
+                x = blocks.get(p)
+                if x is None:
+                    x = blocks[p] = part_block(p)
+                memo[u] = x
             got = list(map(memo.__getitem__, uniques))
         return np.frombuffer(b"".join(got), dtype="<u8").reshape(len(uniques), 2)  # type: ignore[arg-type]
 
@@ -241,16 +254,7 @@ class LshKeyer:
 
     def band_values(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64: each band's sampled bits as an integer (bit j = position j)."""
-        n = filters.shape[0]
-        bands, per_band = self.positions.shape
-        u = np.unpackbits(  # (n, 64 * words): column p = bit p (bits.py layout)
-            np.ascontiguousarray(filters, dtype="<u8").view(np.uint8), axis=1, bitorder="little"
-        )
-        sel = np.take(u, self.positions.ravel(), axis=1).reshape(n, bands, per_band)
-        packed = np.packbits(sel, axis=2, bitorder="little")  # (n, B, ceil(r / 8))
-        wide = np.zeros((n, bands, 8), dtype=np.uint8)
-        wide[:, :, : packed.shape[2]] = packed
-        return wide.view("<u8").reshape(n, bands).astype(np.uint64)
+        return gather_bands(np.ascontiguousarray(filters, dtype=np.uint64), self.positions)
 
     def digests(self, filters: np.ndarray) -> np.ndarray:
         """(n, B) uint64 digests of (n, words_for(l)) filters; 0 for an all-zero filter."""

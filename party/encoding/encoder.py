@@ -400,7 +400,7 @@ class Encoder:
         self._secret = check_secret(secret)
         self._blip_rng = blip_rng
         self._codecs = {f.name: _FieldCodec(f, schema, self._secret) for f in schema.fields}
-        part_memos: dict[Any, dict[str, bytes]] = {}  # shared by keys with a common part
+        part_memos: dict[Any, dict[str, bytes]] = {}  # shared by the blocking keys
         self._blockers: list[BlockingKeyer | LshKeyer] = [
             LshKeyer(b, schema, self._secret)
             if b.lsh is not None

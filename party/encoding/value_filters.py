@@ -1,4 +1,4 @@
-"""Packed filters of many field values at once, from their q-gram lists, with numpy (no per-bit Python).
+"""Packed filters of many field values at once, from their q-gram lists (no per-bit Python).
 
 A field value's filter (before hardening) sets, for its i-th q-gram g of T, the first k_i positions
 of g's keyed hash stream (``hashing.SCHEME_FUNCTIONS``): k_i = the field's k, or with a
@@ -6,7 +6,7 @@ per-feature budget b, ``b // T`` plus one for the first ``b % T`` grams (``Field
 ``GramStreams`` keeps each distinct gram's stream as a row of one int32 table, computed once per
 gram and lengthened when a larger k is needed (a stream's first k positions do not depend on how
 many more are drawn). ``GramStreams.value_rows`` then expands every (value, gram, k) triple into
-bit positions with ``np.repeat`` and sets them in a bit matrix packed to the ``bits.py`` layout.
+bit positions and sets them in the packed rows (``_numba_bits.set_stream_bits``).
 """
 
 from __future__ import annotations
@@ -17,13 +17,13 @@ from itertools import chain, repeat
 import numpy as np
 
 from party.encoding import bits
+from party.encoding._numba_bits import set_stream_bits
 
 
 class GramStreams:
     """gram -> row of a table of hash-stream positions (int32), for one field key and scheme."""
 
     MAX_GRAMS = 500_000
-    CHUNK = 8192  # values per bit matrix
 
     def __init__(
         self, position_fn: Callable[[bytes, bytes, int, int], list[int]], key: bytes, nbits: int
@@ -87,13 +87,6 @@ class GramStreams:
     ) -> np.ndarray:
         """(len(gram_lists), words) uint64 filters: value v sets the first k_i stream positions
         of its i-th gram (k_i = fixed_k, or from the per-feature ``budget``)."""
-        if len(gram_lists) > self.CHUNK:  # bound the bit matrix to CHUNK * l bytes
-            return np.concatenate(
-                [
-                    self.value_rows(gram_lists[i : i + self.CHUNK], fixed_k, budget)
-                    for i in range(0, len(gram_lists), self.CHUNK)
-                ]
-            )
         m = len(gram_lists)
         counts = np.fromiter(map(len, gram_lists), dtype=np.int64, count=m)
         pairs = int(counts.sum())
@@ -109,11 +102,5 @@ class GramStreams:
             index_in_value = np.arange(pairs) - np.repeat(np.cumsum(counts) - counts, counts)
             ks = budget // t + (index_in_value < budget % t)
         self._ensure(gids, ks)
-        pair_of = np.repeat(np.arange(pairs), ks)
-        offset = np.arange(pair_of.size) - np.repeat(np.cumsum(ks) - ks, ks)
-        positions = self._table[gids[pair_of], offset]
-        width = 64 * self.words
-        flat = np.zeros(m * width, dtype=np.uint8)
-        flat[value_of[pair_of] * width + positions] = 1
-        packed = np.packbits(flat.reshape(m, width), axis=1, bitorder="little")
-        return packed.view("<u8").astype(np.uint64, copy=False)
+        set_stream_bits(out, value_of, gids, ks, self._table)
+        return out

@@ -51,10 +51,9 @@ def test_value_rows_equal_the_definition(scheme: str, budget: int | None) -> Non
             assert int.from_bytes(row.astype("<u8").tobytes(), "little") == want
 
 
-def test_value_rows_chunks_and_empty_input() -> None:
+def test_value_rows_of_repeated_grams_and_empty_input() -> None:
     fn = SCHEME_FUNCTIONS["hmac-sha256-random"]
     streams = GramStreams(fn, KEY, 64)
-    streams.CHUNK = 3
     values = [["ab"], [], ["_a", "a_"], ["x"] * 4, ["q"]]
     got = streams.value_rows(values, 2, None)
     for row, grams in zip(got, values, strict=True):

@@ -1,0 +1,48 @@
+"""Compiled (numba) bit loops of the encoder: value filters from hash streams, LSH band values.
+
+Both are exact integer loops over the ``bits.py`` layout (position p = bit p % 64 of word p // 64);
+``tests/unit/encoding/test_value_filters.py`` and the LSH tests check them against the definition.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+
+def _jit(fn):  # type: ignore[no-untyped-def]
+    """njit, cached on disk where numba finds a writable cache folder (read-only installs: not)."""
+    try:
+        return njit(cache=True, nogil=True, boundscheck=False)(fn)
+    except RuntimeError:
+        return njit(cache=False, nogil=True, boundscheck=False)(fn)
+
+
+@_jit
+def set_stream_bits(out, value_of, gids, ks, table):  # type: ignore[no-untyped-def]
+    """For every pair p: set the first ks[p] positions of stream row gids[p] in out[value_of[p]]."""
+    one = np.uint64(1)
+    for p in range(value_of.shape[0]):
+        v = value_of[p]
+        g = gids[p]
+        for j in range(ks[p]):
+            pos = table[g, j]
+            out[v, pos >> 6] |= one << np.uint64(pos & 63)
+
+
+@_jit
+def gather_bands(filters, positions):  # type: ignore[no-untyped-def]
+    """(n, B) uint64: bit j of band b = filter bit positions[b, j] of each row."""
+    n = filters.shape[0]
+    bands, per_band = positions.shape
+    out = np.zeros((n, bands), dtype=np.uint64)
+    one = np.uint64(1)
+    for i in range(n):
+        for b in range(bands):
+            acc = np.uint64(0)
+            for j in range(per_band):
+                pos = positions[b, j]
+                bit = (filters[i, pos >> 6] >> np.uint64(pos & 63)) & one
+                acc |= bit << np.uint64(j)
+            out[i, b] = acc
+    return out
