@@ -44,14 +44,21 @@ class ClusterError(PprlError):
 def dask_client(
     cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 60.0
 ) -> Iterator[Any]:
-    """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address)."""
+    """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address).
+    Every worker loads the encoder's numba loops once when the client connects (``warm_up``), as
+    the process pool's forkserver does; the embedded cluster runs without Dask's sampling
+    profiler thread."""
+    import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
+
+    from party.encoding._numba_bits import warm_up
 
     n = resolve_workers(workers)
     if cluster.embedded:
         security = Security.temporary()
         with (
+            dask.config.set({"distributed.worker.profile.enabled": False}),  # no sampling thread
             LocalCluster(
                 n_workers=n,
                 threads_per_worker=1,
@@ -64,6 +71,7 @@ def dask_client(
             ) as local,
             Client(local, security=security) as client,
         ):
+            client.run(warm_up)
             yield client
         return
     if cluster.tls_ca is None or cluster.tls_cert is None or cluster.tls_key is None:
@@ -81,6 +89,7 @@ def dask_client(
             f"cluster: cannot reach the scheduler {cluster.scheduler} ({type(exc).__name__})"
         ) from None
     with client:
+        client.run(warm_up)
         yield client
 
 

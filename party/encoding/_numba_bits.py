@@ -46,3 +46,12 @@ def gather_bands(filters, positions):  # type: ignore[no-untyped-def]
                 acc |= bit << np.uint64(j)
             out[i, b] = acc
     return out
+
+
+def warm_up() -> None:
+    """Run both loops once on tiny inputs: loads (or compiles) them and initialises numba, so a
+    process forked after this (the encoding pool's forkserver) starts with them ready."""
+    rows = np.zeros((1, 1), dtype=np.uint64)
+    one = np.zeros(1, dtype=np.int64)
+    set_stream_bits(rows, one, one, one + 1, np.zeros((1, 1), dtype=np.int32))
+    gather_bands(rows, np.zeros((1, 1), dtype=np.int64))

@@ -117,7 +117,7 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
     method = "forkserver" if sys.platform.startswith("linux") else "spawn"
     ctx = multiprocessing.get_context(method)
     if method == "forkserver":
-        ctx.set_forkserver_preload(["party.encoding.encoder"])
+        ctx.set_forkserver_preload(["party.encoding.encoder", "party.encoding._numba_warm"])
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
