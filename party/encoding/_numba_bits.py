@@ -7,18 +7,11 @@ Both are exact integer loops over the ``bits.py`` layout (position p = bit p % 6
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from party.numba_jit import jit
 
 
-def _jit(fn):  # type: ignore[no-untyped-def]
-    """njit, cached on disk where numba finds a writable cache folder (read-only installs: not)."""
-    try:
-        return njit(cache=True, nogil=True, boundscheck=False)(fn)
-    except RuntimeError:
-        return njit(cache=False, nogil=True, boundscheck=False)(fn)
-
-
-@_jit
+@jit
 def set_stream_bits(out, value_of, gids, ks, table):  # type: ignore[no-untyped-def]
     """For every pair p: set the first ks[p] positions of stream row gids[p] in out[value_of[p]]."""
     one = np.uint64(1)
@@ -30,7 +23,7 @@ def set_stream_bits(out, value_of, gids, ks, table):  # type: ignore[no-untyped-
             out[v, pos >> 6] |= one << np.uint64(pos & 63)
 
 
-@_jit
+@jit
 def gather_bands(filters, positions):  # type: ignore[no-untyped-def]
     """(n, B) uint64: bit j of band b = filter bit positions[b, j] of each row."""
     n = filters.shape[0]
