@@ -199,17 +199,20 @@ class BlockingKeyer:
             got = list(map(memo.__getitem__, uniques))
         return np.frombuffer(b"".join(got), dtype="<u8").reshape(len(uniques), 2)  # type: ignore[arg-type]
 
-    def column_digests(self, columns: Sequence[tuple[list[str], np.ndarray]]) -> np.ndarray:
+    def column_digests(
+        self, columns: Sequence[tuple[list[str], np.ndarray]], checked: bool = False
+    ) -> np.ndarray:
         """(n,) uint64 digests of n rows given column by column as (distinct values, each row's
         index into them), one column per part: equal to ``digest`` of every row's raw tuple.
 
         Each part function and SHA-256 run once per distinct column value (memoised across
         calls); the keyed step is one AES call per part over all rows (hashing module
-        docstring). Raises InvalidText if any value is not valid UTF-8."""
+        docstring). Raises InvalidText if any value is not valid UTF-8 (unless ``checked``: the
+        caller has checked every value)."""
         blocks: list[np.ndarray] = []
         empty: np.ndarray | None = None
         for i, (uniques, indices) in enumerate(columns):
-            if not all(map(valid_text, uniques)):
+            if not checked and not all(map(valid_text, uniques)):
                 raise InvalidText("blocking-key column value is not valid UTF-8")
             x = self._part_blocks(i, uniques)[indices]
             none = ~x.any(axis=1)

@@ -222,9 +222,10 @@ class _FieldCodec:
             np.concatenate([self._gram(g, k)[0] for g, k in zip(grams, ks, strict=True)])
         )
 
-    def status(self, value: str, salt: str | None) -> int:
-        """1 for a usable value, else a negative code (missing / too long / no match / bad UTF-8)."""
-        if not valid_text(value) or (salt is not None and not valid_text(salt)):
+    def status(self, value: str, salt: str | None, checked: bool = False) -> int:
+        """1 for a usable value, else a negative code (missing / too long / no match / bad UTF-8);
+        ``checked``: the value is known to be valid UTF-8."""
+        if not (checked or valid_text(value)) or (salt is not None and not valid_text(salt)):
             return _BAD_UTF8
         if value.strip() in self._sentinels:
             return _MISSING
@@ -234,9 +235,10 @@ class _FieldCodec:
             return _NO_MATCH
         return 1
 
-    def _classify(self, value: str, salt: str | None) -> int | None:
-        """The code of a value that needs no filter row (empty, or a negative status), else None."""
-        st = self.status(value, salt)
+    def _classify(self, value: str, salt: str | None, checked: bool = False) -> int | None:
+        """The code of a value that needs no filter row (empty, or a negative status), else None.
+        ``checked``: the value (unsalted) is known to be valid UTF-8."""
+        st = self.status(value, salt, checked)
         if st == _MISSING and self.spec.missing_policy == "empty":
             return _OK_EMPTY
         return st if st < 0 else None
@@ -251,7 +253,7 @@ class _FieldCodec:
         self._used = need
         return first
 
-    def codes_for_keys(self, keys: list[Any]) -> np.ndarray:
+    def codes_for_keys(self, keys: list[Any], checked: bool = False) -> np.ndarray:
         """Table rows (or negative status codes) for memo keys: values, or (value, salt) pairs
         for a salted field. Misses are computed together and stored in one block."""
         index = self.index
@@ -264,7 +266,7 @@ class _FieldCodec:
             grams: list[list[str]] = []
             for key in dict.fromkeys([keys[j] for j in miss]):
                 value, salt = key if self.salted else (key, None)
-                code = self._classify(value, salt)
+                code = self._classify(value, salt, checked)
                 if code is None:
                     usable.append(key)
                     grams.append(field_qgram_list(self.spec, value, salt, self._normalise))
@@ -295,6 +297,14 @@ class _Column:
 
     indices: np.ndarray  # (n,) int64
     uniques: list[str]
+    _valid: bool | None = None
+
+    @property
+    def valid(self) -> bool:
+        """True if every value is valid UTF-8 (checked once; ASCII text in one C call)."""
+        if self._valid is None:
+            self._valid = "".join(self.uniques).isascii() or all(map(valid_text, self.uniques))
+        return self._valid
 
     @classmethod
     def from_values(cls, values: list[str]) -> _Column:
@@ -796,7 +806,7 @@ class Encoder:
         for fi, codec in enumerate(codecs):
             col = cols[codec.spec.source_column]
             if codec.spec.salt_field is None:
-                ucodes = codec.codes_for_keys(col.uniques)
+                ucodes = codec.codes_for_keys(col.uniques, checked=col.valid)
                 code_arr[:, fi] = ucodes[col.indices]
             else:
                 keys, inverse = _combine([col, cols[self.schema.column_of(codec.spec.salt_field)]])
@@ -833,7 +843,8 @@ class Encoder:
                 continue
             try:
                 parts = [(cols[c].uniques, cols[c].indices) for c in keyer.columns]
-                d[:, bi] = keyer.column_digests(parts)[kept]
+                checked = all(cols[c].valid for c in keyer.columns)
+                d[:, bi] = keyer.column_digests(parts, checked=checked)[kept]
             except InvalidText:
                 keys, inverse = _combine([cols[c] for c in keyer.columns])
                 bad = next(i for i, key in enumerate(keys) if not all(map(valid_text, key)))
