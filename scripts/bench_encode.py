@@ -425,7 +425,10 @@ def bench_case(
         f"clkhash (validate=False, default process pool): {cn} records in {cs:.2f} s "
         f"= {cn / cs:,.0f} records/s"
     )
-    sn, ss, sc = run_clkhash(csv_path, args.scheme, tmp, "single", theirs_schema)
+    runs = [
+        run_clkhash(csv_path, args.scheme, tmp, "single", theirs_schema) for _ in range(args.repeat)
+    ]
+    sn, ss, sc = min(runs, key=lambda r: r[2])  # best of --repeat, as for ours
     print(
         f"clkhash (validate=False, max_workers=1): {sn} records in {ss:.2f} s "
         f"= {sn / ss:,.0f} records/s; {sc:.2f} CPU-s = {sn / sc:,.0f} records/CPU-s"
@@ -442,7 +445,12 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scheme", default="hmac-sha256-random")
-    ap.add_argument("--repeat", type=int, default=1, help="encode ours N times, report the best")
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="encode N times (ours and clkhash's single process), report the best",
+    )
     ap.add_argument("--workers", type=int, default=0, help="processes (0: every core)")
     ap.add_argument("--data", choices=["generated", "simple", "both"], default="both")
     ap.add_argument("--vs-clkhash", action="store_true")

@@ -12,9 +12,12 @@ every output bit is flipped independently with probability f, from a per-party C
 
 Speed. CSV input is parsed by pyarrow's streaming reader and each needed column of a block is
 dictionary-encoded in C++, so Python only sees each block's distinct values. Per field the encoder
-memoises q-gram -> bit mask and raw value -> the packed filter of that value alone (a row of a
-table), so a record costs a gather of one table row per field and a vectorised OR. Memo tables are
-bounded and cleared between batches. Output arrays grow in place, batch by batch.
+memoises raw value -> the packed filter of that value alone (a row of a table), so a record costs a
+gather of one table row per field and a vectorised OR. The filters of a batch's new values are
+built together (``value_filters.GramStreams``: one keyed hash stream per distinct q-gram, the bits
+set by a compiled loop); normalisation is memoised per spec and shared with the blocking keys,
+whose digests are one AES call per key part over the batch (``blocking``, ``hashing``). Memo tables
+are bounded and cleared between batches. Output arrays grow in place, batch by batch.
 """
 
 from __future__ import annotations
@@ -28,9 +31,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from functools import reduce
 from itertools import islice, repeat
-from operator import or_
 from pathlib import Path
 from typing import Any
 
@@ -136,22 +137,9 @@ def blip_epsilon(schema: LinkageSchema) -> float | None:
     return changed * math.log((1.0 - f) / f)
 
 
-class _MaskMemo(dict[str, int]):
-    """q-gram -> bit mask; a missing gram is hashed by its codec (so lookups stay in C)."""
-
-    def __init__(self, codec: _FieldCodec) -> None:
-        super().__init__()
-        self.codec = codec
-
-    def __missing__(self, gram: str) -> int:
-        mask = self.codec._gram(gram)[1]
-        self[gram] = mask
-        return mask
-
-
 class _FieldCodec:
-    """Per-field memo: q-gram -> positions and bit mask, raw value (+salt) -> row of a table
-    of packed single-value filters (row 0 is the empty filter)."""
+    """Per-field memo: raw value (+salt) -> row of a table of packed single-value filters (row 0
+    is the empty filter); q-gram -> hash-stream positions for the single-value API."""
 
     MAX_VALUES = 100_000
     MAX_GRAMS = 500_000
@@ -162,11 +150,9 @@ class _FieldCodec:
         self.words = bits.words_for(self.nbits)
         self._key = field_key(secret, schema.hashing.scheme, spec.name)
         self._fn = SCHEME_FUNCTIONS[schema.hashing.scheme]
-        self._grams: dict[str, tuple[np.ndarray, int]] = {}
         self._streams: dict[str, list[int]] = {}  # gram -> the longest position stream computed
         self._streams_table = GramStreams(self._fn, self._key, self.nbits)  # batch path
         self._normalise = memoised_normaliser(spec.normalisation)
-        self._masks = _MaskMemo(self)  # gram -> bit mask, a dict filled on first use
         self.index: dict[object, int] = {}
         self.table = np.zeros((1024, self.words), dtype=np.uint64)
         self._used = 1  # row 0 stays all-zero
@@ -174,44 +160,21 @@ class _FieldCodec:
         self._pattern = re.compile(spec.pattern) if spec.pattern is not None else None
         self.salted = spec.salt_field is not None
 
-    def _gram(self, gram: str, k: int | None = None) -> tuple[np.ndarray, int]:
-        """(positions, bit mask) of one q-gram with k hashes (default: the field's k), memoised.
-        The k positions are the first k of the gram's hash stream, so one stream (as long as
-        the largest k seen) serves every k of a gram (bitsPerFeature varies k with the value)."""
-        if k is None or k == self.spec.k:
-            k, memo_key = self.spec.k, gram
-        else:
-            memo_key = f"{k}\x00{gram}"
-        entry = self._grams.get(memo_key)
-        if entry is None:
-            stream = self._streams.get(gram)
-            if stream is None or len(stream) < k:
-                stream = self._fn(self._key, gram.encode("utf-8"), self.nbits, k)
-                if len(self._streams) >= self.MAX_GRAMS:
-                    self._streams.clear()
-                self._streams[gram] = stream
-            pos = stream[:k]
-            mask = 0
-            for p in pos:
-                mask |= 1 << p
-            entry = (np.asarray(pos, dtype=np.int64), mask)
-            if len(self._grams) >= self.MAX_GRAMS:
-                self._grams.clear()
-                self._masks.clear()
-            self._grams[memo_key] = entry
-        return entry
+    def _positions(self, gram: str, k: int | None = None) -> np.ndarray:
+        """The first k (default: the field's k) positions of the gram's hash stream; one memoised
+        stream, as long as the largest k asked, serves every k (bitsPerFeature varies k)."""
+        k = self.spec.k if k is None else k
+        stream = self._streams.get(gram)
+        if stream is None or len(stream) < k:
+            stream = self._fn(self._key, gram.encode("utf-8"), self.nbits, k)
+            if len(self._streams) >= self.MAX_GRAMS:
+                self._streams.clear()
+            self._streams[gram] = stream
+        return np.asarray(stream[:k], dtype=np.int64)
 
     def gram_positions(self, gram: str) -> np.ndarray:
         """The k positions (int64, as the scheme gives them, possibly repeated) of one q-gram."""
-        return self._gram(gram)[0]
-
-    def value_mask(self, value: str, salt: str | None) -> int:
-        """The value's filter (before hardening) as an int: bit p set = position p."""
-        grams = field_qgram_list(self.spec, value, salt)
-        if self.spec.bits_per_feature is None:
-            return reduce(or_, map(self._masks.__getitem__, grams), 0)
-        ks = self.spec.token_ks(len(grams))
-        return reduce(or_, (self._gram(g, k)[1] for g, k in zip(grams, ks, strict=True)), 0)
+        return self._positions(gram)
 
     def value_positions(self, value: str, salt: str | None) -> np.ndarray:
         grams = field_qgram_list(self.spec, value, salt)
@@ -219,7 +182,7 @@ class _FieldCodec:
             return np.zeros(0, dtype=np.int64)
         ks = self.spec.token_ks(len(grams))
         return np.unique(
-            np.concatenate([self._gram(g, k)[0] for g, k in zip(grams, ks, strict=True)])
+            np.concatenate([self._positions(g, k) for g, k in zip(grams, ks, strict=True)])
         )
 
     def status(self, value: str, salt: str | None, checked: bool = False) -> int:
