@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -88,25 +89,12 @@ class PairComputeParty(ComputeParty):
     """Compute party ``index`` of an mpc3 run with target "any" (see the module docstring)."""
 
     def __init__(
-        self,
-        index: int,
-        params: ProtocolParameters,
-        keys: ComputeKeys,
-        *,
-        memory_budget_bytes: int | None = None,
-        batch_sets: int | None = None,
-        workers: int = 1,
+        self, index: int, params: ProtocolParameters, keys: ComputeKeys, **options: Any
     ) -> None:
+        """As ``ComputeParty`` (the same keyword options), for parameters with target "any"."""
         if isinstance(params, ProtocolParameters) and params.target != "any":
             raise MpcError(f"parameters are for target {params.target!r}, not 'any'")
-        super().__init__(
-            index,
-            params,
-            keys,
-            memory_budget_bytes=memory_budget_bytes,
-            batch_sets=batch_sets,
-            workers=workers,
-        )
+        super().__init__(index, params, keys, **options)
 
     def run(  # type: ignore[override]  # same rounds and driving; the outcome is a PairOutcome
         self,

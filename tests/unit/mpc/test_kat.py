@@ -58,20 +58,20 @@ def _params() -> ProtocolParameters:
 
 def _shares() -> list[list[InputShare]]:
     params = _params()
-    out = []
-    for v in KAT["shares"]:
-        out.append(
-            share_records(
-                v["source"],
-                params,
-                np.array(v["pseudonyms"], dtype=np.uint64),
-                np.array(v["block_digests"], dtype=np.uint64),
-                _rows(v["filters_hex"]),
-                np.array(v["counts"], dtype=np.int64),
-                GEN.Stream(v["seed"]),
-            )
-        )
-    return out
+    return [_share_vector(v, params, v["seed"]) for v in KAT["shares"]]
+
+
+def _share_vector(v: dict, params: ProtocolParameters, seed: str) -> list[InputShare]:
+    """share_records of one "shares" vector's records with the random stream of ``seed``."""
+    return share_records(
+        v["source"],
+        params,
+        np.array(v["pseudonyms"], dtype=np.uint64),
+        np.array(v["block_digests"], dtype=np.uint64),
+        _rows(v["filters_hex"]),
+        np.array(v["counts"], dtype=np.int64),
+        GEN.Stream(seed),
+    )
 
 
 def test_threshold_matches_the_vector():
@@ -141,15 +141,7 @@ def test_target_any_count_terms_and_pair_circuit():
     keys = [bytes.fromhex(h) for h in KAT["circuit"]["keys_hex"]]
     cps = [PairComputeParty(i, params, ComputeKeys(keys[i], keys[(i + 1) % 3])) for i in range(3)]
     for v, want in zip(KAT["shares"], vec["shares"], strict=True):
-        shares = share_records(
-            v["source"],
-            params,
-            np.array(v["pseudonyms"], dtype=np.uint64),
-            np.array(v["block_digests"], dtype=np.uint64),
-            _rows(v["filters_hex"]),
-            np.array(v["counts"], dtype=np.int64),
-            GEN.Stream(want["seed"]),
-        )
+        shares = _share_vector(v, params, want["seed"])
         terms = shares[0].counts[0] ^ shares[1].counts[0] ^ shares[2].counts[0]
         assert terms.tolist() == want["count_terms"]
         for s in shares:
