@@ -163,7 +163,9 @@ class PairEngine(PartyEngine):
         }
         total = sum(plan.total for plan in plans.values())
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
-        stats.candidate_sets = stats.candidate_sets_uncapped = total
+        stats.candidate_sets = total
+        stats.candidate_sets_uncapped = sum(plan.uncapped for plan in plans.values())
+        stats.largest_block_sets = max((plan.largest for plan in plans.values()), default=0)
         budget = self.params.memory_budget_bytes
         words = -(-self.segment_bits // 64)
         # per pair in a piece: two gathered segments, their AND, indices, the kept row
@@ -187,7 +189,6 @@ class PairEngine(PartyEngine):
                     out[:, p] = c[kept]
                     store.append(out)
                     kept_total += int(rows.shape[0])
-                    stats.largest_block_sets = max(stats.largest_block_sets, int(kept.size))
                     done += int(kept.size)
                     if progress is not None:
                         progress(done, total)

@@ -51,6 +51,9 @@ class PairPlan:
         self.whole = np.ones(common.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
         self.na, self.nb = na, nb
         self.total = int((na[self.whole] * nb[self.whole]).sum())
+        #: pairs of all two-party blocks, and of the largest, before sub-blocking
+        self.uncapped = int((na * nb).sum())
+        self.largest = int((na * nb).max(initial=0))
         for sub_a, sub_b in self._sub_blocks():
             self.total += int(sub_a.size) * int(sub_b.size)
 

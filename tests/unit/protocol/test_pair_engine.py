@@ -115,6 +115,10 @@ def test_pieces_hold_every_candidate_pair_once_per_block(cap: int | None) -> Non
         if cap is None:
             assert max(len(x) for x in pieces) <= max(size, int(plan.nb.max()))
         assert {tuple(r) for r in rows.tolist()} == {tuple(r) for r in whole.tolist()}
+    if cap is None:
+        assert plan.uncapped == plan.total and 0 < plan.largest <= plan.total
+    else:
+        assert plan.uncapped > plan.total
 
 
 def test_ring_rows_must_name_two_known_records() -> None:
