@@ -343,6 +343,7 @@ class PairEngine(PartyEngine):
         """GroupRows of result chunks in linkage-id order (own record id, group size, parties)."""
         rid = self._records.record_ids
         names = self.params.parties
+        by_mask: dict[int, tuple[str, ...]] = {}  # few distinct masks: name each once
         for results in chunks:
             rows = self._check_results(results)
             assert isinstance(results, GroupResults)
@@ -354,5 +355,9 @@ class PairEngine(PartyEngine):
                 results.group_parties.tolist(),
                 strict=True,
             ):
-                parties = tuple(names[q] for q in mask_parties(mask, self.parties))
+                parties = by_mask.get(mask)
+                if parties is None:
+                    parties = by_mask[mask] = tuple(
+                        names[q] for q in mask_parties(mask, self.parties)
+                    )
                 yield GroupRow(linkage_label(lid), sim, rid[row], size, parties)
