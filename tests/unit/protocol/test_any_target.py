@@ -13,7 +13,7 @@ from party.protocol.any_driver import run_any_in_process
 from party.protocol.errors import ParameterError
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
-from party.protocol.solver import SOLVERS, solve_groups
+from party.protocol.solver import DEFAULT_SOLVER, SOLVERS, solve_groups
 
 
 def params(p: int, **kw: object) -> ProtocolParameters:
@@ -296,3 +296,10 @@ def test_pair_candidates_follow_the_sub_blocking_rule_of_the_set_oracle(cap: int
         assert len(got) == len({tuple(r) for r in got.tolist()}) > 0
         ordered = [(int(keys[0][x]), int(keys[1][y])) for x, y in got.tolist()]
         assert ordered == sorted(ordered)
+
+
+def test_the_wire_knows_the_same_solvers_and_default() -> None:
+    from proto import linkage
+
+    assert linkage.TARGET_SOLVERS == SOLVERS
+    assert SOLVERS[0] == DEFAULT_SOLVER == "guarded"
