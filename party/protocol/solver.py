@@ -63,8 +63,6 @@ def check_solver(name: str) -> str:
 
 
 def _accepts(rule: str, matched_cross: int, cross: int) -> bool:
-    if rule in ("greedy", "guarded"):
-        return True
     if rule == "majority":
         return 2 * matched_cross >= cross
     return matched_cross == cross
@@ -133,10 +131,11 @@ def solve_groups(
             continue
         if sim < strong and not _weak_attach(a, b, members[ga], members[gb], group_of, linked):
             continue
-        cross = [(x, y) for x in members[ga] for y in members[gb]]
-        matched = [linked[x][y] for x, y in cross if y in linked[x]]
-        if not _accepts(solver, len(matched), len(cross)):
-            continue
+        if solver in ("majority", "weakest-link"):
+            cross = [(x, y) for x in members[ga] for y in members[gb]]
+            matched = sum(1 for x, y in cross if y in linked[x])
+            if not _accepts(solver, matched, len(cross)):
+                continue
         for m in members[gb]:
             group_of[m] = ga
         members[ga].extend(members[gb])
