@@ -17,6 +17,11 @@ pair between every two parties above the lowest threshold (no blocking) and
 ``anonlink.solving.greedy_solve`` resolves them. A group counts as a matched set when it holds one
 record of every party; both sides are scored by ``party.synthetic.metrics.evaluate_sets``.
 
+Column "any" (issue 14's pairwise path, in-process: ``party.protocol.any_driver``): the same
+encodings and thresholds with target any, min_parties = P and the default solver; its groups of
+exactly P records are scored like the sets above, to show whether pairwise comparison (a pair only
+needs its two records in a shared block) and the solver close what the joint P-way Dice loses.
+
 Example: python scripts/quality.py --out results/quality            (all data sets, ~15 minutes)
          python scripts/quality.py --out results/q --sets p3 --records 1000
 Writes OUT/quality.json and OUT/quality.md, and prints the table.
@@ -40,6 +45,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from party.errors import PprlError  # noqa: E402
+from party.protocol.any_driver import run_any_in_process  # noqa: E402
+from party.protocol.params import ProtocolParameters  # noqa: E402
 from party.synthetic.blocking_recall import blocking_recall, true_set_dice  # noqa: E402
 from party.synthetic.external import load_folder  # noqa: E402
 from party.synthetic.generator import generate, write_dataset  # noqa: E402
@@ -47,6 +54,7 @@ from party.synthetic.metrics import evaluate_sets  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     SimulationConfig,
     default_schema_path,
+    party_name,
     prepare_encoded,
     run_in_process_simulation,
 )
@@ -68,6 +76,10 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--corruption", type=float, default=0.4)
     ap.add_argument("--households", type=float, default=0.3)
     ap.add_argument("--schema", type=Path, default=None, help="our schema (default: shipped)")
+    ap.add_argument(
+        "--febrl4-schema", type=Path, default=None, help="our FEBRL4 schema (default: shipped)"
+    )
+    ap.add_argument("--no-any", action="store_true", help="skip the target-any column")
     ap.add_argument("--ref-python", type=Path, default=ROOT / ".venv-ref" / "bin" / "python")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
     return ap
@@ -83,7 +95,8 @@ def prepare(name: str, args: argparse.Namespace) -> tuple[Path, int, Path, Path]
     if name == "febrl4":
         if not (folder / "truth.csv").exists():
             _ref(args, ["febrl4", str(folder)])
-        return folder, 2, args.schema or febrl4_schema_path(), REFERENCE / "clkhash-febrl4.json"
+        schema = args.febrl4_schema or febrl4_schema_path()
+        return folder, 2, schema, REFERENCE / "clkhash-febrl4.json"
     if name not in GENERATED:
         raise SystemExit(f"quality: unknown data set {name!r} (febrl4, p3, p5, p7)")
     parties, records = GENERATED[name]
@@ -132,20 +145,41 @@ def ours(
     dice = true_set_dice(enc.tables, enc.data.truth)
     cap = {repr(t): int((dice >= t).sum()) for t in args.thresholds}
     rows: dict[str, Any] = {}
+    pairwise: dict[str, Any] = {}
     for t in args.thresholds:
-        r = run_in_process_simulation(
-            replace(cfg, match_threshold=t, segment_threshold=None),
-            encoded=enc,
-            write_matches=False,
-        )
+        run_cfg = replace(cfg, match_threshold=t, segment_threshold=None)
+        r = run_in_process_simulation(run_cfg, encoded=enc, write_matches=False)
         rows[repr(t)] = r.quality.as_dict()
+        if not args.no_any:
+            pairwise[repr(t)] = target_any_sets(enc, run_cfg.s_m, t).as_dict()
     return {
         "quality": rows,
+        "target_any": pairwise,
         "blocking": blocking.as_dict(),
         "true_sets_reaching_s_t_without_blocking": cap,
         "seconds": round(time.perf_counter() - t0, 1),
         "schema": str(schema.relative_to(ROOT) if schema.is_relative_to(ROOT) else schema),
     }
+
+
+def target_any_sets(enc: Any, s_m: float, s_t: float) -> Any:
+    """Quality of target any (min_parties = P) on the same encodings: groups of all P parties."""
+    parties = len(enc.tables)
+    params = ProtocolParameters(
+        parties=tuple(party_name(i) for i in range(parties)),
+        filter_bits=enc.schema.output_bits,
+        match_threshold=s_t,
+        segment_threshold=s_m,
+        target="any",
+        min_parties=parties,
+    )
+    run = run_any_in_process(enc.tables, params)
+    groups: dict[str, list[tuple[int, str]]] = {}
+    for p, rows in enumerate(run.matches):
+        for row in rows:
+            groups.setdefault(row.linkage_id, []).append((p, row.record_id))
+    sets = [g for g in groups.values() if len(g) == parties]
+    return evaluate_sets(sets, enc.data.truth)
 
 
 def reference(
@@ -189,12 +223,14 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
         "ref F1",
         "ours - ref",
         "goal",
+        "any F1",
+        "any - ref",
     ):
         table.add_column(col, justify="left" if col == "data" else "right")
     md = [
         "| data | P | s_t | ours precision / recall | ours F1 | clkhash + anonlink precision / recall "
-        "| clkhash + anonlink F1 | ours - ref | within 0.002 or above |",
-        "|---|---:|---:|---|---:|---|---:|---:|---|",
+        "| clkhash + anonlink F1 | ours - ref | within 0.002 or above | target any F1 | any - ref |",
+        "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|",
     ]
     for name, r in results.items():
         for t in thresholds:
@@ -202,6 +238,9 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
             ref = r.get("reference", {}).get("quality", {}).get(repr(t))
             diff = "" if ref is None else f"{_f1(o) - _f1(ref):+.4f}"
             goal = "" if ref is None else ("yes" if _f1(o) >= _f1(ref) - 0.002 else "NO")
+            pw = r["ours"].get("target_any", {}).get(repr(t))
+            any_f1 = "" if pw is None else f"{_f1(pw):.4f}"
+            any_diff = "" if pw is None or ref is None else f"{_f1(pw) - _f1(ref):+.4f}"
             cells = [
                 name,
                 str(r["parties"]),
@@ -212,22 +251,26 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
                 "" if ref is None else f"{_f1(ref):.4f}",
                 diff,
                 goal,
+                any_f1,
+                any_diff,
             ]
             table.add_row(*cells)
             md.append("| " + " | ".join(cells) + " |")
     md += [
         "",
-        "| data | true sets | lost to blocking | lost fraction | candidate sets (all passes) | "
+        "| data | true sets | lost to blocking | lost fraction | pair-connected (target any) "
+        "| candidate sets (all passes) | "
         "true sets with full-filter P-way Dice >= s_t ("
         + ", ".join(f"{t:.2f}" for t in thresholds)
         + ") |",
-        "|---|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, r in results.items():
         b = r["ours"]["blocking"]
         cap = r["ours"]["true_sets_reaching_s_t_without_blocking"]
         md.append(
             f"| {name} | {b['true_sets']} | {b['lost']} | {b['lost_fraction']:.4f} | "
+            f"{b['true_sets_pair_connected']} | "
             f"{b['candidate_sets']} | {', '.join(str(cap[repr(t)]) for t in thresholds)} |"
         )
     return table, md

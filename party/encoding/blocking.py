@@ -12,7 +12,11 @@ default normalisation), then the function is applied:
   letters only;
 - ``prefix``: the first ``length`` characters;
 - ``year``: the first 4-digit run in the raw value (``1987-05-03``, ``03/05/1987``, ``19870503``);
-- ``postcode_prefix``: the first ``length`` characters with whitespace removed, upper-cased.
+- ``postcode_prefix``: the first ``length`` characters with whitespace removed, upper-cased;
+- ``day_month``: the digits of a date other than its year (``1987-05-03`` and ``19870503`` give
+  ``0503``, ``03/05/1987`` gives ``0305``), so a mistyped year keeps the key; '' when ``year`` finds
+  no year;
+- ``number``: the first run of digits in the value (the house number of ``12a queen street``: ``12``).
 
 If any part is empty (missing value, no year found, empty code) the record has no value for that
 key and its digest is 0. Otherwise the digest of the part values p_1..p_m (in the key's part
@@ -61,6 +65,8 @@ from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
 _NOT_ASCII_LETTER = re.compile(r"[^a-z]+")
+_NOT_DIGIT = re.compile(r"[^0-9]+")
+_DIGITS = re.compile(r"[0-9]+")
 # Digits as the letters OCR and typing confuse them with; letters with no NFKD decomposition.
 _PHONETIC_TRANSLATE = str.maketrans(
     {
@@ -104,6 +110,23 @@ def year_of(raw: str) -> str:
     return m.group(1) or m.group(2)
 
 
+def day_month_of(raw: str) -> str:
+    """The digits of a date other than its year (``year_of``), else ''."""
+    value = raw.strip()
+    m = _YEAR.search(value)
+    if not m:
+        return ""
+    if m.group(2):  # YYYYMMDD
+        return value[4:]
+    return _NOT_DIGIT.sub("", value[: m.start(1)] + value[m.end(1) :])
+
+
+def first_number(value: str) -> str:
+    """The first run of digits in a value, else ''."""
+    m = _DIGITS.search(value)
+    return m.group(0) if m else ""
+
+
 def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], str]:
     """The raw column value -> part value function of one blocking-key part."""
     try:
@@ -127,6 +150,10 @@ def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], 
         return year_of
     if fn == "postcode_prefix":
         return lambda v: "".join(v.split()).upper()[:length]
+    if fn == "day_month":
+        return day_month_of
+    if fn == "number":
+        return lambda v: first_number(normalise(v, norm))
     raise ValueError(f"unknown blocking function {fn!r}")
 
 

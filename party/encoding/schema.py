@@ -51,7 +51,8 @@ Defaults: ``hashing.scheme`` ``hmac-sha256-random``, ``hashing.k`` 20, normalisa
 sentinels ``[""]`` with policy ``empty``, no validation, no salt, no hardening, no blocking keys.
 BLIP is ``{"flipProbability": f}`` with 0 < f < 0.5. Blocking functions: ``exact``, ``soundex``,
 ``nysiis``, ``metaphone``, ``prefix`` (needs ``length``), ``year`` (a 4-digit year found in a date
-such as ``1987-05-03`` or ``03/05/1987``), ``postcode_prefix`` (needs ``length``; spaces removed).
+such as ``1987-05-03`` or ``03/05/1987``), ``postcode_prefix`` (needs ``length``; spaces removed),
+``day_month`` (a date's digits other than its year), ``number`` (the first run of digits).
 
 Digest. ``LinkageSchema.to_canonical_json`` writes the fully resolved schema (all defaults filled
 in, per-field k resolved) as compact JSON with sorted keys; ``digest`` is the SHA-256 hex of the
@@ -96,6 +97,8 @@ BLOCKING_FUNCTIONS = (
     "prefix",
     "year",
     "postcode_prefix",
+    "day_month",
+    "number",
 )
 _NEEDS_LENGTH = ("prefix", "postcode_prefix")
 MAX_FILTER_BITS = 1 << 20

@@ -6,18 +6,29 @@ party in file order) is KEPT by pass c iff its P records have the same non-zero 
 and kept by the blocking iff some pass keeps it (the engine then compares it). Per pass it also
 reports how many of each party's records are in a block present at every party (common blocks) and
 the number of candidate sets the pass enumerates (sum over its common blocks of the product of the
-parties' block sizes; a set found by several passes counts once per pass).
+parties' block sizes; a set found by several passes counts once per pass), and how many true sets
+that pass alone keeps (its marginal recall: dropping it loses exactly these).
+
+Pairwise view (target any, issue 14): a true set is *pair-connected* when the graph on its P records
+whose edges are the pairs sharing a non-zero digest in some pass is connected; pairwise comparison
+can only reach a whole true set when it is (P-way blocking needs all P records in one block).
+
+``digests_of_columns`` computes a schema's block digests straight from the column values, without
+encoding filters (schemas without LSH keys), equal to the encoder's: blocking_cost.py uses it to
+measure a million records per party in minutes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from party.encoding.bits import popcount_rows
+from party.encoding.blocking import BlockingKeyer, all_pairs_digest
 from party.encoding.records import EncodedRecords
+from party.encoding.schema import LinkageSchema
 from party.synthetic.truth import GroundTruth
 
 
@@ -30,6 +41,7 @@ class PassStats:
     common_blocks: int
     candidate_sets: int
     true_sets_kept: int
+    true_sets_only_here: int  # kept by this pass and no other
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class BlockingRecall:
     true_sets_kept: int
     passes: tuple[PassStats, ...]
     candidate_sets: int  # sum over passes
+    true_sets_pair_connected: int  # see the module docstring (pairwise view)
 
     @property
     def lost(self) -> int:
@@ -54,6 +67,7 @@ class BlockingRecall:
             "lost": self.lost,
             "lost_fraction": round(self.lost_fraction, 6),
             "candidate_sets": self.candidate_sets,
+            "true_sets_pair_connected": self.true_sets_pair_connected,
             "passes": [
                 {
                     "column": p.column,
@@ -61,6 +75,7 @@ class BlockingRecall:
                     "common_blocks": p.common_blocks,
                     "candidate_sets": p.candidate_sets,
                     "true_sets_kept": p.true_sets_kept,
+                    "true_sets_only_here": p.true_sets_only_here,
                 }
                 for p in self.passes
             ],
@@ -89,10 +104,11 @@ def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> Blo
     """Blocking quality of P parties' encodings against the ground truth (module docstring)."""
     rows = _true_set_rows(tables, truth)
     valid = (rows >= 0).all(axis=1)
+    parties = len(tables)
     width = tables[0].block_digests.shape[1]
-    kept_any = np.zeros(rows.shape[0], dtype=bool)
-    passes = []
-    total_sets = 0
+    kept_by = np.zeros((rows.shape[0], width), dtype=bool)
+    linked = np.zeros((rows.shape[0], parties, parties), dtype=bool)  # pairs sharing a block
+    stats = []
     for c in range(width):
         cols = [t.block_digests[:, c] for t in tables]
         common: np.ndarray | None = None
@@ -106,12 +122,57 @@ def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> Blo
             values, counts = np.unique(col[np.isin(col, common)], return_counts=True)
             per_block = per_block * counts.astype(object)
         sets = int(per_block.sum()) if common.size else 0
-        d = np.stack([cols[p][np.maximum(rows[:, p], 0)] for p in range(len(tables))], axis=1)
-        kept = valid & (d[:, 0] != 0) & (d == d[:, :1]).all(axis=1)
-        kept_any |= kept
-        total_sets += sets
-        passes.append(PassStats(c, in_common, int(common.size), sets, int(kept.sum())))
-    return BlockingRecall(int(rows.shape[0]), int(kept_any.sum()), tuple(passes), total_sets)
+        d = np.stack([cols[p][np.maximum(rows[:, p], 0)] for p in range(parties)], axis=1)
+        kept_by[:, c] = valid & (d[:, 0] != 0) & (d == d[:, :1]).all(axis=1)
+        linked |= (d[:, :, None] == d[:, None, :]) & (d[:, :, None] != 0)
+        stats.append((c, in_common, int(common.size), sets))
+    only = kept_by & (kept_by.sum(axis=1) == 1)[:, None]
+    passes = tuple(
+        PassStats(c, rec, blocks, sets, int(kept_by[:, c].sum()), int(only[:, c].sum()))
+        for c, rec, blocks, sets in stats
+    )
+    return BlockingRecall(
+        true_sets=int(rows.shape[0]),
+        true_sets_kept=int(kept_by.any(axis=1).sum()),
+        passes=passes,
+        candidate_sets=sum(p.candidate_sets for p in passes),
+        true_sets_pair_connected=int((valid & _connected(linked)).sum()),
+    )
+
+
+def _connected(linked: np.ndarray) -> np.ndarray:
+    """(T,) whether each (T, P, P) symmetric adjacency matrix is a connected graph."""
+    reach = linked | np.eye(linked.shape[1], dtype=bool)[None]
+    for _ in range(max(1, int(np.ceil(np.log2(linked.shape[1]))))):
+        reach = np.einsum("tij,tjk->tik", reach.astype(np.uint8), reach.astype(np.uint8)) > 0
+    return reach.all(axis=(1, 2))
+
+
+def digests_of_columns(
+    schema: LinkageSchema, secret: bytes, columns: Mapping[str, Sequence[str]]
+) -> np.ndarray:
+    """(n, digest_width) uint64 block digests of n rows given as column name -> values, without
+    encoding filters; equal to the encoder's. Raises ValueError for a schema with LSH keys (they
+    sample the filters) and KeyError for a missing column."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    if not schema.blocking:
+        return np.full((n, 1), all_pairs_digest(secret), dtype=np.uint64)
+    if any(b.lsh is not None for b in schema.blocking):
+        raise ValueError("LSH blocking keys need the filters: encode the records instead")
+    coded: dict[str, tuple[list[str], np.ndarray]] = {}
+    out = np.zeros((n, len(schema.blocking)), dtype=np.uint64)
+    for j, spec in enumerate(schema.blocking):
+        parts = []
+        for part in spec.parts:
+            name = schema.column_of(part.field)
+            if name not in coded:
+                uniques, inverse = np.unique(
+                    np.asarray(columns[name], dtype=str), return_inverse=True
+                )
+                coded[name] = (uniques.tolist(), inverse.reshape(-1))
+            parts.append(coded[name])
+        out[:, j] = BlockingKeyer(spec, schema, secret).column_digests(parts)
+    return out
 
 
 def true_set_dice(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.ndarray:

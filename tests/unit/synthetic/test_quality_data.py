@@ -68,6 +68,10 @@ def test_blocking_recall_known_answer():
     # pass 1: common blocks {8}: 1 x 1 x 1 (9 is at a and c only)
     assert (p1.common_blocks, p1.candidate_sets, p1.records_in_common_blocks) == (1, 1, (1, 1, 1))
     assert r.candidate_sets == 3
+    # each kept set is kept by one pass only: dropping either pass loses one set
+    assert (p0.true_sets_only_here, p1.true_sets_only_here) == (1, 1)
+    # e2: a-b share 1 (pass 0), a-c share 9 (pass 1), b-c nothing: connected through a
+    assert r.true_sets_pair_connected == 3
     passes = r.as_dict()["passes"]
     assert isinstance(passes, list) and passes[0]["candidate_sets"] == 2
 
