@@ -144,8 +144,9 @@ def _connected(linked: np.ndarray) -> np.ndarray:
     """(T,) whether each (T, P, P) symmetric adjacency matrix is a connected graph."""
     reach = linked | np.eye(linked.shape[1], dtype=bool)[None]
     for _ in range(max(1, int(np.ceil(np.log2(linked.shape[1]))))):
-        reach = np.einsum("tij,tjk->tik", reach.astype(np.uint8), reach.astype(np.uint8)) > 0
-    return reach.all(axis=(1, 2))
+        step = reach.astype(np.int32)
+        reach = np.einsum("tij,tjk->tik", step, step) > 0
+    return np.asarray(reach.all(axis=(1, 2)))
 
 
 def digests_of_columns(
