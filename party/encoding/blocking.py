@@ -153,7 +153,7 @@ def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], 
     if fn == "day_month":
         return day_month_of
     if fn == "number":
-        return lambda v: first_number(normalise(v, norm))
+        return lambda v: first_number(norm_of(v))
     raise ValueError(f"unknown blocking function {fn!r}")
 
 
