@@ -28,33 +28,28 @@ def _schema(blocking: list[dict[str, object]]) -> dict[str, object]:
     return {"version": 2, "l": 256, "features": FEATURES, "blocking": blocking}
 
 
+def _key(name: str, *parts: tuple[str, str] | tuple[str, str, int]) -> dict[str, object]:
+    """A blocking key from (field, function[, length]) parts."""
+    return {
+        "name": name,
+        "parts": [
+            {"field": p[0], "function": p[1]} | ({"length": p[2]} if len(p) > 2 else {})
+            for p in parts
+        ],
+    }
+
+
 def test_digests_of_columns_equal_the_encoders():
     """Every non-LSH blocking function, parts that are features and parts that are plain columns."""
-    blocking: list[dict[str, object]] = [
-        {
-            "name": "dm_addr",
-            "parts": [
-                {"field": "dob", "function": "day_month"},
-                {"field": "street_address", "function": "soundex"},
-                {"field": "suburb", "function": "nysiis"},
-            ],
-        },
-        {
-            "name": "num_pc",
-            "parts": [
-                {"field": "street_address", "function": "number"},
-                {"field": "postcode", "function": "postcode_prefix", "length": 3},
-                {"field": "dob", "function": "year"},
-            ],
-        },
-        {
-            "name": "names",
-            "parts": [
-                {"field": "given_name", "function": "prefix", "length": 2},
-                {"field": "surname", "function": "metaphone"},
-                {"field": "state", "function": "exact"},
-            ],
-        },
+    blocking = [
+        _key("dm_addr", ("dob", "day_month"), ("street_address", "soundex"), ("suburb", "nysiis")),
+        _key(
+            "num_pc",
+            ("street_address", "number"),
+            ("postcode", "postcode_prefix", 3),
+            ("dob", "year"),
+        ),
+        _key("names", ("given_name", "prefix", 2), ("surname", "metaphone"), ("state", "exact")),
     ]
     schema = parse_schema(_schema(blocking))
     ds = generate(3, 400, corruption=0.5, seed=3, households=0.3)
