@@ -1,6 +1,7 @@
 """End-to-end benchmark: the same linkage in process and over real processes with mutual TLS.
 
     python scripts/bench_e2e.py [--parties 3] [--records 10000] [--repeat 3] [--keep DIR]
+        [--mode segments|mpc3]
 
 Generates P tables (party.synthetic), then runs the linkage twice with the same data, schema,
 secret and parameters, doing the same work on the same cores:
@@ -45,7 +46,8 @@ def main() -> int:
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--filter-bits", type=int, default=1020)
     parser.add_argument("--match-threshold", type=float, default=0.8)
-    parser.add_argument("--segment-threshold", type=float, default=0.7)
+    parser.add_argument("--segment-threshold", type=float, default=0.7, help="mode segments")
+    parser.add_argument("--mode", choices=["segments", "mpc3"], default="segments")
     parser.add_argument(
         "--repeat", type=int, default=3, help="interleaved repeats (medians compared)"
     )
@@ -70,6 +72,7 @@ def main() -> int:
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import encode_csv_parallel, resolve_workers
     from party.encoding.schema import parse_schema
+    from party.mpc.driver import run_mpc3_in_process
     from party.protocol.driver import run_in_process
     from party.protocol.params import ProtocolParameters
     from party.synthetic.cluster import (
@@ -94,16 +97,18 @@ def main() -> int:
         schema_obj = json.loads(args.schema.read_text(encoding="utf-8"))
         schema_obj["l"] = args.filter_bits
         (root / "schema.json").write_text(json.dumps(schema_obj), encoding="utf-8")
+    s_m = args.segment_threshold if args.mode == "segments" else 0.0
     params_path = write_parameters(
-        root / "params.json", names, schema_obj, args.match_threshold, args.segment_threshold
+        root / "params.json", names, schema_obj, args.match_threshold, s_m, mode=args.mode
     )
     schema = parse_schema(schema_obj)
     params = ProtocolParameters(
         parties=tuple(names),
         filter_bits=schema.output_bits,
         match_threshold=args.match_threshold,
-        segment_threshold=args.segment_threshold,
+        segment_threshold=s_m,
         memory_budget_bytes=args.memory_budget_mib * 2**20,
+        mode=args.mode,
     )
 
     from party.node.warmup import warm_up
@@ -117,7 +122,8 @@ def main() -> int:
             for p in csvs
         ]
         t_encode = time.perf_counter() - t0
-        run = run_in_process(tables, params, workers=resolve_workers(args.workers))
+        link = run_mpc3_in_process if args.mode == "mpc3" else run_in_process
+        run = link(tables, params, workers=resolve_workers(args.workers))
         elapsed = time.perf_counter() - t0
         groups: dict[str, dict[int, str]] = {}
         for j, rows in enumerate(run.matches):
@@ -172,7 +178,10 @@ def main() -> int:
             )
     finally:
         cluster.stop_all()
-    table = Table(title=f"{args.parties} parties x {args.records} records, l={args.filter_bits}")
+    table = Table(
+        title=f"{args.parties} parties x {args.records} records, l={args.filter_bits}, "
+        f"mode {args.mode}"
+    )
     for col in (
         "party",
         "sent (MB)",
