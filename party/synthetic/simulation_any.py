@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,11 +27,10 @@ from party.synthetic.generator import write_dataset
 from party.synthetic.metrics_any import AnyQuality, evaluate_groups
 from party.synthetic.simulation import (
     SimulationConfig,
-    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
-    party_name,
+    protocol_parameters,
     simulation_secret,
 )
 from party.synthetic.subsets import generate_subsets
@@ -89,18 +88,14 @@ def any_data(cfg: SimulationConfig, target: AnyTarget) -> tuple[list[Path], Any,
 def any_parameters(
     cfg: SimulationConfig, schema: LinkageSchema, target: AnyTarget
 ) -> ProtocolParameters:
-    """The protocol parameters of a simulation of target any."""
-    return ProtocolParameters(
-        parties=tuple(party_name(i) for i in range(cfg.parties)),
-        filter_bits=schema.output_bits,
-        match_threshold=cfg.match_threshold,
-        segment_threshold=cfg.s_m,
-        max_block_size=cfg.max_block_size,
+    """The protocol parameters of a simulation of target any: those of target all (budget, mode,
+    compute parties) with the target's fields; one-to-one does not apply to groups."""
+    return replace(
+        protocol_parameters(cfg, schema),
+        one_to_one=False,
         target="any",
         min_parties=target.min_parties,
         solver=target.solver,
-        mode=cfg.mode,
-        compute_parties=compute_parties(cfg),
     )
 
 
