@@ -46,6 +46,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
+from itertools import repeat
+from typing import Any
 
 import jellyfish
 import numpy as np
@@ -60,7 +62,12 @@ from party.encoding.hashing import (
     part_block,
     value_blocks,
 )
-from party.encoding.normalise import DEFAULT_NORMALISATION, memoised_normaliser, valid_text
+from party.encoding.normalise import (
+    DEFAULT_NORMALISATION,
+    memoised_normaliser,
+    memoised_normaliser_many,
+    valid_text,
+)
 from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
@@ -187,21 +194,35 @@ _PHONETIC_CODES: dict[str, Callable[[str], str]] = {
 def part_values(part: BlockingPart, schema: LinkageSchema) -> Callable[[list[str]], list[str]]:
     """``part_function`` over a list of raw values at once (what the encoder calls): equal to
     ``[part_function(part, schema)(v) for v in values]`` with fewer Python calls per value."""
-    code = _PHONETIC_CODES.get(part.function)
-    if code is None:
-        one = part_function(part, schema)
-        return lambda values: list(map(one, values))
     try:
         norm = schema.field_spec(part.field).normalisation
     except KeyError:
         norm = DEFAULT_NORMALISATION
-    norm_of = memoised_normaliser(norm)
+    norm_many = memoised_normaliser_many(norm)
+    fn = part.function
+    length = part.length or 0
+    code = _PHONETIC_CODES.get(fn)
+    if code is not None:
 
-    def phonetic(values: list[str]) -> list[str]:
-        letters = phonetic_letters_many(list(map(norm_of, values)))
-        return [code(x) if x else "" for x in letters]
+        def phonetic(values: list[str]) -> list[str]:
+            letters = phonetic_letters_many(norm_many(values))
+            return [code(x) if x else "" for x in letters]
 
-    return phonetic
+        return phonetic
+    if fn == "exact":
+        return norm_many
+    if fn == "prefix":
+        return lambda values: [v[:length] for v in norm_many(values)]
+    if fn == "number":
+        digits = _DIGITS.search
+        return lambda values: [m.group() if (m := digits(v)) else "" for v in norm_many(values)]
+    if fn == "year":
+        year = _YEAR.search
+        return lambda values: [
+            (m.group(1) or m.group(2)) if (m := year(v.strip())) else "" for v in values
+        ]
+    one = part_function(part, schema)
+    return lambda values: list(map(one, values))
 
 
 def _phonetic(code: Callable[[str], str], value: str) -> str:
@@ -262,19 +283,17 @@ class BlockingKeyer:
             blocks = self._value_memo
             if len(blocks) >= self.MAX_CACHE:
                 blocks.clear()
-            for u, p in zip(miss, parts, strict=True):
-                if not p:
-                    memo[u] = self._EMPTY
-                    continue
-                x = blocks.get(p)
-                if x is None:
-                    x = blocks[p] = part_block(p)
-                memo[u] = x
+            new = [p for p in dict.fromkeys(parts) if p and p not in blocks]
+            blocks.update(zip(new, map(part_block, new), strict=True))
+            memo.update(zip(miss, map(blocks.get, parts, repeat(self._EMPTY)), strict=True))
             got = list(map(memo.__getitem__, uniques))
         return np.frombuffer(b"".join(got), dtype="<u8").reshape(len(uniques), 2)  # type: ignore[arg-type]
 
     def column_digests(
-        self, columns: Sequence[tuple[list[str], np.ndarray]], checked: bool = False
+        self,
+        columns: Sequence[tuple[list[str], np.ndarray]],
+        checked: bool = False,
+        shared: dict[Any, Any] | None = None,
     ) -> np.ndarray:
         """(n,) uint64 digests of n rows given column by column as (distinct values, each row's
         index into them), one column per part: equal to ``digest`` of every row's raw tuple.
@@ -282,14 +301,23 @@ class BlockingKeyer:
         Each part function and SHA-256 run once per distinct column value (memoised across
         calls); the keyed step is one AES call per part over all rows (hashing module
         docstring). Raises InvalidText if any value is not valid UTF-8 (unless ``checked``: the
-        caller has checked every value)."""
+        caller has checked every value). ``shared``: a dict the caller passes to every key's
+        call for the same columns (one batch), so a part that several keys have in common is
+        looked up and gathered once; it must not outlive those column lists."""
         blocks: list[np.ndarray] = []
         empty: np.ndarray | None = None
         for i, (uniques, indices) in enumerate(columns):
             if not checked and not all(map(valid_text, uniques)):
                 raise InvalidText("blocking-key column value is not valid UTF-8")
-            x = self._part_blocks(i, uniques)[indices]
-            none = ~x.any(axis=1)
+            ck = (self.spec.parts[i], id(uniques), id(indices))
+            got = None if shared is None else shared.get(ck)
+            if got is None:
+                x = self._part_blocks(i, uniques)[indices]
+                none = ~x.any(axis=1)
+                if shared is not None:  # holding the lists keeps their ids unique meanwhile
+                    shared[ck] = (x, none, uniques, indices)
+            else:
+                x, none = got[0], got[1]
             empty = none if empty is None else empty | none
             blocks.append(x)
         out = cbc_mac_digests(self._key, blocks)

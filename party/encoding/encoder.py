@@ -44,14 +44,16 @@ from party.encoding import bits
 from party.encoding.blocking import BlockingKeyer, InvalidText, LshKeyer, all_pairs_digest
 from party.encoding.hashing import SCHEME_FUNCTIONS, check_secret, field_key, keyed_permutation
 from party.encoding.normalise import (
+    PAD,
     field_qgram_list,
     field_qgrams,
     memoised_normaliser,
+    memoised_normaliser_many,
     valid_text,
 )
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import FieldSpec, LinkageSchema
-from party.encoding.value_filters import GramStreams
+from party.encoding.value_filters import GramCodes, GramStreams, gram_codes
 from party.errors import PprlError
 
 log = logging.getLogger(__name__)
@@ -153,6 +155,7 @@ class _FieldCodec:
         self._streams: dict[str, list[int]] = {}  # gram -> the longest position stream computed
         self._streams_table = GramStreams(self._fn, self._key, self.nbits)  # batch path
         self._normalise = memoised_normaliser(spec.normalisation)
+        self._normalise_many = memoised_normaliser_many(spec.normalisation)
         self.index: dict[object, int] = {}
         self.table = np.zeros((1024, self.words), dtype=np.uint64)
         self._used = 1  # row 0 stays all-zero
@@ -226,18 +229,18 @@ class _FieldCodec:
         miss = np.flatnonzero(out == _UNSEEN).tolist()
         if miss:
             usable: list[Any] = []
-            grams: list[list[str]] = []
             for key in dict.fromkeys([keys[j] for j in miss]):
                 value, salt = key if self.salted else (key, None)
                 code = self._classify(value, salt, checked)
                 if code is None:
                     usable.append(key)
-                    grams.append(field_qgram_list(self.spec, value, salt, self._normalise))
                 else:
                     index[key] = code
             if usable:
                 spec = self.spec
-                rows = self._streams_table.value_rows(grams, spec.k, spec.bits_per_feature)
+                rows = self._streams_table.value_rows(
+                    self._grams_of(usable), spec.k, spec.bits_per_feature
+                )
                 nonzero = np.asarray(rows.any(axis=1), dtype=bool)
                 first = self._store_rows(rows[nonzero])
                 new_rows = iter(range(first, first + int(nonzero.sum())))
@@ -245,6 +248,19 @@ class _FieldCodec:
                     index[key] = next(new_rows) if ok else _OK_EMPTY
             out[miss] = [index[keys[j]] for j in miss]
         return out
+
+    def _grams_of(self, usable: list[Any]) -> GramCodes | list[list[str]]:
+        """The q-grams of usable memo keys: as codes (one vectorised pass over the batch) for an
+        unsalted field, else (or where codes do not fit) as lists of strings."""
+        spec = self.spec
+        if not self.salted:
+            grams = gram_codes(
+                self._normalise_many(usable), spec.q, spec.padding, spec.positional, PAD
+            )
+            if grams is not None:
+                return grams
+            return [field_qgram_list(spec, v, None, self._normalise) for v in usable]
+        return [field_qgram_list(spec, v, salt, self._normalise) for v, salt in usable]
 
     def trim_cache(self) -> None:
         """Forget memoised values when the table is large (only between chunks)."""
@@ -791,6 +807,7 @@ class Encoder:
         if self._all_pairs is not None:
             d[:, 0] = self._all_pairs
         col0 = 0
+        shared: dict[Any, Any] = {}  # parts common to several keys, for this batch only
         for keyer in self._blockers:
             bi = col0
             col0 += keyer.spec.width
@@ -807,7 +824,7 @@ class Encoder:
             try:
                 parts = [(cols[c].uniques, cols[c].indices) for c in keyer.columns]
                 checked = all(cols[c].valid for c in keyer.columns)
-                d[:, bi] = keyer.column_digests(parts, checked=checked)[kept]
+                d[:, bi] = keyer.column_digests(parts, checked=checked, shared=shared)[kept]
             except InvalidText:
                 keys, inverse = _combine([cols[c] for c in keyer.columns])
                 bad = next(i for i, key in enumerate(keys) if not all(map(valid_text, key)))

@@ -12,12 +12,68 @@ bit positions and sets them in the packed rows (``_numba_bits.set_stream_bits``)
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import chain, repeat
 
 import numpy as np
 
 from party.encoding import bits
 from party.encoding._numba_bits import set_stream_bits
+
+_CP_BITS = 21  # a Unicode code point fits in 21 bits
+_CP_MASK = (1 << _CP_BITS) - 1
+
+
+@dataclass(frozen=True)
+class GramCodes:
+    """The q-grams of m normalised values as integers: ``codes[counts[:i].sum():][:counts[i]]``
+    are value i's grams in order, duplicates kept (as ``normalise.qgram_list``). A gram's code is
+    its q code points, 21 bits each, first one highest, and for positional grams its index
+    above them; ``gram(code)`` is the gram's text, the string the scheme hashes."""
+
+    codes: np.ndarray  # (sum(counts),) int64
+    counts: np.ndarray  # (m,) int64
+    q: int
+    positional: bool
+
+    def gram(self, code: int) -> str:
+        q = self.q
+        text = "".join(chr((code >> (_CP_BITS * (q - 1 - t))) & _CP_MASK) for t in range(q))
+        return f"{code >> (_CP_BITS * q)}:{text}" if self.positional else text
+
+
+def gram_codes(
+    normalised: list[str], q: int, padding: bool, positional: bool, pad: str
+) -> GramCodes | None:
+    """The q-grams of normalised values as codes (``GramCodes``), computed with a few numpy
+    operations over all values' code points at once; None where the codes do not fit in 63 bits
+    or a non-empty padded value is shorter than q (``qgram_list`` then makes one short gram).
+    Same q-grams as ``normalise.qgram_list(v, q, padding, positional)`` for every value v."""
+    if not normalised or q < 1 or _CP_BITS * q > 63:
+        return None
+    padn = q - 1 if padding and q > 1 else 0
+    lens = np.fromiter(map(len, normalised), dtype=np.int64, count=len(normalised))
+    window = lens + 2 * padn
+    nonempty = lens > 0
+    if (window[nonempty] < q).any():
+        return None
+    counts = np.where(nonempty, window - q + 1, 0)
+    if positional and counts.max(initial=0) >= 1 << (63 - _CP_BITS * q):
+        return None
+    fill = pad * padn
+    text = fill + (fill + fill).join(normalised) + fill
+    points = np.frombuffer(text.encode("utf-32-le"), dtype="<u4").astype(np.int64)
+    total = int(counts.sum())
+    starts = np.cumsum(window) - window
+    first = np.cumsum(counts) - counts
+    index_in_value = np.arange(total, dtype=np.int64) - np.repeat(first, counts)
+    at = np.repeat(starts, counts) + index_in_value
+    codes = points[at]
+    for t in range(1, q):
+        codes = (codes << _CP_BITS) | points[at + t]
+    if positional:
+        codes |= index_in_value << (_CP_BITS * q)
+    return GramCodes(codes, counts, q, positional)
 
 
 class GramStreams:
@@ -36,6 +92,8 @@ class GramStreams:
 
     def _clear(self) -> None:
         self._ids: dict[str, int] = {}
+        self._code_keys = np.zeros(0, dtype=np.int64)  # sorted gram codes seen (GramCodes)
+        self._code_ids = np.zeros(0, dtype=np.int64)  # their row ids
         self._grams: list[str] = []
         self._table = np.zeros((256, 8), dtype=np.int32)
         self._lengths = np.zeros(256, dtype=np.int64)
@@ -82,18 +140,46 @@ class GramStreams:
             self._table[g, :k] = self._fn(self._key, self._grams[g].encode("utf-8"), self.nbits, k)
             self._lengths[g] = k
 
+    def _ids_of_codes(self, grams: GramCodes) -> np.ndarray:
+        """Row ids of coded grams (as ``_ids_of`` of their texts); only new codes are turned
+        into text, once each."""
+        codes = grams.codes
+        keys = self._code_keys
+        at = np.minimum(np.searchsorted(keys, codes), max(keys.size - 1, 0))
+        hit = keys[at] == codes if keys.size else np.zeros(codes.size, dtype=bool)
+        new = np.unique(codes[~hit])
+        if new.size:
+            if len(self._ids) + new.size > self.MAX_GRAMS and self._ids:
+                self._clear()
+                return self._ids_of_codes(grams)
+            new_ids = self._ids_of([grams.gram(c) for c in new.tolist()])
+            keys = np.concatenate([keys, new])
+            order = np.argsort(keys, kind="stable")
+            self._code_keys = keys[order]
+            self._code_ids = np.concatenate([self._code_ids, new_ids])[order]
+            at = np.searchsorted(self._code_keys, codes)
+        return self._code_ids[at]
+
     def value_rows(
-        self, gram_lists: Sequence[list[str]], fixed_k: int, budget: int | None
+        self, gram_lists: Sequence[list[str]] | GramCodes, fixed_k: int, budget: int | None
     ) -> np.ndarray:
-        """(len(gram_lists), words) uint64 filters: value v sets the first k_i stream positions
-        of its i-th gram (k_i = fixed_k, or from the per-feature ``budget``)."""
-        m = len(gram_lists)
-        counts = np.fromiter(map(len, gram_lists), dtype=np.int64, count=m)
+        """(m, words) uint64 filters of m values given as their q-gram lists (or ``GramCodes``):
+        value v sets the first k_i stream positions of its i-th gram (k_i = fixed_k, or from the
+        per-feature ``budget``)."""
+        if isinstance(gram_lists, GramCodes):
+            counts = gram_lists.counts
+            m = counts.size
+        else:
+            m = len(gram_lists)
+            counts = np.fromiter(map(len, gram_lists), dtype=np.int64, count=m)
         pairs = int(counts.sum())
         out = np.zeros((m, self.words), dtype=np.uint64)
         if pairs == 0:
             return out
-        gids = self._ids_of(list(chain.from_iterable(gram_lists)))
+        if isinstance(gram_lists, GramCodes):
+            gids = self._ids_of_codes(gram_lists)
+        else:
+            gids = self._ids_of(list(chain.from_iterable(gram_lists)))
         value_of = np.repeat(np.arange(m), counts)
         if budget is None:
             ks = np.full(pairs, fixed_k, dtype=np.int64)

@@ -1,6 +1,10 @@
 """The encoder's batch paths (many values per call) equal the per-value definitions they speed up,
 on random text: ASCII (the fast paths), NUL (their separator), and non-ASCII (the fallbacks)."""
 
+import random
+
+import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -10,7 +14,10 @@ from party.encoding.blocking import (
     phonetic_letters,
     phonetic_letters_many,
 )
-from party.encoding.schema import parse_schema
+from party.encoding.hashing import SCHEME_FUNCTIONS
+from party.encoding.normalise import PAD, normalise, normalise_many, qgram_list
+from party.encoding.schema import NormalisationSpec, parse_schema
+from party.encoding.value_filters import GramStreams, gram_codes
 
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
 ANY = st.text(max_size=12)
@@ -76,3 +83,69 @@ def test_part_values_equal_part_function(values: list[str]) -> None:
         (part,) = key.parts
         one = part_function(part, SCHEMA)
         assert part_values(part, SCHEMA)(values) == [one(v) for v in values], part.function
+
+
+NORMALISATIONS = [
+    NormalisationSpec(),
+    NormalisationSpec(punctuation="space"),
+    NormalisationSpec(whitespace="remove", punctuation="keep"),
+    NormalisationSpec(whitespace="keep", case="none", nfkc=False),
+    NormalisationSpec(case="lower", strip_accents=True),
+    NormalisationSpec(case="upper", replacements=(("ph", "f"), ("  ", "_"))),
+    NormalisationSpec(replacements=(("", "x"),)),  # the per-value path
+]
+SPACY = st.text(alphabet=st.sampled_from(list(" \t\x1c\x1f\xa0\u2003\u3000.-'aAzé\u0301ﬁΣς\0")))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(ASCII, ANY, SPACY), max_size=25))
+def test_normalise_many_equal_per_value(values: list[str]) -> None:
+    values = values + WORDS + ["", " ", "ΑΣ ", " Σ", "a\u0301", "\u0301"]
+    for spec in NORMALISATIONS:
+        assert normalise_many(values, spec) == [normalise(v, spec) for v in values], spec
+    assert normalise_many([], NormalisationSpec()) == []
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.one_of(ASCII, ANY, SPACY), max_size=25),
+    st.integers(1, 4),
+    st.booleans(),
+    st.booleans(),
+)
+def test_gram_codes_equal_qgram_list(values: list[str], q: int, padding: bool, pos: bool) -> None:
+    values = values + ["a", "ab", "", "abcdefgh", "\U0010ffff\x00"]
+    got = gram_codes(values, q, padding, pos, PAD)
+    # declined (the string path) iff codes would not fit or "a" is one gram shorter than q
+    declined = q == 4 or (q == 3 and pos) or (not padding and q > 1)
+    assert (got is None) == declined
+    if got is None:
+        return
+    want = [qgram_list(v, q, padding, pos) for v in values]
+    assert got.counts.tolist() == [len(w) for w in want]
+    assert [got.gram(c) for c in got.codes.tolist()] == [g for w in want for g in w]
+
+
+def test_gram_codes_decline_what_does_not_fit() -> None:
+    assert gram_codes(["abc"], 4, True, False, PAD) is None  # 84 bits
+    assert gram_codes(["abc"], 3, True, True, PAD) is None  # no room for the index
+    assert gram_codes(["a"], 2, False, False, PAD) is None  # one gram shorter than q
+    assert gram_codes([], 2, True, False, PAD) is None
+
+
+@pytest.mark.parametrize("budget", [None, 9, 300])
+def test_value_rows_of_codes_equal_value_rows_of_strings(budget: int | None) -> None:
+    fn = SCHEME_FUNCTIONS["hmac-sha256-random"]
+    key = bytes(range(32))
+    by_codes, by_strings = GramStreams(fn, key, 512), GramStreams(fn, key, 512)
+    by_codes.MAX_GRAMS = 60  # forces resets part-way
+    rng = random.Random(budget)
+    for _call in range(6):  # memo state carries over between calls
+        values = ["".join(rng.choice("abcé1 ") for _ in range(rng.randrange(9))) for _ in range(40)]
+        for q, pos in [(2, False), (1, True), (3, False)]:
+            codes = gram_codes(values, q, True, pos, PAD)
+            assert codes is not None
+            lists = [qgram_list(v, q, True, pos) for v in values]
+            np.testing.assert_array_equal(
+                by_codes.value_rows(codes, 4, budget), by_strings.value_rows(lists, 4, budget)
+            )
