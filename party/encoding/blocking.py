@@ -148,6 +148,34 @@ def day_month_of(raw: str) -> str:
     return _NOT_DIGIT.sub("", value[: m.start(1)] + value[m.end(1) :])
 
 
+_NOT_DIGIT_OR_SEP = re.compile(r"[^0-9\0]+")
+
+
+def day_months(raws: list[str]) -> list[str]:
+    """``[day_month_of(r) for r in raws]``, the digit filter run once over the joined rests."""
+    search = _YEAR.search
+    out: list[str] = []
+    rests: list[str] = []
+    at: list[int] = []
+    for raw in raws:
+        value = raw.strip()
+        m = search(value)
+        if m is None or m.group(2):
+            out.append(value[4:] if m is not None else "")
+            continue
+        at.append(len(out))
+        out.append("")
+        rests.append(value[: m.start(1)] + value[m.end(1) :])
+    joined = "\0".join(rests)
+    if rests and joined.count("\0") == len(rests) - 1:
+        digits = _NOT_DIGIT_OR_SEP.sub("", joined).split("\0")
+    else:
+        digits = [_NOT_DIGIT.sub("", r) for r in rests]
+    for i, d in zip(at, digits, strict=True):
+        out[i] = d
+    return out
+
+
 def first_number(value: str) -> str:
     """The first run of digits in a value, else ''."""
     m = _DIGITS.search(value)
@@ -221,6 +249,8 @@ def part_values(part: BlockingPart, schema: LinkageSchema) -> Callable[[list[str
         return lambda values: [
             (m.group(1) or m.group(2)) if (m := year(v.strip())) else "" for v in values
         ]
+    if fn == "day_month":
+        return day_months
     one = part_function(part, schema)
     return lambda values: list(map(one, values))
 

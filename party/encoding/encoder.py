@@ -296,8 +296,12 @@ class _Column:
         """From a pyarrow binary array: bytes that are not UTF-8 become lone surrogates
         (``surrogateescape``), which validation reports as invalid UTF-8 with row and field."""
         enc = pc.dictionary_encode(array)
-        uniques = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
         indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        try:  # valid UTF-8 (checked in C): pyarrow makes the strings, and the column is valid
+            return cls(indices, enc.dictionary.cast(pa.string()).to_pylist(), True)
+        except pa.ArrowInvalid:
+            pass
+        uniques = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
         return cls(indices, uniques)
 
 

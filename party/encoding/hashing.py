@@ -124,6 +124,31 @@ def random_positions(key: bytes, data: bytes, nbits: int, k: int) -> list[int]:
         ctr += 1
 
 
+def random_positions_rows(key: bytes, grams: Sequence[bytes], nbits: int, k: int) -> np.ndarray:
+    """(len(grams), k) int64: row i is ``random_positions(key, grams[i], nbits, k)``. All the
+    HMAC blocks the rows need without rejection are made in one pass and cut into words by numpy;
+    a row that rejected too many words (only when nbits is not a power of two) is redone by
+    ``random_positions``."""
+    out = np.zeros((len(grams), k), dtype=np.int64)
+    if k <= 0 or not grams:
+        return out
+    limit = _U32 - (_U32 % nbits)
+    blocks = -(-k // 8)
+    ctrs = [c.to_bytes(4, "big") for c in range(blocks)]
+    digest = hmac.digest
+    data = b"".join([digest(key, c + g, "sha256") for g in grams for c in ctrs])
+    words = np.frombuffer(data, dtype=">u4").reshape(len(grams), 8 * blocks).astype(np.int64)
+    if limit == _U32:
+        return words[:, :k] % nbits
+    ok = words < limit
+    for i, enough in enumerate((ok.sum(axis=1) >= k).tolist()):
+        if enough:
+            out[i] = words[i][ok[i]][:k] % nbits
+        else:
+            out[i] = random_positions(key, grams[i], nbits, k)
+    return out
+
+
 def double_positions(h1: int, h2: int, nbits: int, k: int) -> list[int]:
     """Double hashing: (h1 + i*h2) mod nbits for i = 0..k-1."""
     return [(h1 + i * h2) % nbits for i in range(k)]

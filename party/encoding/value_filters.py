@@ -19,6 +19,7 @@ import numpy as np
 
 from party.encoding import bits
 from party.encoding._numba_bits import set_stream_bits
+from party.encoding.hashing import random_positions, random_positions_rows
 
 _CP_BITS = 21  # a Unicode code point fits in 21 bits
 _CP_MASK = (1 << _CP_BITS) - 1
@@ -135,6 +136,15 @@ class GramStreams:
             table = np.zeros((self._table.shape[0], max(width, 2 * self._table.shape[1])), np.int32)
             table[:, : self._table.shape[1]] = self._table
             self._table = table
+        if self._fn is random_positions:  # one batch of HMACs per number of blocks needed
+            blocks = -(-need[short] // 8)
+            for b in np.unique(blocks).tolist():
+                rows = short[blocks == b]
+                k = min(8 * b, self._table.shape[1])
+                grams = [self._grams[g].encode("utf-8") for g in rows.tolist()]
+                self._table[rows, :k] = random_positions_rows(self._key, grams, self.nbits, k)
+                self._lengths[rows] = k
+            return
         for g in short.tolist():
             k = int(need[g])
             self._table[g, :k] = self._fn(self._key, self._grams[g].encode("utf-8"), self.nbits, k)

@@ -14,7 +14,7 @@ from party.encoding.blocking import (
     phonetic_letters,
     phonetic_letters_many,
 )
-from party.encoding.hashing import SCHEME_FUNCTIONS
+from party.encoding.hashing import SCHEME_FUNCTIONS, random_positions, random_positions_rows
 from party.encoding.normalise import PAD, normalise, normalise_many, qgram_list
 from party.encoding.schema import NormalisationSpec, parse_schema
 from party.encoding.value_filters import GramStreams, gram_codes
@@ -23,6 +23,15 @@ ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
 ANY = st.text(max_size=12)
 VALUES = st.lists(st.one_of(ASCII, ANY), max_size=30)
 WORDS = ["Smith", "O'Neil-Smyth", "9eorgia", "  ", "", "12a Queen St.", "Zoë", "Müller", "a\0b"]
+WORDS += [
+    "1987-05-03",
+    " 03/05/1987 ",
+    "19870503",
+    "١٩٨٧٠٥٠٣",
+    "1987-٠٥-03",
+    "12/1987/05 x",
+    "1987\0",
+]
 
 
 @settings(max_examples=300, deadline=None)
@@ -149,3 +158,14 @@ def test_value_rows_of_codes_equal_value_rows_of_strings(budget: int | None) -> 
             np.testing.assert_array_equal(
                 by_codes.value_rows(codes, 4, budget), by_strings.value_rows(lists, 4, budget)
             )
+
+
+@pytest.mark.parametrize("nbits", [1024, 1000, (1 << 31) + 1, 7])
+@pytest.mark.parametrize("k", [1, 8, 9, 300])
+def test_random_positions_rows_equal_random_positions(nbits: int, k: int) -> None:
+    key = bytes(range(32))
+    grams = [g.encode() for g in ["", "ab", "_a", "é", "0:1", "x" * 40]]
+    got = random_positions_rows(key, grams, nbits, k)
+    assert got.shape == (len(grams), k)
+    assert got.tolist() == [random_positions(key, g, nbits, k) for g in grams]
+    assert random_positions_rows(key, [], nbits, k).shape == (0, k)
