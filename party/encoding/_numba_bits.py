@@ -1,7 +1,7 @@
-"""Compiled (numba) bit loops of the encoder: value filters from hash streams, LSH band values.
+"""Compiled (numba) bit loop of the encoder: LSH band values (only schemas with LSH keys use it).
 
-Both are exact integer loops over the ``bits.py`` layout (position p = bit p % 64 of word p // 64);
-``tests/unit/encoding/test_value_filters.py`` and the LSH tests check them against the definition.
+An exact integer loop over the ``bits.py`` layout (position p = bit p % 64 of word p // 64); the
+LSH tests check it against the definition.
 """
 
 from __future__ import annotations
@@ -9,18 +9,6 @@ from __future__ import annotations
 import numpy as np
 
 from party.numba_jit import jit
-
-
-@jit
-def set_stream_bits(out, value_of, gids, ks, table):  # type: ignore[no-untyped-def]
-    """For every pair p: set the first ks[p] positions of stream row gids[p] in out[value_of[p]]."""
-    one = np.uint64(1)
-    for p in range(value_of.shape[0]):
-        v = value_of[p]
-        g = gids[p]
-        for j in range(ks[p]):
-            pos = table[g, j]
-            out[v, pos >> 6] |= one << np.uint64(pos & 63)
 
 
 @jit
@@ -42,9 +30,7 @@ def gather_bands(filters, positions):  # type: ignore[no-untyped-def]
 
 
 def warm_up() -> None:
-    """Run both loops once on tiny inputs: loads (or compiles) them and initialises numba, so a
-    process forked after this (the encoding pool's forkserver) starts with them ready."""
+    """Run the loop once on tiny inputs: loads (or compiles) it and initialises numba, so a
+    process forked after this (the encoding pool's forkserver) starts with it ready."""
     rows = np.zeros((1, 1), dtype=np.uint64)
-    one = np.zeros(1, dtype=np.int64)
-    set_stream_bits(rows, one, one, one + 1, np.zeros((1, 1), dtype=np.int32))
     gather_bands(rows, np.zeros((1, 1), dtype=np.int64))

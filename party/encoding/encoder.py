@@ -14,10 +14,13 @@ Speed. CSV input is parsed by pyarrow's streaming reader and each needed column 
 dictionary-encoded in C++, so Python only sees each block's distinct values. Per field the encoder
 memoises raw value -> the packed filter of that value alone (a row of a table), so a record costs a
 gather of one table row per field and a vectorised OR. The filters of a batch's new values are
-built together (``value_filters.GramStreams``: one keyed hash stream per distinct q-gram, the bits
-set by a compiled loop); normalisation is memoised per spec and shared with the blocking keys,
-whose digests are one AES call per key part over the batch (``blocking``, ``hashing``). Memo tables
-are bounded and cleared between batches. Output arrays grow in place, batch by batch.
+built together: normalised in one pass over the batch (``normalise.normalise_many``), split into
+q-grams as integer codes by numpy (``value_filters.gram_codes``), one keyed hash stream per
+distinct q-gram, and the bits ORed per distinct (gram, k) pair (``value_filters.GramStreams``).
+Normalisation is memoised per spec and shared with the blocking keys, whose part values are
+computed per batch of new values (``blocking.part_values``) and whose digests are one AES call per
+key part over the batch (``blocking``, ``hashing``). Memo tables are bounded and cleared between
+batches. Output arrays grow in place, batch by batch.
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ of g's keyed hash stream (``hashing.SCHEME_FUNCTIONS``): k_i = the field's k, or
 per-feature budget b, ``b // T`` plus one for the first ``b % T`` grams (``FieldSpec.token_ks``).
 ``GramStreams`` keeps each distinct gram's stream as a row of one int32 table, computed once per
 gram and lengthened when a larger k is needed (a stream's first k positions do not depend on how
-many more are drawn). ``GramStreams.value_rows`` then expands every (value, gram, k) triple into
-bit positions and sets them in the packed rows (``_numba_bits.set_stream_bits``).
+many more are drawn). ``GramStreams.value_rows`` then ORs, per value, the packed filters of its
+distinct (gram, k) pairs (``or_stream_prefixes``: numpy only, so encoding needs no compiler
+start-up).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from itertools import chain, repeat
 import numpy as np
 
 from party.encoding import bits
-from party.encoding._numba_bits import set_stream_bits
 from party.encoding.hashing import random_positions, random_positions_rows
 
 _CP_BITS = 21  # a Unicode code point fits in 21 bits
@@ -75,6 +75,57 @@ def gram_codes(
     if positional:
         codes |= index_in_value << (_CP_BITS * q)
     return GramCodes(codes, counts, q, positional)
+
+
+_CHUNK_BYTES = 1 << 24  # bounds the temporary arrays of or_stream_prefixes
+
+
+def or_stream_prefixes(
+    out: np.ndarray, counts: np.ndarray, gids: np.ndarray, ks: np.ndarray, table: np.ndarray
+) -> None:
+    """``out[v] |=`` the bits ``table[gids[p], :ks[p]]`` of every pair p of value v, where the
+    pairs are listed value by value, ``counts[v]`` of them for value v (bits.py layout).
+
+    Values share (gram, k) pairs, so the packed filter of each distinct pair is made once (set in
+    an unpacked bool block, then ``np.packbits``); then, with the values ordered by their number
+    of pairs, slot s ORs the s-th pair's filter into every value that has more than s pairs,
+    a prefix of that order. Temporaries are bounded by ``_CHUNK_BYTES`` per block of pairs."""
+    if not ks.size:
+        return
+    words = out.shape[1]
+    stride = int(ks.max()) + 1
+    key = gids * stride + ks
+    span = int(key.max()) + 1
+    if span <= 8 * key.size + (1 << 20):  # a dense index of the keys: no sort
+        present = np.zeros(span, dtype=bool)
+        present[key] = True
+        pairs = np.flatnonzero(present)
+        index = np.empty(span, dtype=np.int64)
+        index[pairs] = np.arange(pairs.size)
+        pair_of = index[key]
+    else:
+        pairs, pair_of = np.unique(key, return_inverse=True)
+    pair_gid = pairs // stride
+    pair_k = pairs - pair_gid * stride
+    rows = np.empty((pairs.size, words), dtype=np.uint64)
+    step = max(1, _CHUNK_BYTES // (64 * words))
+    for a in range(0, pairs.size, step):
+        g, k = pair_gid[a : a + step], pair_k[a : a + step]
+        row_of = np.repeat(np.arange(g.size), k)
+        j = np.arange(row_of.size) - np.repeat(np.cumsum(k) - k, k)
+        unpacked = np.zeros((g.size, 64 * words), dtype=bool)
+        unpacked[row_of, table[g[row_of], j]] = True
+        rows[a : a + step] = np.packbits(unpacked, axis=1, bitorder="little").view("<u8")
+    order = np.argsort(-counts, kind="stable")
+    first = (np.cumsum(counts) - counts)[order]
+    have = counts[order]
+    acc = np.zeros((order.size, words), dtype=np.uint64)
+    for slot in range(int(have[0])):
+        n = int(np.count_nonzero(have > slot))
+        for a in range(0, n, step):
+            b = min(n, a + step)
+            acc[a:b] |= rows[pair_of[first[a:b] + slot]]
+    out[order] |= acc
 
 
 class GramStreams:
@@ -198,5 +249,5 @@ class GramStreams:
             index_in_value = np.arange(pairs) - np.repeat(np.cumsum(counts) - counts, counts)
             ks = budget // t + (index_in_value < budget % t)
         self._ensure(gids, ks)
-        set_stream_bits(out, value_of, gids, ks, self._table)
+        or_stream_prefixes(out, counts, gids, ks, self._table)
         return out

@@ -17,7 +17,7 @@ from party.encoding.blocking import (
 from party.encoding.hashing import SCHEME_FUNCTIONS, random_positions, random_positions_rows
 from party.encoding.normalise import PAD, normalise, normalise_many, qgram_list
 from party.encoding.schema import NormalisationSpec, parse_schema
-from party.encoding.value_filters import GramStreams, gram_codes
+from party.encoding.value_filters import GramStreams, gram_codes, or_stream_prefixes
 
 ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
 ANY = st.text(max_size=12)
@@ -169,3 +169,32 @@ def test_random_positions_rows_equal_random_positions(nbits: int, k: int) -> Non
     assert got.shape == (len(grams), k)
     assert got.tolist() == [random_positions(key, g, nbits, k) for g in grams]
     assert random_positions_rows(key, [], nbits, k).shape == (0, k)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_or_stream_prefixes_equal_the_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    nbits = [64, 130, 1024, 4000][seed]
+    words = (nbits + 63) // 64
+    table = rng.integers(0, nbits, (30, 50)).astype(np.int32)
+    counts = rng.integers(0, 9, 200)
+    counts[:3] = 0  # values without grams
+    gids = rng.integers(0, 30, int(counts.sum()))
+    ks = rng.integers(0, 51, gids.size)  # k = 0 sets nothing
+    out = np.zeros((counts.size, words), dtype=np.uint64)
+    out[5, 0] = 1 << 63  # existing bits are kept
+    or_stream_prefixes(out, counts, gids, ks, table)
+    want = [0] * counts.size
+    want[5] = 1 << 63
+    pair = 0
+    for v, c in enumerate(counts.tolist()):
+        for _ in range(c):
+            for pos in table[gids[pair], : ks[pair]].tolist():
+                want[v] |= 1 << pos
+            pair += 1
+    got = [int.from_bytes(row.astype("<u8").tobytes(), "little") for row in out]
+    assert got == want
+    empty = np.zeros((2, words), dtype=np.uint64)
+    none = np.zeros(0, dtype=np.int64)
+    or_stream_prefixes(empty, np.zeros(2, dtype=np.int64), none, none, table)
+    assert not empty.any()
