@@ -73,7 +73,10 @@ def one_run(
         "networked_run_seconds": round(steps["networked run"], 2),
         "wall_seconds_with_startup": round(time.perf_counter() - t0, 2),
         "stage_seconds_max": {k: round(v, 2) for k, v in stages.items()},
-        "protocol_seconds": round(sum(v for k, v in stages.items() if k != "audited"), 2),
+        # stages after the prepare step ("audited"); keys with a dot are breakdowns (cpu., wait.)
+        "protocol_seconds": round(
+            sum(v for k, v in stages.items() if k != "audited" and "." not in k), 2
+        ),
         "candidates": max(int(s.candidate_sets) for s in final.summaries),
         "kept": max(int(s.survivors) for s in final.summaries),
         "matches_rows": {s.party: int(s.matches) for s in final.summaries},

@@ -221,7 +221,7 @@ async def execute(
     if not data_party:
         return None
     what = f"results from {st.compute_names[0]}"
-    await node._wait(run, run.event("results"), what, "summing", whole_run=True)
+    await node._wait_peer(run, run.event("results"), what, "summing", whole_run=True)
     return run.engine.received_results()
 
 
@@ -291,11 +291,11 @@ async def _compute(
         party_pb2.PushComputeKeyRequest(run=run.ref, source=i, key=own_key),
     )
     sender = st.compute_names[st.sender_of_rounds()]
-    await node._wait(run, run.event("mpc_key"), f"the compute key of {sender}", "exchanging")
+    await node._wait_peer(run, run.event("mpc_key"), f"the compute key of {sender}", "exchanging")
     missing = [p for j, p in enumerate(run.parties) if j not in st.inputs]
     if missing:
         what = f"input shares from {', '.join(missing)}"
-        await node._wait(run, run.event("mpc_inputs"), what, "exchanging")
+        await node._wait_peer(run, run.event("mpc_inputs"), what, "exchanging")
     assert st.key_in is not None
     enter(S.STAGE_COMPARING)
     await node._pause_hook(run, "circuit")

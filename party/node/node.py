@@ -397,14 +397,15 @@ class PartyNode(party_pb2_grpc.PartyServicer):
     async def _prepare(self, run: Run) -> tuple[bool, list[str]]:
         from party.cluster import encode_csv_on_workers
         from party.encoding.encoder import Encoder
-        from party.encoding.parallel import resolve_workers
+        from party.encoding.parallel import ParallelStats, resolve_workers
         from party.protocol.engine import PartyEngine
         from party.protocol.pair_engine import PairEngine
 
         if run.index < 0:  # a compute-only helper: no data to encode, nothing to audit
             return True, []
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), cpu_seconds()
         encoder = Encoder(run.schema, self.secret())
+        workers_cpu = ParallelStats()  # CPU of the encoding worker processes (not ours)
         records, _report = await self._on_local_files(
             run,
             "encoding its data CSV",
@@ -414,12 +415,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             workers=self.config.workers,
             cluster=self.config.cluster,
             id_column=self.config.id_column,
+            stats=workers_cpu,
         )
+        t1, c1 = time.perf_counter(), cpu_seconds()
+        run.stage_seconds["audited.encoding"] = t1 - t0
+        run.stage_seconds["cpu.audited.encoding"] = c1 - c0 + workers_cpu.cpu_seconds
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
         allowed, reasons = await self._on_local_files(
             run, "its self-audit", self._gate, records, encoder, run
         )
+        run.stage_seconds["audited.gate"] = time.perf_counter() - t1
+        run.stage_seconds["cpu.audited.gate"] = cpu_seconds() - c1
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
         run.records_count = len(records.record_ids)
@@ -436,6 +443,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 spill_dir=self.spill_dir(),
             )
         run.stage_seconds["audited"] = time.perf_counter() - t0
+        run.stage_seconds["cpu.audited"] = cpu_seconds() - c0 + workers_cpu.cpu_seconds
         log.info(
             "run %s prepared: %d records, gate %s",
             run.run_id,
@@ -872,6 +880,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             f"{self.config.name} timed out after {timeout:g}s waiting for {what} in stage {stage}"
         )
 
+    async def _wait_peer(
+        self, run: Run, event: asyncio.Event, what: str, stage: str, whole_run: bool = False
+    ) -> None:
+        """``_wait`` for the run driver: the seconds spent waiting on peers are added to the run's
+        ``wait.<stage>`` entry (what the node reports as time not its own)."""
+        t0 = time.perf_counter()
+        try:
+            await self._wait(run, event, what, stage, whole_run)
+        finally:
+            key = f"wait.{stage}"
+            run.stage_seconds[key] = run.stage_seconds.get(key, 0.0) + time.perf_counter() - t0
+
     async def _engine(self, run: Run, fn: Callable[..., T], *args: Any) -> T:
         """Call a PartyEngine method in a worker thread, one call at a time per run.
 
@@ -966,7 +986,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         missing = [run.parties[j] for j in run.others if j not in run.blocks_in]
         if missing:
             what = f"block digests from {', '.join(missing)}"
-            await self._wait(run, run.event("blocks"), what, "exchanging")
+            await self._wait_peer(run, run.event("blocks"), what, "exchanging")
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
         await self._engine(run, engine.set_common_blocks, engine.common_of(sets))
         run.event("common").set()
@@ -998,7 +1018,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         missing = [run.parties[j] for j in run.others if j not in run.shares_in]
         if missing:
             what = f"segments from {', '.join(missing)}"
-            await self._wait(run, run.event("shares"), what, "exchanging")
+            await self._wait_peer(run, run.event("shares"), what, "exchanging")
 
         enter(S.STAGE_COMPARING)
         await self._pause_hook(run, "compare")
@@ -1022,7 +1042,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
             )
             run.event("ring_sent").set()
-            await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+            await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             groups = run.params.target == "any"
             for j in run.others:
                 parts = (wire.result_columns(r) for r in engine.result_chunks(j))
@@ -1038,7 +1058,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 )
             own = engine.result_chunks(0)
         else:
-            await self._wait(run, run.event("ring"), f"the ring from {predecessor}", "summing")
+            await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             await self._pause_hook(run, "ring")
             await self._send(
                 run,
@@ -1056,14 +1076,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 ),
             )
             what = f"results from {run.parties[0]}"
-            await self._wait(run, run.event("results"), what, "summing")
+            await self._wait_peer(run, run.event("results"), what, "summing")
             own = engine.received_results()
         return own
 
     async def _execute(self, run: Run, emit: Callable[[party_pb2.ExecuteResponse], None]) -> None:
         me = self.config.name
         run.bytes_at_start = self.hooks.bytes_sent
-        clock: dict[str, Any] = {"name": "exchanging", "t": time.perf_counter()}
+        clock: dict[str, Any] = {
+            "name": "exchanging",
+            "t": time.perf_counter(),
+            "cpu": cpu_seconds(),
+        }
         matches = 0
         result_path = ""
 
@@ -1075,12 +1099,18 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 )
             )
 
+        def switch(name: str | None) -> None:
+            """Close the current stage (wall and CPU seconds); start ``name`` (None: the end)."""
+            now, cpu = time.perf_counter(), cpu_seconds()
+            was = clock["name"]
+            add = run.stage_seconds
+            add[was] = add.get(was, 0.0) + now - clock["t"]
+            add[f"cpu.{was}"] = add.get(f"cpu.{was}", 0.0) + cpu - clock["cpu"]
+            clock["name"], clock["t"], clock["cpu"] = name or was, now, cpu
+
         def enter(stage: common_pb2.Stage | None) -> None:
-            now = time.perf_counter()
-            name = clock["name"]
-            run.stage_seconds[name] = run.stage_seconds.get(name, 0.0) + now - clock["t"]
+            switch(None if stage is None else STAGE_NAMES[stage])
             if stage is not None:
-                clock["name"], clock["t"] = STAGE_NAMES[stage], now
                 progress(stage)
 
         try:
@@ -1091,6 +1121,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 own = await self._segments(run, progress, enter)
             if run.aborted:
                 raise RunAborted(run.reason or "aborted")
+            switch("writing")  # a sub-stage: the coordinator still sees stage summing
             if own is not None:  # a helper compute node has no results to write
                 # results are resolved to record ids and written chunk by chunk
                 path, matches = await self._engine(
@@ -1159,6 +1190,12 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.peers.close()
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all its threads)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def wire_run_id_ok(run_id: str) -> bool:

@@ -21,6 +21,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from party.protocol._numba_blocks import (
+    csr_by_block,
+    intersect_sorted,
+    positions_in,
+    strictly_increasing,
+)
 from party.protocol.errors import ProtocolError
 
 
@@ -40,21 +46,17 @@ def has_duplicates(values: np.ndarray) -> bool:
     return bool(s.size > 1 and np.any(s[1:] == s[:-1]))
 
 
-def lookup_sorted(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(pos, hit) for each needle: ``hit`` iff it occurs in the sorted 1-D ``haystack``, at ``pos``.
+def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, hit) for each needle: ``hit`` iff it occurs in ``haystack`` (distinct non-zero uint64
+    digests, e.g. the common blocks), at index ``pos`` (0 where not hit). Zero is never hit.
 
-    The needles are sorted first (searchsorted is several times faster on sorted needles).
+    Linear time (a hash table of the haystack, ``_numba_blocks.positions_in``): the needles are
+    every (record, pass) digest of a party, too many to sort on every lookup.
     """
-    flat = needles.ravel()
-    pos = np.zeros(flat.size, dtype=np.int64)
-    hit = np.zeros(flat.size, dtype=bool)
-    if haystack.size and flat.size:
-        order = np.argsort(flat)
-        p = np.searchsorted(haystack, flat[order])
-        p = np.minimum(p, haystack.size - 1)
-        pos[order] = p
-        hit[order] = haystack[p] == flat[order]
-    return pos.reshape(needles.shape), hit.reshape(needles.shape)
+    flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
+    found = positions_in(np.ascontiguousarray(haystack, dtype=np.uint64), flat)
+    hit = found >= 0
+    return np.maximum(found, 0).reshape(np.shape(needles)), hit.reshape(np.shape(needles))
 
 
 def distinct_digests(digests: np.ndarray) -> np.ndarray:
@@ -69,14 +71,17 @@ def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
         raise ProtocolError(
             f"common_blocks needs the digests of at least 2 parties, got {len(digest_sets)}"
         )
-    result: np.ndarray | None = None
+    distinct: list[np.ndarray] = []
     for i, d in enumerate(digest_sets):
         if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
             raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
-        u = sorted_unique(d)
-        u = u[u != 0]
-        result = u if result is None else np.intersect1d(result, u, assume_unique=True)
-    assert result is not None
+        # what parties send (distinct_digests) is already sorted and distinct: no sort then
+        u = d if strictly_increasing(d) else sorted_unique(d)
+        distinct.append(u[u != 0] if u.size and u[0] == 0 else u)
+    result = min(distinct, key=lambda u: u.size)
+    for u in distinct:
+        if u is not result:
+            result = intersect_sorted(result, u)
     return result
 
 
@@ -127,26 +132,27 @@ def block_index(
 
     Within a block the rows are ordered by ``keys`` (ties and ``None``: by row index).
     """
-    n, width = digests.shape
-    flat = digests.ravel()
-    rowidx = np.repeat(np.arange(n, dtype=np.int64), width)
-    if common.size == 0 or flat.size == 0:
-        return BlockIndex(np.zeros(common.size + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    pos_c, found = lookup_sorted(common, flat)
-    hit = (flat != 0) & found
-    block = pos_c[hit].astype(np.int64)
-    rows = rowidx[hit]
-    order_key = np.zeros(n, dtype=np.uint64) if keys is None else np.asarray(keys, dtype=np.uint64)
-    # Sort by (block, key, row); drop a row listed twice for the same block.
-    order = np.lexsort((rows, order_key[rows], block))
-    block, rows = block[order], rows[order]
-    if rows.size:
-        keep = np.ones(rows.size, dtype=bool)
-        keep[1:] = (block[1:] != block[:-1]) | (rows[1:] != rows[:-1])
-        block, rows = block[keep], rows[keep]
-    counts = np.bincount(block, minlength=common.size)
-    starts = np.zeros(common.size + 1, dtype=np.int64)
-    np.cumsum(counts, out=starts[1:])
+    n, _ = digests.shape
+    pos, hit = lookup_digests(common, digests)
+    return block_index_at(np.where(hit, pos, -1), common.size, keys)
+
+
+def block_index_at(
+    positions: np.ndarray, blocks: int, keys: np.ndarray | None = None
+) -> BlockIndex:
+    """``block_index`` from an (n, B) matrix of common-block positions (-1: none), as
+    ``lookup_digests`` finds them; within a block the rows are ordered by ``keys``, then row."""
+    n = positions.shape[0]
+    if keys is None or n < 2:
+        visit = np.arange(n, dtype=np.int64)
+    else:
+        k = np.asarray(keys, dtype=np.uint64)
+        visit = (
+            np.arange(n, dtype=np.int64)
+            if not np.any(k[1:] < k[:-1])
+            else np.argsort(k, kind="stable")
+        )
+    starts, rows = csr_by_block(np.ascontiguousarray(positions), visit, int(blocks))
     return BlockIndex(starts, rows)
 
 

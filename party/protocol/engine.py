@@ -37,14 +37,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from party.encoding.bits import popcount_rows, slice_bits
+from party.protocol._numba_blocks import strictly_increasing
 from party.protocol.blocks import (
     BlockStats,
-    block_index,
+    block_index_at,
     check_common,
     common_blocks,
     distinct_digests,
     has_duplicates,
-    lookup_sorted,
+    lookup_digests,
     sub_blocks,
 )
 from party.protocol.classify import (
@@ -193,6 +194,9 @@ class PartyEngine:
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
         self._shares: dict[int, SegmentShare] = {}
+        # per party (own and received): the common-block position of each shared record's digests
+        # (-1: none), rows as in its share; the comparison's block index is built from them
+        self._positions: dict[int, np.ndarray] = {}
         self._known: list[np.ndarray] = []  # sorted pseudonyms per party (after compare)
         self._gauge = LocalGauge(params.memory_budget_bytes // 4, outer=memory)
         self._folder = SpillFolder(spill_dir, spill_limit_bytes)
@@ -231,20 +235,17 @@ class PartyEngine:
         common = check_common(common).copy()
         digests = self._records.block_digests
         n = digests.shape[0]
-        index = block_index(digests, common)
-        in_common = np.zeros(n, dtype=bool)
-        in_common[index.rows] = True
-        rows = np.flatnonzero(in_common).astype(np.int64)
+        pos, found = lookup_digests(common, digests)  # one lookup of every (record, pass) digest
+        index = block_index_at(np.where(found, pos, -1), common.size)
+        rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
         order = np.argsort(pseud, kind="stable")
         self._shared_rows = rows[order]
         self._pseudonyms = pseud[order]
         out = digests[self._shared_rows].copy()
-        if out.size:
-            _, found = lookup_sorted(common, out)
-            keep = (out != 0) & found
-            out[~keep] = 0
+        out[~found[self._shared_rows]] = 0
         self._digests_out = out
+        self._positions[self.index] = np.where(found, pos, -1)[self._shared_rows].astype(np.int32)
         self._common = common
         self.timings["blocks"] = time.perf_counter() - t0
         stats = BlockStats.from_sizes(index.sizes(), n, int(rows.size), self.params.max_block_size)
@@ -308,7 +309,7 @@ class PartyEngine:
             raise StateError("set_common_blocks must be called before receive_share")
         if self._survivors is not None:
             raise StateError("shares arrived after the comparison")
-        validate_share(
+        self._positions[int(share.source)] = validate_share(
             share,
             target=self.index,
             parties=self.parties,
@@ -345,10 +346,16 @@ class PartyEngine:
                 segs.append(self._segment(self.index))
             else:
                 sh = self._shares[j]
+                if strictly_increasing(sh.pseudonyms):  # as honest parties send them
+                    pseud.append(sh.pseudonyms)
+                    digs.append(sh.block_digests)
+                    segs.append(sh.segments)
+                    continue
                 order = np.argsort(sh.pseudonyms, kind="stable")
                 pseud.append(sh.pseudonyms[order])
                 digs.append(sh.block_digests[order])
                 segs.append(sh.segments[order])
+                self._positions[j] = self._positions[j][order]
         self._known = pseud
         return pseud, digs, segs
 
@@ -365,15 +372,16 @@ class PartyEngine:
         common = self._ready_to_compare()
         t0 = time.perf_counter()
         p = self.parties
-        pseud, digs, segs = self._party_columns()
+        pseud, _, segs = self._party_columns()
         # Parties join partial sets in increasing order of their number of shared records (ties:
         # index), so the first, unfiltered products are as small as they can be; from here on,
         # position k in these lists is the k-th party to join.
         join = sorted(range(p), key=lambda j: (int(pseud[j].size), j))
         pseud = [pseud[j] for j in join]
-        digs = [digs[j] for j in join]
         segs = [segs[j] for j in join]
-        indices = [block_index(digs[j], common, keys=pseud[j]) for j in range(p)]
+        indices = [
+            block_index_at(self._positions[join[k]], common.size, keys=pseud[k]) for k in range(p)
+        ]
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size), join_order=join)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
-from party.protocol.blocks import has_duplicates, lookup_sorted
+from party.protocol.blocks import has_duplicates, lookup_digests
 from party.protocol.errors import ProtocolError, ShareError
 
 
@@ -125,8 +125,10 @@ def validate_share(
     segment_bits: int,
     common: np.ndarray,
     digest_width: int | None,
-) -> None:
-    """Raise ShareError unless ``share`` is a well-formed share for party ``target``.
+) -> np.ndarray:
+    """Raise ShareError unless ``share`` is a well-formed share for party ``target``; return the
+    (n, B) int32 positions of its block digests in ``common`` (-1: digest 0), what the comparison's
+    block index is built from.
 
     Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
     uniqueness (and non-zero), and that every row names at least one common block and no other block.
@@ -164,11 +166,9 @@ def validate_share(
         raise ShareError(f"share from party {src}: pseudonym 0 is reserved")
     if n and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
-    flat = d.ravel()
-    nz = flat[flat != 0]
-    if nz.size:
-        _, found = lookup_sorted(common, nz)
-        if not np.all(found):
-            raise ShareError(f"share from party {src}: a row names a block that is not common")
-    if n and np.any(np.all(d == 0, axis=1)):
+    pos, found = lookup_digests(common, d)
+    if not np.array_equal(found, d != 0):
+        raise ShareError(f"share from party {src}: a row names a block that is not common")
+    if n and not np.all(found.any(axis=1)):
         raise ShareError(f"share from party {src}: a row belongs to no common block")
+    return np.where(found, pos, -1).astype(np.int32)

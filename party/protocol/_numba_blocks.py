@@ -1,0 +1,115 @@
+"""Compiled loops of the block index: digest positions by hashing, CSR membership by counting sort.
+
+The sort-based numpy versions sort every (record, pass) digest (n * B of them: 16 M at 1 M records
+and 16 passes); these are linear: a hash table of the common digests answers each lookup in O(1),
+and a counting sort by block places each row without comparing keys. Results equal the sort-based
+definitions exactly (tests/unit/protocol/test_blocks_index.py checks them against a plain oracle).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from party.numba_jit import jit
+
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+@jit
+def _table_bits(count: int) -> int:
+    bits = 4
+    while (1 << bits) < 2 * count:
+        bits += 1
+    return bits
+
+
+@jit
+def positions_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """For each needle (uint64), its index in the distinct 1-D uint64 ``haystack`` or -1 (0: -1)."""
+    m = haystack.shape[0]
+    out = np.full(needles.shape[0], -1, dtype=np.int64)
+    if m == 0:
+        return out
+    bits = _table_bits(m)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    keys = np.zeros(1 << bits, dtype=np.uint64)  # 0: an empty slot (0 is never a digest)
+    vals = np.zeros(1 << bits, dtype=np.int64)
+    for i in range(m):
+        k = haystack[i]
+        if k == 0:
+            continue
+        h = np.int64((k * _GOLDEN) >> shift)
+        while keys[h] != 0 and keys[h] != k:
+            h = (h + 1) & mask
+        keys[h] = k
+        vals[h] = i
+    for i in range(needles.shape[0]):
+        k = needles[i]
+        if k == 0:
+            continue
+        h = np.int64((k * _GOLDEN) >> shift)
+        while keys[h] != 0:
+            if keys[h] == k:
+                out[i] = vals[h]
+                break
+            h = (h + 1) & mask
+    return out
+
+
+@jit
+def csr_by_block(pos: np.ndarray, visit: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (starts, rows) of an (n, B) matrix of block positions (-1: none), rows of each block in
+    the order ``visit`` lists them, a row once per block however many columns name it."""
+    n, width = pos.shape
+    counts = np.zeros(blocks + 1, dtype=np.int64)
+    last = np.full(blocks, -1, dtype=np.int64)
+    for r in range(n):
+        for c in range(width):
+            b = pos[r, c]
+            if b >= 0 and last[b] != r:
+                last[b] = r
+                counts[b + 1] += 1
+    starts = np.zeros(blocks + 1, dtype=np.int64)
+    for b in range(blocks):
+        starts[b + 1] = starts[b] + counts[b + 1]
+    fill = starts[:-1].copy()
+    last[:] = -1
+    rows = np.empty(starts[blocks], dtype=np.int64)
+    for i in range(visit.shape[0]):
+        r = visit[i]
+        for c in range(width):
+            b = pos[r, c]
+            if b >= 0 and last[b] != r:
+                last[b] = r
+                rows[fill[b]] = r
+                fill[b] += 1
+    return starts, rows
+
+
+@jit
+def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Values in both strictly increasing 1-D uint64 arrays (a merge; increasing)."""
+    out = np.empty(min(a.shape[0], b.shape[0]), dtype=np.uint64)
+    i = j = k = 0
+    while i < a.shape[0] and j < b.shape[0]:
+        x, y = a[i], b[j]
+        if x < y:
+            i += 1
+        elif y < x:
+            j += 1
+        else:
+            out[k] = x
+            k += 1
+            i += 1
+            j += 1
+    return out[:k]
+
+
+@jit
+def strictly_increasing(a: np.ndarray) -> bool:
+    """True iff the 1-D array is strictly increasing."""
+    for i in range(1, a.shape[0]):  # noqa: SIM110 (a compiled loop, not a generator)
+        if a[i] <= a[i - 1]:
+            return False
+    return True

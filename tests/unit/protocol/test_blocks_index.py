@@ -1,0 +1,64 @@
+"""The linear-time block index (hash lookups, counting sort) against a plain sort-based oracle."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from party.protocol.blocks import block_index, common_blocks, lookup_digests
+
+
+def _oracle_index(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None):
+    """Per common block: its rows, ordered by (key, row), each once (plain Python)."""
+    n = digests.shape[0]
+    k = np.zeros(n, dtype=np.uint64) if keys is None else keys
+    where = {int(d): b for b, d in enumerate(common.tolist())}
+    members: list[set[int]] = [set() for _ in range(common.size)]
+    for r in range(n):
+        for d in digests[r].tolist():
+            if d != 0 and d in where:
+                members[where[d]].add(r)
+    return [sorted(m, key=lambda r: (int(k[r]), r)) for m in members]
+
+
+def _check(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None) -> None:
+    ix = block_index(digests, common, keys)
+    want = _oracle_index(digests, common, keys)
+    assert ix.starts.shape == (common.size + 1,)
+    assert [ix.members(b).tolist() for b in range(common.size)] == want
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_block_index_equals_oracle(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    n, width = int(rng.integers(0, 60)), int(rng.integers(1, 6))
+    pool = rng.choice(np.arange(1, 40, dtype=np.uint64), size=20, replace=False)
+    digests = rng.choice(np.concatenate([pool, np.zeros(5, np.uint64)]), size=(n, width))
+    if n:  # a row naming the same block in two columns is listed once
+        digests[0, :] = pool[0]
+    common = np.sort(rng.choice(pool, size=int(rng.integers(0, 15)), replace=False))
+    _check(digests, common, None)
+    # keys with ties (ordered by row among equals), increasing keys, and keys in any order
+    _check(digests, common, rng.integers(0, 4, n).astype(np.uint64))
+    _check(digests, common, np.arange(n, dtype=np.uint64) * 3)
+    _check(digests, common, rng.permutation(n).astype(np.uint64))
+
+
+def test_lookup_digests_hits_and_misses() -> None:
+    hay = np.array([5, 9, 2**64 - 1, 1], dtype=np.uint64)
+    needles = np.array([[0, 9, 7], [2**64 - 1, 1, 5]], dtype=np.uint64)
+    pos, hit = lookup_digests(hay, needles)
+    assert hit.tolist() == [[False, True, False], [True, True, True]]
+    assert pos[hit].tolist() == [1, 2, 3, 0]
+    pos, hit = lookup_digests(np.zeros(0, np.uint64), needles)
+    assert not hit.any()
+
+
+def test_common_blocks_sorted_or_not() -> None:
+    a = np.array([3, 1, 7, 7, 0, 9], dtype=np.uint64)  # unsorted, repeats, a zero
+    b = np.array([1, 3, 9, 11], dtype=np.uint64)  # already sorted and distinct
+    c = np.array([0, 1, 3, 9], dtype=np.uint64)  # sorted, distinct, starts with zero
+    assert common_blocks([a, b, c]).tolist() == [1, 3, 9]
+    assert common_blocks([b, np.zeros(0, np.uint64)]).tolist() == []
+    big = np.array([2**64 - 1, 2**63], dtype=np.uint64)
+    assert common_blocks([big, np.sort(big)]).tolist() == [2**63, 2**64 - 1]
