@@ -1,9 +1,10 @@
-"""Compiled loops of the block index: digest positions by hashing, CSR membership by counting sort.
+"""Compiled loops for blocks and row stores: digest lookups, CSR membership, first row per key.
 
 The sort-based numpy versions sort every (record, pass) digest (n * B of them: 16 M at 1 M records
 and 16 passes); these are linear: a hash table of the common digests answers each lookup in O(1),
 and a counting sort by block places each row without comparing keys. Results equal the sort-based
 definitions exactly (tests/unit/protocol/test_blocks_index.py checks them against a plain oracle).
+``first_of_each_key`` drops repeated keys of a row store in one pass before it is sorted.
 """
 
 from __future__ import annotations
@@ -113,3 +114,37 @@ def strictly_increasing(a: np.ndarray) -> bool:
         if a[i] <= a[i - 1]:
             return False
     return True
+
+
+@jit
+def first_of_each_key(rows: np.ndarray, key_columns: int) -> np.ndarray:
+    """Mask of the rows of an (n, w) uint64 array whose first ``key_columns`` columns no earlier
+    row has (a hash set of the keys: linear time, whatever the order)."""
+    n = rows.shape[0]
+    keep = np.zeros(n, dtype=np.bool_)
+    if n == 0:
+        return keep
+    bits = _table_bits(n)
+    mask = (1 << bits) - 1
+    shift = np.uint64(64 - bits)
+    table = np.full(1 << bits, -1, dtype=np.int32)  # row number (n < 2^31) or -1
+    for i in range(n):
+        h = np.uint64(0)
+        for c in range(key_columns):
+            h = (h ^ rows[i, c]) * _GOLDEN
+        slot = np.int64(h >> shift)
+        while True:
+            j = table[slot]
+            if j < 0:
+                table[slot] = i
+                keep[i] = True
+                break
+            same = True
+            for c in range(key_columns):
+                if rows[j, c] != rows[i, c]:
+                    same = False
+                    break
+            if same:
+                break
+            slot = (slot + 1) & mask
+    return keep

@@ -39,6 +39,7 @@ from typing import Protocol
 
 import numpy as np
 
+from party.protocol._numba_blocks import first_of_each_key
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows
 
@@ -139,13 +140,12 @@ def _sort_unique(rows: np.ndarray, key_columns: int) -> np.ndarray:
     """Rows sorted by their first ``key_columns`` columns, one row per key."""
     if rows.shape[0] < 2:
         return rows
-    keys = rows[:, :key_columns]
-    order = np.lexsort(keys.T[::-1])
-    rows = rows[order]
-    keys = rows[:, :key_columns]
-    first = np.ones(rows.shape[0], dtype=bool)
-    first[1:] = np.any(keys[1:] != keys[:-1], axis=1)
-    return rows if first.all() else rows[first]
+    # Drop repeated keys first (linear; the comparison finds a set once per block it shares, so
+    # most rows repeat), keeping each key's first row as a stable sort would; then sort the rest.
+    first = first_of_each_key(np.ascontiguousarray(rows), key_columns)
+    if not first.all():
+        rows = rows[first]
+    return rows[np.lexsort(rows[:, :key_columns].T[::-1])]
 
 
 def count_at_most(rows: np.ndarray, bound: np.ndarray) -> int:

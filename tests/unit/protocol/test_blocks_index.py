@@ -1,11 +1,15 @@
-"""The linear-time block index (hash lookups, counting sort) against a plain sort-based oracle."""
+"""The linear-time block index (hash lookups, counting sort) and row-store de-duplication against
+plain oracles."""
 
 from __future__ import annotations
+
+import pathlib
 
 import numpy as np
 import pytest
 
 from party.protocol.blocks import block_index, common_blocks, lookup_digests
+from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 
 def _oracle_index(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None):
@@ -62,3 +66,19 @@ def test_common_blocks_sorted_or_not() -> None:
     assert common_blocks([b, np.zeros(0, np.uint64)]).tolist() == []
     big = np.array([2**64 - 1, 2**63], dtype=np.uint64)
     assert common_blocks([big, np.sort(big)]).tolist() == [2**63, 2**64 - 1]
+
+
+def test_sorted_store_keeps_the_first_row_of_each_key(tmp_path: pathlib.Path) -> None:
+    rng = np.random.default_rng(3)
+    keys = rng.integers(0, 5, size=(4000, 2), dtype=np.uint64)
+    keys[:10] = [2**64 - 1, 0]  # extreme values repeated
+    rows = np.column_stack([keys, np.arange(4000, dtype=np.uint64)])  # payload: first wins
+    want: dict[tuple[int, int], int] = {}
+    for a, b, i in rows.tolist():
+        want.setdefault((a, b), i)
+    folder = SpillFolder(tmp_path)
+    store = RowStore(3, gauge=LocalGauge(10**9), folder=folder, key_columns=2)
+    store.append(rows)
+    got = np.concatenate(list(store.finish().chunks(100))).tolist()
+    assert got == [[a, b, want[(a, b)]] for a, b in sorted(want)]
+    folder.close()
