@@ -64,6 +64,7 @@ from party.encoding.hashing import (
 )
 from party.encoding.normalise import (
     DEFAULT_NORMALISATION,
+    NormaliserMemos,
     memoised_normaliser,
     memoised_normaliser_many,
     valid_text,
@@ -182,13 +183,16 @@ def first_number(value: str) -> str:
     return m.group(0) if m else ""
 
 
-def part_function(part: BlockingPart, schema: LinkageSchema) -> Callable[[str], str]:
-    """The raw column value -> part value function of one blocking-key part."""
+def part_function(
+    part: BlockingPart, schema: LinkageSchema, memos: NormaliserMemos | None = None
+) -> Callable[[str], str]:
+    """The raw column value -> part value function of one blocking-key part (``memos``: the
+    normalisation memos to share, see ``memoised_normaliser``)."""
     try:
         norm = schema.field_spec(part.field).normalisation
     except KeyError:
         norm = DEFAULT_NORMALISATION
-    norm_of = memoised_normaliser(norm)
+    norm_of = memoised_normaliser(norm, memos)
     fn = part.function
     length = part.length or 0
     if fn == "exact":
@@ -219,14 +223,16 @@ _PHONETIC_CODES: dict[str, Callable[[str], str]] = {
 }
 
 
-def part_values(part: BlockingPart, schema: LinkageSchema) -> Callable[[list[str]], list[str]]:
+def part_values(
+    part: BlockingPart, schema: LinkageSchema, memos: NormaliserMemos | None = None
+) -> Callable[[list[str]], list[str]]:
     """``part_function`` over a list of raw values at once (what the encoder calls): equal to
     ``[part_function(part, schema)(v) for v in values]`` with fewer Python calls per value."""
     try:
         norm = schema.field_spec(part.field).normalisation
     except KeyError:
         norm = DEFAULT_NORMALISATION
-    norm_many = memoised_normaliser_many(norm)
+    norm_many = memoised_normaliser_many(norm, memos)
     fn = part.function
     length = part.length or 0
     code = _PHONETIC_CODES.get(fn)
@@ -251,7 +257,7 @@ def part_values(part: BlockingPart, schema: LinkageSchema) -> Callable[[list[str
         ]
     if fn == "day_month":
         return day_months
-    one = part_function(part, schema)
+    one = part_function(part, schema, memos)
     return lambda values: list(map(one, values))
 
 
@@ -276,14 +282,15 @@ class BlockingKeyer:
         schema: LinkageSchema,
         secret: bytes,
         shared_memos: dict[BlockingPart | None, dict[str, bytes]] | None = None,
+        norm_memos: NormaliserMemos | None = None,
     ) -> None:
         """``shared_memos`` (part -> memo) lets keys with a common part, e.g. the year of birth,
         share that part's memo of raw value -> X(part value); its entry None maps part values
         to X(part value) for every part."""
         self.spec = spec
         self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
-        self._functions = [part_function(p, schema) for p in spec.parts]
-        self._batch_functions = [part_values(p, schema) for p in spec.parts]
+        self._functions = [part_function(p, schema, norm_memos) for p in spec.parts]
+        self._batch_functions = [part_values(p, schema, norm_memos) for p in spec.parts]
         self._key = blocking_prf_key(secret, spec.name)
         memos = {} if shared_memos is None else shared_memos
         self._block_memo: list[dict[str, bytes]] = [memos.setdefault(p, {}) for p in spec.parts]

@@ -48,6 +48,7 @@ from party.encoding.blocking import BlockingKeyer, InvalidText, LshKeyer, all_pa
 from party.encoding.hashing import SCHEME_FUNCTIONS, check_secret, field_key, keyed_permutation
 from party.encoding.normalise import (
     PAD,
+    NormaliserMemos,
     field_qgram_list,
     field_qgrams,
     memoised_normaliser,
@@ -149,7 +150,13 @@ class _FieldCodec:
     MAX_VALUES = 100_000
     MAX_GRAMS = 500_000
 
-    def __init__(self, spec: FieldSpec, schema: LinkageSchema, secret: bytes) -> None:
+    def __init__(
+        self,
+        spec: FieldSpec,
+        schema: LinkageSchema,
+        secret: bytes,
+        norm_memos: NormaliserMemos | None = None,
+    ) -> None:
         self.spec = spec
         self.nbits = schema.filter_bits
         self.words = bits.words_for(self.nbits)
@@ -157,8 +164,8 @@ class _FieldCodec:
         self._fn = SCHEME_FUNCTIONS[schema.hashing.scheme]
         self._streams: dict[str, list[int]] = {}  # gram -> the longest position stream computed
         self._streams_table = GramStreams(self._fn, self._key, self.nbits)  # batch path
-        self._normalise = memoised_normaliser(spec.normalisation)
-        self._normalise_many = memoised_normaliser_many(spec.normalisation)
+        self._normalise = memoised_normaliser(spec.normalisation, norm_memos)
+        self._normalise_many = memoised_normaliser_many(spec.normalisation, norm_memos)
         self.index: dict[object, int] = {}
         self.table = np.zeros((1024, self.words), dtype=np.uint64)
         self._used = 1  # row 0 stays all-zero
@@ -229,16 +236,13 @@ class _FieldCodec:
         out = np.fromiter(
             map(index.get, keys, repeat(_UNSEEN, len(keys))), dtype=np.int64, count=len(keys)
         )
-        miss = np.flatnonzero(out == _UNSEEN).tolist()
-        if miss:
-            usable: list[Any] = []
-            for key in dict.fromkeys([keys[j] for j in miss]):
-                value, salt = key if self.salted else (key, None)
-                code = self._classify(value, salt, checked)
-                if code is None:
-                    usable.append(key)
-                else:
-                    index[key] = code
+        miss = np.flatnonzero(out == _UNSEEN)
+        if miss.size:
+            miss_keys = list(map(keys.__getitem__, miss.tolist()))
+            new_keys = list(dict.fromkeys(miss_keys))
+            codes = self._classify_many(new_keys, checked)
+            index.update([(k, c) for k, c in zip(new_keys, codes, strict=True) if c is not None])
+            usable = [k for k, c in zip(new_keys, codes, strict=True) if c is None]
             if usable:
                 spec = self.spec
                 rows = self._streams_table.value_rows(
@@ -246,11 +250,31 @@ class _FieldCodec:
                 )
                 nonzero = np.asarray(rows.any(axis=1), dtype=bool)
                 first = self._store_rows(rows[nonzero])
-                new_rows = iter(range(first, first + int(nonzero.sum())))
-                for key, ok in zip(usable, nonzero.tolist(), strict=True):
-                    index[key] = next(new_rows) if ok else _OK_EMPTY
-            out[miss] = [index[keys[j]] for j in miss]
+                row_of = np.full(len(usable), _OK_EMPTY, dtype=np.int64)
+                row_of[nonzero] = np.arange(first, first + int(nonzero.sum()))
+                index.update(zip(usable, row_of.tolist(), strict=True))
+            out[miss] = np.fromiter(
+                map(index.__getitem__, miss_keys), dtype=np.int64, count=len(miss_keys)
+            )
         return out
+
+    def _classify_many(self, keys: list[Any], checked: bool) -> list[int | None]:
+        """``_classify`` of each memo key; for an unsalted, checked field with the default
+        missing sentinel and no length or pattern rule, one comprehension (a value is missing
+        iff it is empty after ``str.strip()``, i.e. empty or all ``str.isspace()``)."""
+        spec = self.spec
+        if (
+            not self.salted
+            and checked
+            and self._sentinels == {""}
+            and spec.max_length is None
+            and self._pattern is None
+        ):
+            missing = _OK_EMPTY if spec.missing_policy == "empty" else _MISSING
+            return [missing if not v or v.isspace() else None for v in keys]
+        if self.salted:
+            return [self._classify(v, salt) for v, salt in keys]
+        return [self._classify(v, None, checked) for v in keys]
 
     def _grams_of(self, usable: list[Any]) -> GramCodes | list[list[str]]:
         """The q-grams of usable memo keys: as codes (one vectorised pass over the batch) for an
@@ -395,12 +419,15 @@ class Encoder:
         self.schema = schema
         self._secret = check_secret(secret)
         self._blip_rng = blip_rng
-        self._codecs = {f.name: _FieldCodec(f, schema, self._secret) for f in schema.fields}
+        norm_memos: NormaliserMemos = {}  # shared by the fields and blocking keys, not global
+        self._codecs = {
+            f.name: _FieldCodec(f, schema, self._secret, norm_memos) for f in schema.fields
+        }
         part_memos: dict[Any, dict[str, bytes]] = {}  # shared by the blocking keys
         self._blockers: list[BlockingKeyer | LshKeyer] = [
             LshKeyer(b, schema, self._secret)
             if b.lsh is not None
-            else BlockingKeyer(b, schema, self._secret, part_memos)
+            else BlockingKeyer(b, schema, self._secret, part_memos, norm_memos)
             for b in schema.blocking
         ]
         self._all_pairs = None if schema.blocking else all_pairs_digest(self._secret)

@@ -15,6 +15,7 @@ value has none. Positional q-grams are written ``<index>:<gram>``. A salted fiel
 from __future__ import annotations
 
 import dataclasses
+import functools
 import operator
 import re
 import unicodedata
@@ -122,14 +123,17 @@ def normalise_many(values: list[str], spec: NormalisationSpec) -> list[str]:
     return out
 
 
-_MEMOS: dict[NormalisationSpec, dict[str, str]] = {}
+NormaliserMemos = dict[NormalisationSpec, dict[str, str]]  # spec -> raw value -> normalised
 MAX_MEMO = 200_000  # values per normalisation spec; the memo is cleared when full
 
 
-def memoised_normaliser(spec: NormalisationSpec) -> Callable[[str], str]:
-    """``normalise(., spec)`` with a process-wide memo per spec, shared by the field encoders and
-    the blocking-key parts of one column (normalisation is a pure function)."""
-    memo = _MEMOS.setdefault(spec, {})
+def memoised_normaliser(
+    spec: NormalisationSpec, memos: NormaliserMemos | None = None
+) -> Callable[[str], str]:
+    """``normalise(., spec)`` with a memo: ``memos[spec]``, which an encoder shares between its
+    field encoders and blocking-key parts and drops with itself (normalisation is a pure
+    function), or a private one."""
+    memo = ({} if memos is None else memos).setdefault(spec, {})
 
     def norm(value: str) -> str:
         out = memo.get(value)
@@ -142,9 +146,11 @@ def memoised_normaliser(spec: NormalisationSpec) -> Callable[[str], str]:
     return norm
 
 
-def memoised_normaliser_many(spec: NormalisationSpec) -> Callable[[list[str]], list[str]]:
-    """``normalise_many(., spec)`` through the same process-wide memo as ``memoised_normaliser``."""
-    memo = _MEMOS.setdefault(spec, {})
+def memoised_normaliser_many(
+    spec: NormalisationSpec, memos: NormaliserMemos | None = None
+) -> Callable[[list[str]], list[str]]:
+    """``normalise_many(., spec)`` through a memo, as ``memoised_normaliser``."""
+    memo = ({} if memos is None else memos).setdefault(spec, {})
 
     def norm_many(values: list[str]) -> list[str]:
         got = list(map(memo.get, values))
@@ -198,7 +204,7 @@ def field_qgram_list(
     """field_qgrams with duplicates kept (what the encoder hashes; duplicates set no new bits).
     ``norm``: the field's normalisation as a function (e.g. memoised), default ``normalise``."""
     if norm is None:
-        norm = memoised_normaliser(spec.normalisation)
+        norm = functools.partial(normalise, spec=spec.normalisation)
     grams = qgram_list(norm(value), spec.q, spec.padding, spec.positional)
     if spec.salt_field is not None:
         suffix = SALT_SEPARATOR + norm(salt or "")
