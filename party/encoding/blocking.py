@@ -270,6 +270,58 @@ class InvalidText(ValueError):
     """A blocking-key column value is not valid UTF-8 (the caller names row and field)."""
 
 
+class _ColumnIds:
+    """Raw value of one column -> a dense id, shared by every blocking-key part that reads the
+    column; bounded: when full it is cleared and ``generation`` changes (parts then start over)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.ids: dict[str, int] = {}
+        self.generation = 0
+        self._last: tuple[list[str], np.ndarray] | None = None
+
+    def of(self, uniques: list[str]) -> np.ndarray:
+        """(len(uniques),) int64 ids of the values (the last list's ids are reused as they are)."""
+        if self._last is not None and self._last[0] is uniques:
+            return self._last[1]
+        ids = self.ids
+        if len(ids) + len(uniques) > self.limit:
+            ids.clear()
+            self.generation += 1
+        out = np.fromiter(map(ids.get, uniques, repeat(-1)), dtype=np.int64, count=len(uniques))
+        new = np.flatnonzero(out < 0)
+        if new.size:
+            values = list(map(uniques.__getitem__, new.tolist()))
+            first = len(ids)
+            ids.update(zip(dict.fromkeys(values), range(first, first + len(values)), strict=False))
+            out[new] = np.fromiter(map(ids.__getitem__, values), dtype=np.int64, count=new.size)
+        self._last = (uniques, out)
+        return out
+
+
+class _PartBlocks:
+    """X(part value) of one part for every column id computed so far (all zero: empty value)."""
+
+    def __init__(self) -> None:
+        self.generation = -1
+        self.blocks = np.zeros((0, 2), dtype=np.uint64)
+        self.done = np.zeros(0, dtype=bool)
+
+    def fit(self, generation: int, size: int) -> None:
+        """Start over after the column ids were cleared; grow to ``size`` ids."""
+        if generation != self.generation:
+            self.generation = generation
+            self.blocks = np.zeros((0, 2), dtype=np.uint64)
+            self.done = np.zeros(0, dtype=bool)
+        if size > self.done.size:
+            cap = max(size, 2 * self.done.size)
+            blocks = np.zeros((cap, 2), dtype=np.uint64)
+            blocks[: self.blocks.shape[0]] = self.blocks
+            done = np.zeros(cap, dtype=bool)
+            done[: self.done.size] = self.done
+            self.blocks, self.done = blocks, done
+
+
 class BlockingKeyer:
     """Computes the digests of one blocking key, memoising each raw column value's part block."""
 
@@ -281,20 +333,25 @@ class BlockingKeyer:
         spec: BlockingKeySpec,
         schema: LinkageSchema,
         secret: bytes,
-        shared_memos: dict[BlockingPart | None, dict[str, bytes]] | None = None,
+        shared_memos: dict[Any, Any] | None = None,
         norm_memos: NormaliserMemos | None = None,
     ) -> None:
-        """``shared_memos`` (part -> memo) lets keys with a common part, e.g. the year of birth,
-        share that part's memo of raw value -> X(part value); its entry None maps part values
-        to X(part value) for every part."""
+        """``shared_memos`` lets the keys of one encoder share their memos: per column, the ids
+        of its raw values; per part (e.g. the year of birth), X(part value) by column id; and
+        (entry None) part value -> X(part value) for every part."""
         self.spec = spec
         self.columns = tuple(schema.column_of(p.field) for p in spec.parts)
         self._functions = [part_function(p, schema, norm_memos) for p in spec.parts]
         self._batch_functions = [part_values(p, schema, norm_memos) for p in spec.parts]
         self._key = blocking_prf_key(secret, spec.name)
         memos = {} if shared_memos is None else shared_memos
-        self._block_memo: list[dict[str, bytes]] = [memos.setdefault(p, {}) for p in spec.parts]
-        self._value_memo = memos.setdefault(None, {})  # part value -> X(part value)
+        self._column_ids: list[_ColumnIds] = [
+            memos.setdefault(("column", c), _ColumnIds(self.MAX_CACHE)) for c in self.columns
+        ]
+        self._part_memo: list[_PartBlocks] = [
+            memos.setdefault(p, _PartBlocks()) for p in spec.parts
+        ]
+        self._value_memo: dict[str, bytes] = memos.setdefault(None, {})
 
     def value(self, raw: tuple[str, ...]) -> str | None:
         """The joined blocking-key value of a record's raw part columns, or None if missing."""
@@ -309,22 +366,24 @@ class BlockingKeyer:
 
     def _part_blocks(self, i: int, uniques: list[str]) -> np.ndarray:
         """(len(uniques), 2) uint64 blocks X(part value) of part i's distinct raw values; all zero
-        for an empty part value. Memoised across batches (bounded)."""
-        memo = self._block_memo[i]
-        if len(memo) >= self.MAX_CACHE:
-            memo.clear()
-        got = list(map(memo.get, uniques))
-        if None in got:
-            miss = [u for u, b in zip(uniques, got, strict=True) if b is None]
+        for an empty part value. Memoised across batches (bounded) by column id."""
+        column = self._column_ids[i]
+        ids = column.of(uniques)
+        memo = self._part_memo[i]
+        memo.fit(column.generation, len(column.ids))
+        need = np.flatnonzero(~memo.done[ids])
+        if need.size:
+            miss = list(map(uniques.__getitem__, need.tolist()))
             parts = self._batch_functions[i](miss)
             blocks = self._value_memo
             if len(blocks) >= self.MAX_CACHE:
                 blocks.clear()
             new = [p for p in dict.fromkeys(parts) if p and p not in blocks]
             blocks.update(zip(new, map(part_block, new), strict=True))
-            memo.update(zip(miss, map(blocks.get, parts, repeat(self._EMPTY)), strict=True))
-            got = list(map(memo.__getitem__, uniques))
-        return np.frombuffer(b"".join(got), dtype="<u8").reshape(len(uniques), 2)  # type: ignore[arg-type]
+            data = b"".join(map(blocks.get, parts, repeat(self._EMPTY)))  # type: ignore[arg-type]
+            memo.blocks[ids[need]] = np.frombuffer(data, dtype="<u8").reshape(need.size, 2)
+            memo.done[ids[need]] = True
+        return memo.blocks[ids]
 
     def column_digests(
         self,

@@ -423,7 +423,7 @@ class Encoder:
         self._codecs = {
             f.name: _FieldCodec(f, schema, self._secret, norm_memos) for f in schema.fields
         }
-        part_memos: dict[Any, dict[str, bytes]] = {}  # shared by the blocking keys
+        part_memos: dict[Any, Any] = {}  # shared by the blocking keys
         self._blockers: list[BlockingKeyer | LshKeyer] = [
             LshKeyer(b, schema, self._secret)
             if b.lsh is not None

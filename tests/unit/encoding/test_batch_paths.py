@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from party.encoding.blocking import (
+    BlockingKeyer,
     part_function,
     part_values,
     phonetic_letters,
@@ -198,3 +199,51 @@ def test_or_stream_prefixes_equal_the_definition(seed: int) -> None:
     none = np.zeros(0, dtype=np.int64)
     or_stream_prefixes(empty, np.zeros(2, dtype=np.int64), none, none, table)
     assert not empty.any()
+
+
+@pytest.mark.parametrize("limit", [3, 50, 200_000])
+def test_shared_column_memos_equal_row_digests(limit: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keys sharing columns and parts through one memo dict, across calls, memo resets (tiny
+    limits) and repeated lists, give each row's own digest."""
+    monkeypatch.setattr(BlockingKeyer, "MAX_CACHE", limit)
+    schema = parse_schema(
+        {
+            "version": 1,
+            "l": 128,
+            "features": [{"identifier": "name"}, {"identifier": "dob"}],
+            "blocking": [
+                {"name": "a", "parts": [{"field": "name", "function": "soundex"}]},
+                {
+                    "name": "b",
+                    "parts": [
+                        {"field": "name", "function": "soundex"},
+                        {"field": "dob", "function": "year"},
+                    ],
+                },
+                {"name": "c", "parts": [{"field": "dob", "function": "exact"}]},
+            ],
+        }
+    )
+    secret = bytes(range(32))
+    memos: dict[object, object] = {}
+    keyers = [BlockingKeyer(b, schema, secret, memos) for b in schema.blocking]
+    alone = [BlockingKeyer(b, schema, secret) for b in schema.blocking]
+    rng = random.Random(limit)
+    names = ["Smith", "Smyth", "", "Jones", "Zoë", "O'Neil", "12", "Li"]
+    dobs = ["1987-05-03", "", "19870503", "2001-12-31", "n/a"]
+    for _call in range(5):
+        cols = {
+            "name": [rng.choice(names) for _ in range(60)],
+            "dob": [rng.choice(dobs) for _ in range(60)],
+        }
+        lists = {c: (list(dict.fromkeys(v)), v) for c, v in cols.items()}
+        encoded = {
+            c: (u, np.array([u.index(x) for x in v], dtype=np.int64)) for c, (u, v) in lists.items()
+        }
+        shared: dict[object, object] = {}
+        for keyer, single in zip(keyers, alone, strict=True):
+            parts = [encoded[c] for c in keyer.columns]
+            got = keyer.column_digests(parts, shared=shared)  # type: ignore[arg-type]
+            rows = zip(*(cols[c] for c in keyer.columns), strict=True)
+            want = [single.digest(r) for r in rows]
+            assert got.tolist() == want
