@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import functools
 import hmac
 import json
 import logging
@@ -434,13 +435,17 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             # Dispatch on the linkage target: PairEngine runs target "any" (pairs on the ring,
             # party/protocol/pair_engine.py) through the same exchange/ring/results flow below.
             engine_class = PairEngine if run.params.target == "any" else PartyEngine
-            run.engine = engine_class(
-                run.index,
-                run.params,
-                records,
-                workers=resolve_workers(self.config.workers),
-                memory=self.budget.account(run.run_id),
-                spill_dir=self.spill_dir(),
+            # off the event loop: the engine counts every filter's bits (seconds at 1M records)
+            run.engine = await asyncio.to_thread(
+                functools.partial(
+                    engine_class,
+                    run.index,
+                    run.params,
+                    records,
+                    workers=resolve_workers(self.config.workers),
+                    memory=self.budget.account(run.run_id),
+                    spill_dir=self.spill_dir(),
+                )
             )
         run.stage_seconds["audited"] = time.perf_counter() - t0
         run.stage_seconds["cpu.audited"] = cpu_seconds() - c0 + workers_cpu.cpu_seconds
@@ -988,7 +993,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             what = f"block digests from {', '.join(missing)}"
             await self._wait_peer(run, run.event("blocks"), what, "exchanging")
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
-        await self._engine(run, engine.set_common_blocks, engine.common_of(sets))
+        # off the event loop: at 1M records the intersection takes seconds (heartbeats must go on)
+        await self._engine(run, lambda: engine.set_common_blocks(engine.common_of(sets)))
         run.event("common").set()
 
     async def _segments(
