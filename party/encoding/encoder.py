@@ -319,16 +319,23 @@ class _Column:
         return cls(np.asarray(idx, dtype=np.int64), list(seen))
 
     @classmethod
-    def from_arrow(cls, array: Any) -> _Column:
+    def from_arrow(cls, array: Any, dedupe: bool = True) -> _Column:
         """From a pyarrow binary array: bytes that are not UTF-8 become lone surrogates
-        (``surrogateescape``), which validation reports as invalid UTF-8 with row and field."""
-        enc = pc.dictionary_encode(array)
-        indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+        (``surrogateescape``), which validation reports as invalid UTF-8 with row and field.
+        ``dedupe=False`` keeps every row's value (a column of mostly distinct values, record
+        ids: hashing them would find nothing to share); ``uniques`` may then repeat."""
+        if dedupe:
+            enc = pc.dictionary_encode(array)
+            indices = enc.indices.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
+            values = enc.dictionary
+        else:
+            indices = np.arange(len(array), dtype=np.int64)
+            values = array
         try:  # valid UTF-8 (checked in C): pyarrow makes the strings, and the column is valid
-            return cls(indices, enc.dictionary.cast(pa.string()).to_pylist(), True)
+            return cls(indices, values.cast(pa.string()).to_pylist(), True)
         except pa.ArrowInvalid:
             pass
-        uniques = [b.decode("utf-8", "surrogateescape") for b in enc.dictionary.to_pylist()]
+        uniques = [b.decode("utf-8", "surrogateescape") for b in values.to_pylist()]
         return cls(indices, uniques)
 
 
@@ -372,6 +379,7 @@ class _Batch:
     blank_lines: int = 0
     arrow: Any = None
     arrow_names: dict[str, str] | None = None
+    plain: frozenset[str] = frozenset()  # arrow columns not worth deduplicating (record ids)
 
     def row(self, j: int) -> int:
         return self.first_row + j if self.rownos is None else self.rownos[j]
@@ -380,7 +388,10 @@ class _Batch:
         if self.arrow is not None:
             assert self.arrow_names is not None
             names = self.arrow_names
-            self.columns = {c: _Column.from_arrow(self.arrow.column(n)) for c, n in names.items()}
+            self.columns = {
+                c: _Column.from_arrow(self.arrow.column(n), dedupe=c not in self.plain)
+                for c, n in names.items()
+            }
             self.arrow = None
 
 
@@ -602,6 +613,7 @@ class Encoder:
         internal = [f"c{i}" for i in range(width)]  # header names may repeat or need stripping
         needed = {c: internal[header.index(c)] for c in dict.fromkeys(wanted)}
         positions = {c: header.index(c) for c in dict.fromkeys(wanted)}
+        plain = frozenset({id_column} - set(self.columns) if id_column is not None else ())
 
         def batches() -> Iterator[_Batch]:
             first = 1
@@ -626,7 +638,7 @@ class Encoder:
                 for rb in reader:
                     if rb.num_rows == 0:
                         continue
-                    yield _Batch(rb.num_rows, first, {}, arrow=rb, arrow_names=needed)
+                    yield _Batch(rb.num_rows, first, {}, arrow=rb, arrow_names=needed, plain=plain)
                     first += rb.num_rows
             except pa.ArrowException:
                 # pyarrow's message may quote the offending row: find the problem ourselves.

@@ -156,12 +156,15 @@ def memoised_normaliser_many(
         got = list(map(memo.get, values))
         if None not in got:
             return got  # type: ignore[return-value]
-        miss = [v for v, g in zip(values, got, strict=True) if g is None]
-        if len(memo) + len(miss) > MAX_MEMO:
+        if len(memo) + len(values) > MAX_MEMO:
             memo.clear()
-        new = dict(zip(miss, normalise_many(miss, spec), strict=True))
-        memo.update(new)
-        return [new[v] if g is None else g for v, g in zip(values, got, strict=True)]
+            got = [None] * len(values)
+        miss = [v for v, g in zip(values, got, strict=True) if g is None]
+        normalised = normalise_many(miss, spec)
+        memo.update(zip(miss, normalised, strict=True))
+        if len(miss) == len(values):
+            return normalised
+        return list(map(memo.__getitem__, values))
 
     return norm_many
 

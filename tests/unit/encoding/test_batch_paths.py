@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from party.encoding import normalise as normalise_module
 from party.encoding.blocking import (
     BlockingKeyer,
     part_function,
@@ -247,3 +248,19 @@ def test_shared_column_memos_equal_row_digests(limit: int, monkeypatch: pytest.M
             rows = zip(*(cols[c] for c in keyer.columns), strict=True)
             want = [single.digest(r) for r in rows]
             assert got.tolist() == want
+
+
+@pytest.mark.parametrize("limit", [2, 7, 200_000])
+def test_memoised_normaliser_many_across_calls_and_resets(
+    limit: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(normalise_module, "MAX_MEMO", limit)
+    spec = NormalisationSpec()
+    memos: normalise_module.NormaliserMemos = {}
+    many = normalise_module.memoised_normaliser_many(spec, memos)
+    one = normalise_module.memoised_normaliser(spec, memos)
+    rng = random.Random(limit)
+    for _call in range(6):
+        values = [rng.choice(WORDS) for _ in range(rng.randrange(12))]
+        assert many(values) == [normalise(v, spec) for v in values]
+        assert [one(v) for v in values] == [normalise(v, spec) for v in values]
