@@ -352,14 +352,14 @@ def _combine(cols: list[_Column]) -> tuple[list[Any], np.ndarray]:
 def _may_have_blank_lines(p: Path) -> bool:
     """True if the file contains an empty line (b"\\n\\n" or b"\\n\\r\\n"; possibly inside a
     quoted value, which only costs the slower exact path). Reads the file once, in C."""
-    prev = b""
+    tail = b""  # the last two bytes read: a blank line may straddle two blocks
     try:
         with open(p, "rb") as fh:
-            while block := fh.read(1 << 20):
-                data = prev + block
-                if b"\n\n" in data or b"\n\r\n" in data:
+            while block := fh.read(1 << 22):
+                edge = tail + block[:2]
+                if b"\n\n" in block or b"\n\r\n" in block or b"\n\n" in edge or b"\n\r\n" in edge:
                     return True
-                prev = data[-2:]
+                tail = block[-2:] if len(block) >= 2 else (tail + block)[-2:]
     except OSError:
         return False  # the reader reports the problem
     return False
@@ -845,8 +845,10 @@ class Encoder:
 
         raw = np.zeros((kept.size, bits.words_for(self.schema.filter_bits)), dtype=np.uint64)
         good = code_arr[kept]
+        gathered = np.empty_like(raw)  # one buffer for every field's gather
         for fi, codec in enumerate(codecs):
-            raw |= codec.table[good[:, fi]]
+            np.take(codec.table, good[:, fi], axis=0, out=gathered)
+            raw |= gathered
         out = self.apply_blip(self.harden(raw))
 
         d = np.zeros((kept.size, self.schema.digest_width), dtype=np.uint64)

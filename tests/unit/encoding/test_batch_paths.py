@@ -2,6 +2,7 @@
 on random text: ASCII (the fast paths), NUL (their separator), and non-ASCII (the fallbacks)."""
 
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from party.encoding.blocking import (
     phonetic_letters,
     phonetic_letters_many,
 )
+from party.encoding.encoder import _may_have_blank_lines
 from party.encoding.hashing import SCHEME_FUNCTIONS, random_positions, random_positions_rows
 from party.encoding.normalise import PAD, normalise, normalise_many, qgram_list
 from party.encoding.schema import NormalisationSpec, parse_schema
@@ -264,3 +266,14 @@ def test_memoised_normaliser_many_across_calls_and_resets(
         values = [rng.choice(WORDS) for _ in range(rng.randrange(12))]
         assert many(values) == [normalise(v, spec) for v in values]
         assert [one(v) for v in values] == [normalise(v, spec) for v in values]
+
+
+@pytest.mark.parametrize("blank", [b"\n\n", b"\n\r\n"])
+@pytest.mark.parametrize("shift", [-2, -1, 0, 1])
+def test_blank_line_found_across_read_blocks(tmp_path: Path, blank: bytes, shift: int) -> None:
+    block = 1 << 22  # the read size of _may_have_blank_lines
+    path = tmp_path / "x.csv"
+    path.write_bytes(b"a" * (block + shift) + blank + b"b\n")
+    assert _may_have_blank_lines(path)
+    path.write_bytes(b"a\n" * (block // 2 + 3))
+    assert not _may_have_blank_lines(path)
