@@ -2,8 +2,10 @@
 
 Without a ``[cluster]`` table a node encodes on a process pool of ``[limits] workers`` processes
 and compares on as many threads (``party.encoding.parallel``, ``party.protocol.kernel``). With one,
-encoding batches go to Dask (``distributed``) workers through the client's
-``concurrent.futures`` executor, the same code path as the process pool:
+encoding goes to Dask (``distributed``) workers, the same code path as the process pool: each
+worker is one lane (``dask_lanes``: a ``concurrent.futures`` executor of the client pinned to that
+worker), so first sight of the values is shared out among the workers and every worker keeps the
+memo tables of its lane (``party.encoding.first_sight``):
 
 - ``scheduler = "local"``: an embedded ``LocalCluster`` of ``workers`` worker processes on
   127.0.0.1, started for one encoding and closed after it; its scheduler, workers and client talk
@@ -24,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +96,15 @@ def dask_client(
         yield client
 
 
+def dask_lanes(client: Any) -> list[Executor]:
+    """One executor per worker of the client's cluster, pinned to that worker (in address
+    order), so that the same worker runs every task of its lane."""
+    return [
+        client.get_executor(workers=[address], allow_other_workers=False, pure=False)
+        for address in sorted(client.scheduler_info()["workers"])
+    ]
+
+
 def encode_csv_on_workers(
     encoder: Encoder,
     path: str | Path,
@@ -116,6 +128,6 @@ def encode_csv_on_workers(
             workers=workers,
             id_column=id_column,
             progress=progress,
-            executor=client.get_executor(pure=False),
+            lanes=dask_lanes(client),
             stats=stats,
         )

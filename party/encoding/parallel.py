@@ -1,20 +1,30 @@
 """Encoding on every core: a CSV's batches encoded by worker processes, assembled in input order.
 
 The parent process reads the CSV exactly as ``Encoder.encode_csv`` does (pyarrow's streaming
-reader, or the csv module for files with blank lines) and hands each batch, still as an arrow
-record batch, to a worker. A worker holds an ``Encoder`` built from the same schema and secret
-(memo tables are per worker and pure, so they do not change any output) and returns the batch's
-filters, blocking digests, skip reasons and raw record ids. The parent consumes results strictly
-in input order and does the only sequential work: the record-id checks across batches, the skip
-counts and the assembly of the output arrays. So the records, the report and the first error
-raised are the same as one process gives, bit for bit (``tests/unit/encoding/test_parallel.py``).
+reader, or the csv module for files with blank lines). Each worker ("lane": one process of a
+persistent pool, or one worker of the party's Dask cluster, see ``party.cluster``) holds an
+``Encoder`` built from the same schema and secret. Every batch goes through two steps:
 
-Memory stays bounded: at most ``2 * workers`` batches (at most ``encoder.CSV_BLOCK_BYTES`` of CSV
-each) are in flight. Batches are made smaller (down to ``MIN_BLOCK_BYTES``) so that every worker
-gets at least ``BATCHES_PER_WORKER`` of them: the last batches then leave few workers idle. Any ``concurrent.futures.Executor`` can run the batches: by default a process pool
-of ``workers`` processes started with ``forkserver`` (a node runs gRPC threads, which must not be
-forked), or a Dask client's executor (``party.cluster``) for workers on other machines of the
-party's own infrastructure.
+1. First sight, partitioned (``party.encoding.first_sight``): the parent finds the batch's values
+   no worker has been given yet, cuts them into one share per lane, and each lane computes the
+   value filters and part blocks of its share; the parent forwards every lane's entries to the
+   other lanes with their next task. So each distinct name, date or address is normalised and
+   hashed once in all, not once per worker that meets it.
+2. Records: the batch's rows are cut into one slice per lane; a lane installs the entries it was
+   sent and encodes its slice with ``Encoder.encode_batch`` (its memo tables now warm), returning
+   filters, blocking digests, skip reasons and raw record ids.
+
+The parent consumes the slices' results strictly in input order and does the only sequential
+work: the record-id checks across batches, the skip counts and the assembly of the output
+arrays. So the records, the report and the first error raised are the same as one process gives,
+bit for bit (``tests/unit/encoding/test_parallel.py``): memo entries are a pure function of the
+value, and a lane that lacks one computes it itself.
+
+Memory stays bounded: one batch (at most ``encoder.CSV_BLOCK_BYTES`` of CSV) waits for its first
+sight while at most ``2 * lanes`` slices are in flight. The default lanes are a persistent pool:
+processes started once per process with ``forkserver`` (a node runs gRPC threads, which must not
+be forked), which import the encoder and load its numba loops before their first task
+(``start_lanes``), and are reused by later encodings.
 
 Exception: BLIP noise from an injected, seeded generator defines the output by the order in which
 it is drawn, so such an encoder always encodes in one process. With the default CSPRNG noise
@@ -23,27 +33,38 @@ it is drawn, so such an encoder always encodes in one process. With the default 
 
 from __future__ import annotations
 
+import atexit
 import logging
+import math
 import multiprocessing
 import os
+import pickle
 import secrets
 import socket
 import sys
+import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder, EncodeReport, _Batch, _BatchResult
+from party.encoding.first_sight import (
+    SeenValues,
+    SightEntries,
+    compute_entries,
+    install_entries,
+    sight_columns,
+    split_shares,
+)
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 def available_cores() -> int:
@@ -83,13 +104,14 @@ class ParallelStats:
     cpu_seconds: float = 0.0
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
 
-    def add(self, worker: str, cpu: float) -> None:
-        self.batches += 1
+    def add(self, worker: str, cpu: float, batches: int = 1) -> None:
+        self.batches += batches
         self.cpu_seconds += cpu
         self.cpu_by_worker[worker] = self.cpu_by_worker.get(worker, 0.0) + cpu
 
 
 _WORKER_ENCODERS: dict[str, Encoder] = {}
+_WORKER_LOCK = threading.Lock()  # a Dask worker may run tasks on several threads: one at a time
 
 
 def _worker_encoder(spec: EncoderSpec) -> Encoder:
@@ -102,14 +124,49 @@ def _worker_encoder(spec: EncoderSpec) -> Encoder:
     return enc
 
 
-def encode_batch_task(
-    batch: _Batch, spec: EncoderSpec, source: str, id_column: str | None
-) -> tuple[_BatchResult, str, float]:
-    """Runs in a worker: encode one batch with this worker's encoder for ``spec``; returns the
-    result, the worker's name (host:pid) and the CPU seconds the batch took there."""
+def _worker_name() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def first_sight_task(values: dict[str, list[str]], spec: EncoderSpec) -> tuple[bytes, str, float]:
+    """Runs in a lane: the memo entries of one share of new values (first_sight module),
+    pickled once here (the parent forwards them to every other lane as they are; b"" if none),
+    the lane's name (host:pid) and the CPU seconds it took there. Entries are only a speed-up:
+    if computing them fails, none are returned and the batch reports the problem in order."""
     c0 = time.process_time()
-    result = _worker_encoder(spec).encode_batch(batch, source, id_column)
-    return result, f"{socket.gethostname()}:{os.getpid()}", time.process_time() - c0
+    with _WORKER_LOCK:
+        try:
+            entries = compute_entries(_worker_encoder(spec), values)
+        except Exception:  # noqa: BLE001 - the batch step raises the same problem in input order
+            entries = SightEntries()
+        blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL) if len(entries) else b""
+    return blob, _worker_name(), time.process_time() - c0
+
+
+def encode_batch_task(
+    batch: _Batch,
+    entries: list[bytes],
+    spec: EncoderSpec,
+    source: str,
+    id_column: str | None,
+) -> tuple[_BatchResult, str, float]:
+    """Runs in a lane: install the other lanes' memo entries, then encode one batch (or slice)
+    with this lane's encoder for ``spec``; returns the result, the lane's name and its CPU s."""
+    c0 = time.process_time()
+    with _WORKER_LOCK:
+        encoder = _worker_encoder(spec)
+        for blob in entries:
+            install_entries(encoder, pickle.loads(blob))
+        result = encoder.encode_batch(batch, source, id_column)
+    return result, _worker_name(), time.process_time() - c0
+
+
+def _ready() -> str:
+    """Runs in a lane when it starts: the encoder's modules are imported, numba loops loaded."""
+    from party.encoding._numba_bits import warm_up
+
+    warm_up()
+    return _worker_name()
 
 
 def process_pool(workers: int) -> ProcessPoolExecutor:
@@ -121,43 +178,51 @@ def process_pool(workers: int) -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
 
 
-def ordered_map(
-    executor: Executor,
-    task: Callable[..., T],
-    items: Iterator[Any],
-    window: int,
-    *args: object,
-) -> Iterator[T]:
-    """``task(item, *args)`` for every item on ``executor``, results in input order, with at most
-    ``window`` items submitted and not yet consumed. Pending work is cancelled on an error."""
-    pending: deque[Future[T]] = deque()
-    try:
-        for item in items:
-            pending.append(executor.submit(task, item, *args))
-            if len(pending) >= window:
-                yield pending.popleft().result()
-        while pending:
-            yield pending.popleft().result()
-    finally:
-        for fut in pending:
-            fut.cancel()
+_LANES: list[ProcessPoolExecutor] = []
+_LANES_LOCK = threading.Lock()
 
 
-MIN_BLOCK_BYTES = 1 << 20
-BATCHES_PER_WORKER = 4
+def start_lanes(workers: int | None = None) -> list[Executor]:
+    """The persistent lanes of this process (one single-process pool each), started and warm:
+    ``workers`` of them (``None``/0: every core). Started once, reused by every later encoding
+    (a node may call this at start so its first encoding does not wait for them)."""
+    n = resolve_workers(workers)
+    with _LANES_LOCK:
+        while len(_LANES) < n:
+            _LANES.append(process_pool(1))
+        lanes: list[Executor] = list(_LANES[:n])
+    for fut in [lane.submit(_ready) for lane in lanes]:
+        fut.result()
+    return lanes
+
+
+def stop_lanes() -> None:
+    """Shut the persistent lanes down (they start again when next needed)."""
+    with _LANES_LOCK:
+        lanes = list(_LANES)
+        _LANES.clear()
+    for lane in lanes:
+        lane.shutdown(wait=True, cancel_futures=True)
+
+
+atexit.register(stop_lanes)
+
+MIN_BLOCK_BYTES = 1 << 18
+BATCHES_PER_WORKER = 3
 
 
 def block_bytes_for(path: str | Path, workers: int) -> int:
-    """CSV bytes per batch: about BATCHES_PER_WORKER batches per worker, within limits."""
+    """CSV bytes per batch such that every worker gets the same whole number of batches (at least
+    BATCHES_PER_WORKER, each at most ``CSV_BLOCK_BYTES``); a batch ends at the last whole row of
+    its block, so blocks are made a little larger than an exact share."""
     try:
         size = Path(path).stat().st_size
     except OSError:
         return encoder_module.CSV_BLOCK_BYTES
-    per = size // (BATCHES_PER_WORKER * max(1, workers))
-    return max(
-        min(MIN_BLOCK_BYTES, encoder_module.CSV_BLOCK_BYTES),
-        min(per, encoder_module.CSV_BLOCK_BYTES),
-    )
+    lanes = max(1, workers)
+    per_lane = max(BATCHES_PER_WORKER, math.ceil(size / (lanes * encoder_module.CSV_BLOCK_BYTES)))
+    share = math.ceil(size / (lanes * per_lane) * 1.002) + 1
+    return max(min(MIN_BLOCK_BYTES, encoder_module.CSV_BLOCK_BYTES), share)
 
 
 def _one_batch(path: str | Path) -> bool:
@@ -168,17 +233,82 @@ def _one_batch(path: str | Path) -> bool:
         return True
 
 
-def executor_size(executor: Executor) -> int:
-    """Worker count of a process pool or of a Dask client's executor (1 if unknown)."""
-    size = getattr(executor, "_max_workers", None)
-    if isinstance(size, int):
-        return size
-    client = getattr(executor, "_client", None)
-    if client is not None:
-        return max(
-            1, sum(w.get("nthreads", 1) for w in client.scheduler_info()["workers"].values())
+class _Lanes:
+    """Drives the two steps of the module docstring on ``lanes``; results in input order."""
+
+    def __init__(
+        self,
+        lanes: Sequence[Executor],
+        encoder: Encoder,
+        spec: EncoderSpec,
+        source: str,
+        id_column: str | None,
+        stats: ParallelStats | None,
+    ) -> None:
+        self.lanes = list(lanes)
+        self.spec = spec
+        self.source = source
+        self.id_column = id_column
+        self.stats = stats
+        self.seen = SeenValues(sight_columns(encoder))
+        self.outbox: list[list[bytes]] = [[] for _ in self.lanes]  # entries not yet sent
+        self.rows = [0] * len(self.lanes)  # rows given to each lane so far
+        self.results: deque[Future[tuple[_BatchResult, str, float]]] = deque()
+
+    def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
+        shares = split_shares(self.seen.new_values(batch), len(self.lanes))
+        return [
+            lane.submit(first_sight_task, share, self.spec) if share else None
+            for lane, share in zip(self.lanes, shares, strict=True)
+        ]
+
+    def _encode(self, batch: _Batch, sight: list[Future[Any] | None]) -> None:
+        for w, fut in enumerate(sight):
+            if fut is None:
+                continue
+            entries, worker, cpu = fut.result()
+            if self.stats is not None:
+                self.stats.add(worker, cpu, batches=0)
+            if entries:
+                for v, box in enumerate(self.outbox):
+                    if v != w:
+                        box.append(entries)
+        w = self.rows.index(min(self.rows))  # the lane with the fewest rows so far
+        self.rows[w] += batch.n
+        entries, self.outbox[w] = self.outbox[w], []
+        self.results.append(
+            self.lanes[w].submit(
+                encode_batch_task, batch, entries, self.spec, self.source, self.id_column
+            )
         )
-    return 1
+
+    def _take(self) -> _BatchResult:
+        result, worker, cpu = self.results.popleft().result()
+        if self.stats is not None:
+            self.stats.add(worker, cpu)
+        return result
+
+    def run(self, batches: Iterator[_Batch]) -> Iterator[_BatchResult]:
+        window = 2 * len(self.lanes)
+        waiting: deque[tuple[_Batch, list[Future[Any] | None]]] = deque()
+        try:
+            for batch in batches:
+                waiting.append((batch, self._first_sight(batch)))
+                if len(waiting) > 1:  # first sight runs one batch ahead of the records
+                    self._encode(*waiting.popleft())
+                while len(self.results) > window:
+                    yield self._take()
+            while waiting:
+                self._encode(*waiting.popleft())
+            while self.results:
+                yield self._take()
+        finally:
+            for fut in self.results:
+                fut.cancel()
+            for _, sight in waiting:
+                for f in sight:
+                    if f is not None:
+                        f.cancel()
 
 
 def encode_csv_parallel(
@@ -188,44 +318,34 @@ def encode_csv_parallel(
     workers: int | None = None,
     id_column: str | None = None,
     progress: Callable[[int], None] | None = None,
-    executor: Executor | None = None,
+    lanes: Sequence[Executor] | None = None,
     stats: ParallelStats | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
-    """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` processes
-    (``None``/0: every core) or on ``executor`` if given; identical results (module docstring).
-    A file of one CSV block is encoded here, without starting processes."""
+    """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
+    processes (``None``/0: every core) or on ``lanes`` if given (each an executor of one
+    worker, e.g. ``party.cluster.dask_lanes``); identical results (module docstring). A file of
+    one CSV block is encoded here, without starting processes."""
     n = resolve_workers(workers)
     seeded_blip = (
         encoder._blip_rng is not None and encoder.schema.hardening.blip_flip_probability is not None
     )
-    if seeded_blip or (executor is None and (n <= 1 or _one_batch(path))):
+    if seeded_blip or (lanes is None and (n <= 1 or _one_batch(path))):
         if seeded_blip and n > 1:
             log.info("a seeded BLIP generator was injected: encoding in one process")
         return encoder.encode_csv(path, id_column=id_column, progress=progress)
-    spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
-    source = str(Path(path))
-    own = executor is None
-    pool = process_pool(n) if executor is None else executor
-
-    size = n if own else max(n, executor_size(pool))
-    window = 2 * size
-
-    def map_batches(batches: Iterator[_Batch]) -> Iterator[_BatchResult]:
-        for result, worker, cpu in ordered_map(
-            pool, encode_batch_task, batches, window, spec, source, id_column
-        ):
-            if stats is not None:
-                stats.add(worker, cpu)
-            yield result
-
-    try:
-        return encoder.encode_csv(
-            path,
-            id_column=id_column,
-            progress=progress,
-            map_batches=map_batches,
-            block_bytes=block_bytes_for(path, size),
-        )
-    finally:
-        if own:
-            pool.shutdown(wait=True, cancel_futures=True)
+    use = start_lanes(n) if lanes is None else list(lanes)
+    driver = _Lanes(
+        use,
+        encoder,
+        EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8)),
+        str(Path(path)),
+        id_column,
+        stats,
+    )
+    return encoder.encode_csv(
+        path,
+        id_column=id_column,
+        progress=progress,
+        map_batches=driver.run,
+        block_bytes=block_bytes_for(path, len(use)),
+    )

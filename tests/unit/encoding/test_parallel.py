@@ -13,8 +13,8 @@ from party.encoding.parallel import (
     EncoderSpec,
     ParallelStats,
     encode_csv_parallel,
-    process_pool,
     resolve_workers,
+    start_lanes,
 )
 from party.encoding.schema import parse_schema
 from party.synthetic.generator import generate
@@ -25,8 +25,7 @@ SHIPPED = Path(__file__).resolve().parents[3] / "party" / "synthetic" / "data" /
 
 @pytest.fixture(scope="module")
 def pool():
-    with process_pool(2) as p:
-        yield p
+    return start_lanes(2)
 
 
 @pytest.fixture
@@ -73,7 +72,7 @@ def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool
         path,
         id_column="rec_id",
         workers=2,
-        executor=pool,
+        lanes=pool,
         progress=ticks.append,
         stats=stats,
     )
@@ -96,7 +95,7 @@ def test_hardened_and_salted_identical(tmp_path, small_batches, pool):
     schema = parse_schema(raw)
     ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
     got, _ = encode_csv_parallel(
-        Encoder(schema, SECRET), path, id_column="rec_id", workers=2, executor=pool
+        Encoder(schema, SECRET), path, id_column="rec_id", workers=2, lanes=pool
     )
     _same(ref, got)
 
@@ -128,7 +127,7 @@ def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool):
     path.write_text("\n".join(lines) + "\n")
     ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="id")
     got, report = encode_csv_parallel(
-        Encoder(schema, SECRET), path, id_column="id", workers=2, executor=pool
+        Encoder(schema, SECRET), path, id_column="id", workers=2, lanes=pool
     )
     _same(ref, got)
     _same_report(ref_report, report)
@@ -163,7 +162,7 @@ def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool):
 
     def parallel() -> Any:
         return encode_csv_parallel(
-            Encoder(schema, SECRET), path, id_column="id", workers=2, executor=pool
+            Encoder(schema, SECRET), path, id_column="id", workers=2, lanes=pool
         )
 
     msg = _first_error(serial)
