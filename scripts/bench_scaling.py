@@ -82,7 +82,7 @@ def params():  # type: ignore[no-untyped-def]
 
 
 def encode(path: Path, workers: int):  # type: ignore[no-untyped-def]
-    """(records, wall seconds, CPU seconds in this process + in the workers)."""
+    """(records, wall seconds, CPU seconds in this process + in the workers, worker stats)."""
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import ParallelStats, encode_csv_parallel
 
@@ -91,7 +91,21 @@ def encode(path: Path, workers: int):  # type: ignore[no-untyped-def]
     records, _ = encode_csv_parallel(
         Encoder(schema(), SECRET), path, workers=workers, id_column="rec_id", stats=stats
     )
-    return records, time.perf_counter() - t0, self_cpu() - c0 + stats.cpu_seconds
+    return records, time.perf_counter() - t0, self_cpu() - c0 + stats.cpu_seconds, stats
+
+
+def start_workers(workers: int) -> float:
+    """Start the persistent encoding workers (once per process, as a node does); wall seconds."""
+    from party.encoding.parallel import start_lanes
+
+    t0 = time.perf_counter()
+    start_lanes(workers)
+    return time.perf_counter() - t0
+
+
+def worker_cpu(stats) -> str:  # type: ignore[no-untyped-def]
+    per = ", ".join(f"{c:.2f}" for c in sorted(stats.cpu_by_worker.values(), reverse=True))
+    return f"per worker {per}; first sight {stats.first_sight_seconds:.2f} of them"
 
 
 def cmd_cores(args: argparse.Namespace) -> None:
@@ -105,13 +119,23 @@ def cmd_cores(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
         csvs = make_data(Path(d), args.records)
         print(f"{args.records} records per party, {w} cores; {load()}")
-        _, t1, c1 = encode(csvs[0], 1)
-        r1, _, _ = encode(csvs[0], 1)
-        rw, tw, cw = encode(csvs[0], w)
+        startup = start_workers(w)
+        best: dict[int, tuple[float, float, object]] = {}
+        outputs = {}
+        for k in (1, w, 1, w):  # best of two each, interleaved
+            records, t, c, stats = encode(csvs[0], k)
+            outputs[k] = records
+            if k not in best or t < best[k][0]:
+                best[k] = (t, c, stats)
+        r1, rw = outputs[1], outputs[w]
         same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
+        same = same and np.array_equal(r1.block_digests, rw.block_digests)
+        (t1, c1, _), (tw, cw, sw) = best[1], best[w]
         print(
-            f"encoding 1 party: 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} processes {tw:.2f}s "
-            f"({cw:.2f} CPU-s): speedup {t1 / tw:.2f}x; identical: {same}; {load()}"
+            f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
+            f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {cw - sw.cpu_seconds:.2f}, "
+            f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process; "
+            f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"
         )
         tables = [encode(p, w)[0] for p in csvs]
         warm_up()
@@ -215,7 +239,7 @@ def cmd_cluster(args: argparse.Namespace) -> None:
 
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
         path = make_data(Path(d), args.records)[0]
-        _, t1, c1 = encode(path, 1)
+        _, t1, c1, _ = encode(path, 1)
         k = args.cluster_workers
         stats = ParallelStats()
         t0 = time.perf_counter()
@@ -236,7 +260,8 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         )
         print(
             f"{k}-worker LocalCluster: {wall:.2f}s wall (with cluster start), {stats.batches} "
-            f"batches; CPU per worker {', '.join(f'{c:.2f}' for c in per)} s; "
+            f"batches; CPU per worker {', '.join(f'{c:.2f}' for c in per)} s (first sight "
+            f"{stats.first_sight_seconds:.2f} of them); "
             f"worst / ideal {per[0] / ideal:.2f}, total / one process "
             f"{sum(per) / c1:.2f}; {load()}"
         )

@@ -22,7 +22,7 @@ blocks. Salted features (memo keys are value pairs) and LSH keys (per record) ha
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow.compute as pc
@@ -30,6 +30,8 @@ import pyarrow.compute as pc
 from party.encoding.blocking import BlockingKeyer
 from party.encoding.encoder import Encoder, _Batch
 from party.encoding.normalise import valid_text
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -69,10 +71,11 @@ def sight_columns(encoder: Encoder) -> tuple[str, ...]:
     return tuple(dict.fromkeys(cols))
 
 
-def compute_entries(encoder: Encoder, values: dict[str, list[str]]) -> SightEntries:
-    """The memo entries of ``values`` (column -> distinct raw values), computed by ``encoder``
-    (and left in its memo tables)."""
+def compute_entries(encoder: Encoder, raw: dict[str, list[bytes]]) -> SightEntries:
+    """The memo entries of ``raw`` (column -> distinct raw values as bytes, decoded here as the
+    encoder decodes a CSV), computed by ``encoder`` (and left in its memo tables)."""
     out = SightEntries()
+    values = {c: [b.decode("utf-8", "surrogateescape") for b in vals] for c, vals in raw.items()}
     for name, codec in encoder._codecs.items():
         vals = values.get(codec.spec.source_column)
         if codec.salted or not vals:
@@ -103,40 +106,40 @@ def install_entries(encoder: Encoder, entries: SightEntries) -> None:
 
 
 class SeenValues:
-    """The parent's record of the values already handed out, per column (bounded: a column's
-    set is forgotten when it grows past ``cap``, after which values are handed out again)."""
+    """The parent's record of the values already handed out, per column, as raw bytes (bounded:
+    a column's set is forgotten when it grows past ``cap``, after which values are handed out
+    again)."""
 
     def __init__(self, columns: tuple[str, ...], cap: int = 200_000) -> None:
-        self._seen: dict[str, set[str]] = {c: set() for c in columns}
+        self._seen: dict[str, set[bytes]] = {c: set() for c in columns}
         self._cap = cap
 
-    def new_values(self, batch: _Batch) -> dict[str, list[str]]:
+    def new_values(self, batch: _Batch) -> dict[str, list[bytes]]:
         """Each watched column's distinct values in ``batch`` not handed out before."""
-        out: dict[str, list[str]] = {}
+        out: dict[str, list[bytes]] = {}
         for column, seen in self._seen.items():
-            uniques = _distinct(batch, column)
-            new = [v for v in uniques if v not in seen]
+            new = _distinct(batch, column).difference(seen)
             if not new:
                 continue
             if len(seen) + len(new) > self._cap:
                 seen.clear()
             seen.update(new)
-            out[column] = new
+            out[column] = sorted(new)
         return out
 
 
-def _distinct(batch: _Batch, column: str) -> list[str]:
-    """A batch column's distinct raw values, decoded as the encoder decodes them."""
+def _distinct(batch: _Batch, column: str) -> set[bytes]:
+    """A batch column's distinct raw values (the bytes of the CSV cell)."""
     if batch.arrow is not None:
         assert batch.arrow_names is not None
         array: Any = pc.unique(batch.arrow.column(batch.arrow_names[column]))
-        return [b.decode("utf-8", "surrogateescape") for b in array.to_pylist()]
-    return list(batch.columns[column].uniques)
+        return set(array.to_pylist())
+    return {v.encode("utf-8", "surrogateescape") for v in batch.columns[column].uniques}
 
 
-def split_shares(values: dict[str, list[str]], shares: int) -> list[dict[str, list[str]]]:
+def split_shares(values: dict[str, list[T]], shares: int) -> list[dict[str, list[T]]]:
     """``values`` cut into ``shares`` parts of about equal size per column."""
-    out: list[dict[str, list[str]]] = [{} for _ in range(shares)]
+    out: list[dict[str, list[T]]] = [{} for _ in range(shares)]
     for column, vals in values.items():
         bounds = np.linspace(0, len(vals), shares + 1).round().astype(int).tolist()
         for s in range(shares):

@@ -98,14 +98,19 @@ class EncoderSpec:
 
 @dataclass
 class ParallelStats:
-    """CPU seconds the workers spent on batches, in total and per worker (host:pid)."""
+    """CPU seconds the workers spent on their tasks, in total, on first sight, and per worker
+    (host:pid); ``batches``: batches encoded."""
 
     batches: int = 0
     cpu_seconds: float = 0.0
+    first_sight_seconds: float = 0.0
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
 
-    def add(self, worker: str, cpu: float, batches: int = 1) -> None:
-        self.batches += batches
+    def add(self, worker: str, cpu: float, *, first_sight: bool = False) -> None:
+        if first_sight:
+            self.first_sight_seconds += cpu
+        else:
+            self.batches += 1
         self.cpu_seconds += cpu
         self.cpu_by_worker[worker] = self.cpu_by_worker.get(worker, 0.0) + cpu
 
@@ -268,7 +273,7 @@ class _Lanes:
                 continue
             entries, worker, cpu = fut.result()
             if self.stats is not None:
-                self.stats.add(worker, cpu, batches=0)
+                self.stats.add(worker, cpu, first_sight=True)
             if entries:
                 for v, box in enumerate(self.outbox):
                     if v != w:

@@ -1,0 +1,109 @@
+"""First-sight entries computed by one encoder and installed in another change nothing but speed."""
+
+import csv
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from party.encoding import encoder as encoder_module
+from party.encoding.encoder import Encoder, _Batch, _Column
+from party.encoding.first_sight import (
+    SeenValues,
+    compute_entries,
+    install_entries,
+    sight_columns,
+    split_shares,
+)
+from party.encoding.parallel import encode_csv_parallel, start_lanes
+from party.encoding.schema import parse_schema
+from party.synthetic.generator import generate
+
+SECRET = bytes(range(90, 122))
+SHIPPED = Path(__file__).resolve().parents[3] / "party" / "synthetic" / "data" / "schema.json"
+
+
+def _schema():  # type: ignore[no-untyped-def]
+    return parse_schema(json.loads(SHIPPED.read_text()))
+
+
+def _people(tmp_path: Path, n: int) -> Path:
+    path = tmp_path / "people.csv"
+    generate(2, n, seed=4).tables[0].write_csv(path)
+    return path
+
+
+def _values(path: Path, columns: tuple[str, ...]) -> dict[str, list[bytes]]:
+    with open(path, newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    return {c: list(dict.fromkeys(r[c].encode() for r in rows)) for c in columns}
+
+
+def test_installed_entries_give_identical_records_without_first_sight(tmp_path, monkeypatch):
+    path = _people(tmp_path, 600)
+    schema = _schema()
+    ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    producer = Encoder(schema, SECRET)
+    columns = sight_columns(producer)
+    assert set(columns) >= {"given_name", "surname", "dob", "street_address", "postcode"}
+    shares = split_shares(_values(path, columns), 3)
+    # entries travel pickled, as between processes
+    entries = [pickle.loads(pickle.dumps(compute_entries(producer, s))) for s in shares]
+    consumer = Encoder(schema, SECRET)
+    for e in entries:
+        install_entries(consumer, e)
+
+    def no_first_sight(*args, **kwargs):
+        raise AssertionError("a value was computed although its entry was installed")
+
+    for codec in consumer._codecs.values():  # every filter and every part block is a memo hit
+        monkeypatch.setattr(codec, "_classify", no_first_sight)
+    monkeypatch.setattr("party.encoding.blocking.part_block", no_first_sight)
+    got, _ = consumer.encode_csv(path, id_column="rec_id")
+    assert got.record_ids == ref.record_ids
+    assert np.array_equal(got.filters, ref.filters)
+    assert np.array_equal(got.block_digests, ref.block_digests)
+
+
+def test_shares_cover_every_value_once():
+    values = {"a": [str(i) for i in range(10)], "b": ["x"], "c": []}
+    shares = split_shares(values, 4)
+    assert len(shares) == 4
+    for column, vals in values.items():
+        joined = [v for s in shares for v in s.get(column, [])]
+        assert joined == vals
+    assert [len(s.get("a", [])) for s in shares] in ([2, 3, 2, 3], [3, 2, 3, 2], [2, 3, 3, 2])
+
+
+def test_seen_values_hand_out_new_values_once_and_stay_bounded():
+    seen = SeenValues(("name",), cap=5)
+
+    def batch(values: list[str]) -> _Batch:
+        return _Batch(len(values), 1, {"name": _Column.from_values(values)})
+
+    assert seen.new_values(batch(["a", "b", "a"])) == {"name": [b"a", b"b"]}
+    assert seen.new_values(batch(["b", "c"])) == {"name": [b"c"]}
+    assert seen.new_values(batch(["a", "c"])) == {}
+    # past the cap the set is forgotten: values are handed out again (only a cost, never wrong)
+    assert seen.new_values(batch(["d", "e", "f"])) == {"name": [b"d", b"e", b"f"]}
+    assert seen.new_values(batch(["a", "\udcff"])) == {"name": [b"a", b"\xff"]}
+
+
+def test_invalid_utf8_in_a_blocking_column_is_reported_as_by_one_process(tmp_path, monkeypatch):
+    monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 8 * 1024)
+    path = _people(tmp_path, 900)
+    raw = path.read_bytes().split(b"\n")
+    row = 700
+    cells = raw[row].split(b",")
+    cells[6] = b"ry\xffde"  # suburb: a feature and a soundex blocking part
+    raw[row] = b",".join(cells)
+    path.write_bytes(b"\n".join(raw))
+    schema = _schema()
+    with pytest.raises(encoder_module.EncodeDataError) as serial:
+        Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    with pytest.raises(encoder_module.EncodeDataError) as parallel:
+        encode_csv_parallel(Encoder(schema, SECRET), path, id_column="rec_id", lanes=start_lanes(2))
+    assert str(parallel.value) == str(serial.value)
+    assert f"row {row}" in str(serial.value) and "\\xff" not in str(serial.value)
