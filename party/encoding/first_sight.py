@@ -6,12 +6,16 @@ of every blocking-key part taken of that column; afterwards a record costs a tab
 one AES call per key. Workers that encode different rows of one CSV meet mostly the same names,
 dates of birth and towns, so each would pay first sight of them again.
 
-Instead the parent finds each batch's values it has not yet handed out (``SeenValues``), splits
-them into one share per worker, and every worker computes the entries of its share
-(``compute_entries``: the encoder's own memo code, so each entry is exactly what that encoder
-would store) and installs the entries the other workers computed (``install_entries``). Entries
-only warm memo tables: an encoder that lacks one (never sent, or trimmed) computes it itself, so
-the output never depends on them.
+Instead the parent finds each batch's values it has not yet handed out (``SeenValues``) and cuts
+the work into one share per worker (``SightPlanner``). The work units are one feature's value
+filters and one blocking part memo's blocks. A unit stays whole where it can, so that the keyed
+hash streams of a feature's q-grams (shared by many of its values) are computed by one worker;
+a unit is cut only where it would overfill a worker's share. Shares are balanced by CPU seconds
+per value that the workers measure and report, unit by unit. Every worker computes the entries
+of its share (``compute_entries``: the encoder's own memo code, so each entry is exactly what
+that encoder would store) and installs the entries the other workers computed
+(``install_entries``). Entries only warm memo tables: an encoder that lacks one (never sent, or
+trimmed) computes it itself, so the output never depends on them.
 
 Entries: per unsalted feature, the raw values with their memo code (a filter-table row, the empty
 filter, or a negative status) and the filter rows; per distinct blocking part memo, the raw values
@@ -21,8 +25,9 @@ blocks. Salted features (memo keys are value pairs) and LSH keys (per record) ha
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 import pyarrow.compute as pc
@@ -30,8 +35,6 @@ import pyarrow.compute as pc
 from party.encoding.blocking import BlockingKeyer
 from party.encoding.encoder import Encoder, _Batch
 from party.encoding.normalise import valid_text
-
-T = TypeVar("T")
 
 
 @dataclass
@@ -42,6 +45,8 @@ class SightEntries:
     # feature -> (values, codes (row > 0: has a filter row), filter rows of the codes > 0)
     parts: dict[int, tuple[list[str], list[bytes]]] = field(default_factory=dict)
     # part memo number -> (values, their blocks)
+    seconds: dict[Unit, tuple[int, float]] = field(default_factory=dict)
+    # unit -> (values, CPU seconds) as computed
 
     def __len__(self) -> int:
         return sum(len(v[0]) for v in self.filters.values()) + sum(
@@ -64,29 +69,54 @@ def _part_memos(encoder: Encoder) -> list[tuple[dict[str, bytes], BlockingKeyer,
     return out
 
 
+Unit = tuple[str, Any]  # ("filter", feature name) or ("part", part memo number)
+
+
+def sight_units(encoder: Encoder) -> dict[Unit, str]:
+    """The work units of first sight (unsalted features' filters, blocking part memos), each
+    with the input column whose values it takes."""
+    units: dict[Unit, str] = {
+        ("filter", name): codec.spec.source_column
+        for name, codec in encoder._codecs.items()
+        if not codec.salted
+    }
+    for m, (_, _, _, column) in enumerate(_part_memos(encoder)):
+        units[("part", m)] = column
+    return units
+
+
 def sight_columns(encoder: Encoder) -> tuple[str, ...]:
     """The input columns whose values have first-sight work (unsalted features, blocking parts)."""
-    cols = [c.spec.source_column for c in encoder._codecs.values() if not c.salted]
-    cols += [column for _, _, _, column in _part_memos(encoder)]
-    return tuple(dict.fromkeys(cols))
+    return tuple(dict.fromkeys(sight_units(encoder).values()))
 
 
-def compute_entries(encoder: Encoder, raw: dict[str, list[bytes]]) -> SightEntries:
-    """The memo entries of ``raw`` (column -> distinct raw values as bytes, decoded here as the
-    encoder decodes a CSV), computed by ``encoder`` (and left in its memo tables)."""
+def _valid(values: list[str]) -> list[str]:
+    if "".join(values).isascii():
+        return values
+    return [v for v in values if valid_text(v)]
+
+
+def compute_entries(encoder: Encoder, work: dict[Unit, list[bytes]]) -> SightEntries:
+    """The memo entries of ``work`` (unit -> distinct raw values of its column as bytes, decoded
+    here as the encoder decodes a CSV), computed by ``encoder`` (and left in its memo tables),
+    with the CPU seconds each unit took."""
     out = SightEntries()
-    values = {c: [b.decode("utf-8", "surrogateescape") for b in vals] for c, vals in raw.items()}
-    for name, codec in encoder._codecs.items():
-        vals = values.get(codec.spec.source_column)
-        if codec.salted or not vals:
-            continue
-        codes = codec.codes_for_keys(vals)
-        out.filters[name] = (vals, codes, codec.table[codes[codes > 0]])
-    for m, (memo, keyer, i, column) in enumerate(_part_memos(encoder)):
-        vals = [v for v in values.get(column, ()) if valid_text(v)]
-        if vals:
-            keyer._part_blocks(i, vals)  # fills the memo
-            out.parts[m] = (vals, list(map(memo.__getitem__, vals)))
+    memos = _part_memos(encoder)
+    for unit, raw in work.items():
+        c0 = time.process_time()
+        vals = [b.decode("utf-8", "surrogateescape") for b in raw]
+        kind, which = unit
+        if kind == "filter":
+            codec = encoder._codecs[which]
+            codes = codec.codes_for_keys(vals)
+            out.filters[which] = (vals, codes, codec.table[codes[codes > 0]])
+        else:
+            memo, keyer, i, _ = memos[which]
+            vals = _valid(vals)
+            if vals:
+                keyer._part_blocks(i, vals)  # fills the memo
+                out.parts[which] = (vals, list(map(memo.__getitem__, vals)))
+        out.seconds[unit] = (len(raw), time.process_time() - c0)
     return out
 
 
@@ -137,12 +167,44 @@ def _distinct(batch: _Batch, column: str) -> set[bytes]:
     return {v.encode("utf-8", "surrogateescape") for v in batch.columns[column].uniques}
 
 
-def split_shares(values: dict[str, list[T]], shares: int) -> list[dict[str, list[T]]]:
-    """``values`` cut into ``shares`` parts of about equal size per column."""
-    out: list[dict[str, list[T]]] = [{} for _ in range(shares)]
-    for column, vals in values.items():
-        bounds = np.linspace(0, len(vals), shares + 1).round().astype(int).tolist()
-        for s in range(shares):
-            if bounds[s] < bounds[s + 1]:
-                out[s][column] = vals[bounds[s] : bounds[s + 1]]
-    return out
+class SightPlanner:
+    """Cuts a batch's new values into one share of work per lane, balanced by the CPU seconds
+    per value each unit took so far (a default before the first report): units largest first,
+    each to the least loaded lane, cut only where it would overfill that lane's share (so at
+    most lanes - 1 units are cut)."""
+
+    DEFAULT_SECONDS = {"filter": 1e-5, "part": 2e-6}  # per value, before any measurement
+
+    def __init__(self, units: dict[Unit, str], lanes: int) -> None:
+        self.units = units
+        self.lanes = lanes
+        self.per_value = {u: self.DEFAULT_SECONDS[u[0]] for u in units}
+
+    def learn(self, seconds: dict[Unit, tuple[int, float]]) -> None:
+        """Fold a lane's measured (values, CPU seconds) per unit into the estimates."""
+        for unit, (count, cpu) in seconds.items():
+            if count and unit in self.per_value:
+                self.per_value[unit] = 0.5 * self.per_value[unit] + 0.5 * cpu / count
+
+    def shares(self, new: dict[str, list[bytes]]) -> list[dict[Unit, list[bytes]]]:
+        """One work share per lane: every (unit, new value of its column) exactly once."""
+        items = [
+            (self.per_value[u] * len(new[c]), u, new[c])
+            for u, c in self.units.items()
+            if new.get(c)
+        ]
+        out: list[dict[Unit, list[bytes]]] = [{} for _ in range(self.lanes)]
+        target = sum(cost for cost, _, _ in items) / self.lanes
+        load = [0.0] * self.lanes
+        for cost, unit, vals in sorted(items, key=lambda item: -item[0]):  # largest first
+            while vals:
+                w = load.index(min(load))
+                room = target - load[w]
+                take = len(vals)
+                if cost > 1.02 * room and room > 0:  # cut: fill this lane up to its share
+                    take = max(1, round(len(vals) * room / cost))
+                piece = cost * take / len(vals)
+                out[w].setdefault(unit, []).extend(vals[:take])
+                load[w] += piece
+                vals, cost = vals[take:], cost - piece
+        return out

@@ -56,10 +56,11 @@ from party.encoding.encoder import Encoder, EncodeReport, _Batch, _BatchResult
 from party.encoding.first_sight import (
     SeenValues,
     SightEntries,
+    SightPlanner,
+    Unit,
     compute_entries,
     install_entries,
-    sight_columns,
-    split_shares,
+    sight_units,
 )
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
@@ -133,19 +134,22 @@ def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def first_sight_task(values: dict[str, list[str]], spec: EncoderSpec) -> tuple[bytes, str, float]:
-    """Runs in a lane: the memo entries of one share of new values (first_sight module),
+def first_sight_task(
+    work: dict[Unit, list[bytes]], spec: EncoderSpec
+) -> tuple[bytes, dict[Unit, tuple[int, float]], str, float]:
+    """Runs in a lane: the memo entries of one share of first-sight work (first_sight module),
     pickled once here (the parent forwards them to every other lane as they are; b"" if none),
-    the lane's name (host:pid) and the CPU seconds it took there. Entries are only a speed-up:
-    if computing them fails, none are returned and the batch reports the problem in order."""
+    the CPU seconds per unit, the lane's name (host:pid) and the CPU seconds the task took.
+    Entries are only a speed-up: if computing them fails, none are returned and the batch
+    reports the problem in input order."""
     c0 = time.process_time()
     with _WORKER_LOCK:
         try:
-            entries = compute_entries(_worker_encoder(spec), values)
+            entries = compute_entries(_worker_encoder(spec), work)
         except Exception:  # noqa: BLE001 - the batch step raises the same problem in input order
             entries = SightEntries()
         blob = pickle.dumps(entries, protocol=pickle.HIGHEST_PROTOCOL) if len(entries) else b""
-    return blob, _worker_name(), time.process_time() - c0
+    return blob, entries.seconds, _worker_name(), time.process_time() - c0
 
 
 def encode_batch_task(
@@ -213,7 +217,7 @@ def stop_lanes() -> None:
 atexit.register(stop_lanes)
 
 MIN_BLOCK_BYTES = 1 << 18
-BATCHES_PER_WORKER = 3
+BATCHES_PER_WORKER = 1
 
 
 def block_bytes_for(path: str | Path, workers: int) -> int:
@@ -255,13 +259,15 @@ class _Lanes:
         self.source = source
         self.id_column = id_column
         self.stats = stats
-        self.seen = SeenValues(sight_columns(encoder))
+        units = sight_units(encoder)
+        self.seen = SeenValues(tuple(dict.fromkeys(units.values())))
+        self.planner = SightPlanner(units, len(self.lanes))
         self.outbox: list[list[bytes]] = [[] for _ in self.lanes]  # entries not yet sent
         self.rows = [0] * len(self.lanes)  # rows given to each lane so far
         self.results: deque[Future[tuple[_BatchResult, str, float]]] = deque()
 
     def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
-        shares = split_shares(self.seen.new_values(batch), len(self.lanes))
+        shares = self.planner.shares(self.seen.new_values(batch))
         return [
             lane.submit(first_sight_task, share, self.spec) if share else None
             for lane, share in zip(self.lanes, shares, strict=True)
@@ -271,7 +277,8 @@ class _Lanes:
         for w, fut in enumerate(sight):
             if fut is None:
                 continue
-            entries, worker, cpu = fut.result()
+            entries, seconds, worker, cpu = fut.result()
+            self.planner.learn(seconds)
             if self.stats is not None:
                 self.stats.add(worker, cpu, first_sight=True)
             if entries:

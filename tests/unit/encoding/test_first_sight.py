@@ -12,10 +12,10 @@ from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder, _Batch, _Column
 from party.encoding.first_sight import (
     SeenValues,
+    SightPlanner,
     compute_entries,
     install_entries,
-    sight_columns,
-    split_shares,
+    sight_units,
 )
 from party.encoding.parallel import encode_csv_parallel, start_lanes
 from party.encoding.schema import parse_schema
@@ -46,9 +46,9 @@ def test_installed_entries_give_identical_records_without_first_sight(tmp_path, 
     schema = _schema()
     ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
     producer = Encoder(schema, SECRET)
-    columns = sight_columns(producer)
-    assert set(columns) >= {"given_name", "surname", "dob", "street_address", "postcode"}
-    shares = split_shares(_values(path, columns), 3)
+    units = sight_units(producer)
+    assert set(units.values()) >= {"given_name", "surname", "dob", "street_address", "postcode"}
+    shares = SightPlanner(units, 3).shares(_values(path, tuple(set(units.values()))))
     # entries travel pickled, as between processes
     entries = [pickle.loads(pickle.dumps(compute_entries(producer, s))) for s in shares]
     consumer = Encoder(schema, SECRET)
@@ -67,14 +67,34 @@ def test_installed_entries_give_identical_records_without_first_sight(tmp_path, 
     assert np.array_equal(got.block_digests, ref.block_digests)
 
 
-def test_shares_cover_every_value_once():
-    values = {"a": [str(i) for i in range(10)], "b": ["x"], "c": []}
-    shares = split_shares(values, 4)
-    assert len(shares) == 4
-    for column, vals in values.items():
-        joined = [v for s in shares for v in s.get(column, [])]
-        assert joined == vals
-    assert [len(s.get("a", [])) for s in shares] in ([2, 3, 2, 3], [3, 2, 3, 2], [2, 3, 3, 2])
+def test_shares_do_every_unit_value_once_and_balance_by_measured_cost():
+    units = {("filter", "a"): "a", ("part", 0): "a", ("part", 1): "b", ("filter", "c"): "c"}
+    new = {"a": [str(i).encode() for i in range(100)], "b": [b"x", b"y"]}
+    planner = SightPlanner(units, 2)
+
+    def check(shares: list[dict]) -> list[float]:
+        assert len(shares) == 2
+        for unit, column in units.items():
+            done = sorted(v for s in shares for v in s.get(unit, []))
+            assert done == sorted(new.get(column, []))  # every value once, none made up
+        return [sum(planner.per_value[u] * len(v) for u, v in s.items()) for s in shares]
+
+    loads = check(planner.shares(new))
+    assert max(loads) <= 1.05 * sum(loads) / 2
+    # measured: filters of "a" cost 100x a part value; the filter unit is cut across both lanes
+    planner.learn({("filter", "a"): (100, 1e-2), ("part", 0): (100, 1e-4)})
+    shares = planner.shares(new)
+    loads = check(shares)
+    assert all(("filter", "a") in s for s in shares)
+    assert max(loads) <= 1.05 * sum(loads) / 2
+    # units that fit stay whole (a feature's q-gram streams on one lane): one cut at most
+    planner = SightPlanner(units, 2)
+    for _ in range(10):  # both measured at 1e-4 s per value
+        planner.learn({("filter", "a"): (100, 1e-2), ("part", 0): (100, 1e-2)})
+    shares = planner.shares(new)
+    assert [("filter", "a") in s for s in shares].count(True) == 1
+    assert [("part", 0) in s for s in shares].count(True) == 1
+    assert SightPlanner(units, 3).shares({}) == [{}, {}, {}]
 
 
 def test_seen_values_hand_out_new_values_once_and_stay_bounded():
