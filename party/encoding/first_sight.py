@@ -43,8 +43,8 @@ class SightEntries:
 
     filters: dict[str, tuple[list[str], np.ndarray, np.ndarray]] = field(default_factory=dict)
     # feature -> (values, codes (row > 0: has a filter row), filter rows of the codes > 0)
-    parts: dict[int, tuple[list[str], list[bytes]]] = field(default_factory=dict)
-    # part memo number -> (values, their blocks)
+    parts: dict[int, tuple[list[str], np.ndarray]] = field(default_factory=dict)
+    # part memo number -> (values, their (n, 2) uint64 blocks)
     seconds: dict[Unit, tuple[int, float]] = field(default_factory=dict)
     # unit -> (values, CPU seconds) as computed
 
@@ -54,18 +54,18 @@ class SightEntries:
         )
 
 
-def _part_memos(encoder: Encoder) -> list[tuple[dict[str, bytes], BlockingKeyer, int, str]]:
+def _part_memos(encoder: Encoder) -> list[tuple[BlockingKeyer, int, str]]:
     """The distinct part memos of the encoder's blocking keys (parts shared by several keys
-    share a memo), in schema order: (memo, a keyer using it, its part index, the column)."""
-    out: list[tuple[dict[str, bytes], BlockingKeyer, int, str]] = []
+    share a memo), in schema order: (a keyer using it, its part index, the column)."""
+    out: list[tuple[BlockingKeyer, int, str]] = []
     seen: set[int] = set()
     for keyer in encoder._blockers:
         if not isinstance(keyer, BlockingKeyer):
             continue
-        for i, memo in enumerate(keyer._block_memo):
+        for i, memo in enumerate(keyer._part_memo):
             if id(memo) not in seen:
                 seen.add(id(memo))
-                out.append((memo, keyer, i, keyer.columns[i]))
+                out.append((keyer, i, keyer.columns[i]))
     return out
 
 
@@ -80,7 +80,7 @@ def sight_units(encoder: Encoder) -> dict[Unit, str]:
         for name, codec in encoder._codecs.items()
         if not codec.salted
     }
-    for m, (_, _, _, column) in enumerate(_part_memos(encoder)):
+    for m, (_, _, column) in enumerate(_part_memos(encoder)):
         units[("part", m)] = column
     return units
 
@@ -90,10 +90,8 @@ def sight_columns(encoder: Encoder) -> tuple[str, ...]:
     return tuple(dict.fromkeys(sight_units(encoder).values()))
 
 
-def _valid(values: list[str]) -> list[str]:
-    if "".join(values).isascii():
-        return values
-    return [v for v in values if valid_text(v)]
+def _all_valid(values: list[str]) -> bool:
+    return "".join(values).isascii() or all(map(valid_text, values))
 
 
 def compute_entries(encoder: Encoder, work: dict[Unit, list[bytes]]) -> SightEntries:
@@ -102,27 +100,31 @@ def compute_entries(encoder: Encoder, work: dict[Unit, list[bytes]]) -> SightEnt
     with the CPU seconds each unit took."""
     out = SightEntries()
     memos = _part_memos(encoder)
+    decoded: dict[int, list[str]] = {}  # units given the same list share one decoded list
     for unit, raw in work.items():
         c0 = time.process_time()
-        vals = [b.decode("utf-8", "surrogateescape") for b in raw]
+        vals = decoded.get(id(raw))
+        if vals is None:
+            vals = decoded[id(raw)] = [b.decode("utf-8", "surrogateescape") for b in raw]
         kind, which = unit
+        valid = _all_valid(vals)
         if kind == "filter":
             codec = encoder._codecs[which]
-            codes = codec.codes_for_keys(vals)
+            codes = codec.codes_for_keys(vals, checked=valid)
             out.filters[which] = (vals, codes, codec.table[codes[codes > 0]])
         else:
-            memo, keyer, i, _ = memos[which]
-            vals = _valid(vals)
+            keyer, i, _ = memos[which]
+            if not valid:  # invalid values are left to the batch, which reports them
+                vals = [v for v in vals if valid_text(v)]
             if vals:
-                keyer._part_blocks(i, vals)  # fills the memo
-                out.parts[which] = (vals, list(map(memo.__getitem__, vals)))
+                out.parts[which] = (vals, keyer._part_blocks(i, vals))
         out.seconds[unit] = (len(raw), time.process_time() - c0)
     return out
 
 
 def install_entries(encoder: Encoder, entries: SightEntries) -> None:
     """Add another lane's entries to ``encoder``'s memo tables. A value already there (which
-    this lane computed itself) gets an identical entry, so a plain update in C is enough."""
+    this lane computed itself) gets an identical entry, so plain updates are enough."""
     for name, (vals, codes, rows) in entries.filters.items():
         codec = encoder._codecs[name]
         has_row = codes > 0
@@ -132,7 +134,13 @@ def install_entries(encoder: Encoder, entries: SightEntries) -> None:
         codec.index.update(zip(vals, new.tolist(), strict=True))
     memos = _part_memos(encoder)
     for m, (vals, blocks) in entries.parts.items():
-        memos[m][0].update(zip(vals, blocks, strict=True))
+        keyer, i, _ = memos[m]
+        column = keyer._column_ids[i]
+        ids = column.of(vals)
+        memo = keyer._part_memo[i]
+        memo.fit(column.generation, len(column.ids))
+        memo.blocks[ids] = blocks
+        memo.done[ids] = True
 
 
 class SeenValues:
@@ -204,7 +212,10 @@ class SightPlanner:
                 if cost > 1.02 * room and room > 0:  # cut: fill this lane up to its share
                     take = max(1, round(len(vals) * room / cost))
                 piece = cost * take / len(vals)
-                out[w].setdefault(unit, []).extend(vals[:take])
+                if take == len(vals) and unit not in out[w]:
+                    out[w][unit] = vals  # whole: units of a column share its list (and ids)
+                else:
+                    out[w].setdefault(unit, []).extend(vals[:take])
                 load[w] += piece
                 vals, cost = vals[take:], cost - piece
         return out
