@@ -11,7 +11,7 @@ Parameters file (``examples/parameters.json``), a JSON object::
      "max_block_size": null,                             # optional, null/0 = no cap
      "mode": "segments",                                 # optional: "segments" (default) | "mpc3"
      "compute_parties": ["party-a", "party-b", "helper"],  # optional, mpc3 only: CP 0, 1, 2
-     "target": "all",                                    # optional: "all" (default) | "any"
+     "target": "any",                                    # optional: "any" (default) | "all"
      "min_parties": 2,                                   # optional, target any: 2..P (default 2)
      "solver": "guarded"}                                # optional, target any: see TARGET_SOLVERS
 
@@ -22,7 +22,10 @@ floats written by Python's repr, max_block_size 0 written as null. In mode "mpc3
 parties), so naming the default explicitly does not change the digest; in mode "segments" both keys
 are left out, so a segments digest is the same as before modes existed (and the known-answer
 vectors of tests/data/kat_protocol.json stay valid). Likewise "target", "min_parties" and "solver"
-(resolved: m default 2, solver default "guarded") are in the object only for target "any". The same digest is computed by
+(resolved: m default 2, solver default "guarded") are in the object only for target "any". A file
+without "target" means target "any" (DEFAULT_TARGET); in the message an empty target field still
+means "all" (the wire meaning and the digests of target-all runs are unchanged), so a file's default
+is written into the message explicitly. The same digest is computed by
 the coordinator (which treats the schema as opaque JSON) and by every party (which also validates the
 schema with party.encoding). This module is plain Python (no grpc) so both sides can use it.
 """
@@ -55,6 +58,10 @@ _KNOWN_KEYS = {
     "solver",
 }
 TARGETS = ("all", "any")
+#: The target of a parameters file without "target" (party.protocol.params.DEFAULT_TARGET).
+DEFAULT_TARGET = "any"
+#: Target any names a group's parties in a 64-bit mask (party.protocol.params.MAX_ANY_PARTIES).
+MAX_ANY_PARTIES = 64
 #: Group solvers of target "any" (party/protocol/solver.py); the first is the default.
 TARGET_SOLVERS = ("guarded", "weakest-link", "majority", "greedy")
 MODES = ("segments", "mpc3")
@@ -200,7 +207,7 @@ def _target_fields(
     obj: Mapping[str, Any], parties: int, problems: list[str]
 ) -> tuple[str, int, str]:
     """(target, min_parties, solver) of a parameters object; appends problems naming each key."""
-    target = obj.get("target", "all")
+    target = obj.get("target", DEFAULT_TARGET)
     if target not in TARGETS:
         problems.append(f"target must be one of {list(TARGETS)}, got {target!r}")
         return "all", 0, ""
@@ -210,6 +217,11 @@ def _target_fields(
         if m is not None or solver is not None:
             problems.append("min_parties and solver are only used with target 'any'")
         return "all", 0, ""
+    if parties > MAX_ANY_PARTIES:
+        problems.append(
+            f"target 'any' supports at most {MAX_ANY_PARTIES} parties, got {parties} "
+            '(set "target": "all")'
+        )
     m = 2 if m is None else m
     if isinstance(m, bool) or not isinstance(m, int) or not 2 <= m <= max(parties, 2):
         problems.append(f"min_parties must be an integer in 2..P={parties}")

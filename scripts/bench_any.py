@@ -72,7 +72,7 @@ def timing(args: argparse.Namespace) -> int:
     p = args.parties
     _, schema, tables = all_party_data(args)
     names = tuple(party_name(i) for i in range(p))
-    all_p = ProtocolParameters(names, schema.output_bits, 0.8, 0.7, one_to_one=True)
+    all_p = ProtocolParameters(names, schema.output_bits, 0.8, 0.7, one_to_one=True, target="all")
     any_p = ProtocolParameters(names, schema.output_bits, 0.8, 0.7, target="any")
     t0 = time.perf_counter()
     run_all = run_in_process(tables, all_p)
@@ -97,7 +97,7 @@ def compare_with_all(args: argparse.Namespace) -> int:
     ds, schema, tables = all_party_data(args)
     names = tuple(party_name(i) for i in range(p))
     for t in args.thresholds:
-        base = ProtocolParameters(names, schema.output_bits, t, 0.0, one_to_one=True)
+        base = ProtocolParameters(names, schema.output_bits, t, 0.0, one_to_one=True, target="all")
         t0 = time.perf_counter()
         q_all = evaluate(run_in_process(tables, base).matches, ds.truth)
         s_all = time.perf_counter() - t0

@@ -109,6 +109,7 @@ def main() -> int:
         segment_threshold=s_m,
         memory_budget_bytes=args.memory_budget_mib * 2**20,
         mode=args.mode,
+        target="all",
     )
 
     from party.node.warmup import warm_up

@@ -172,7 +172,7 @@ def big_block(n: int, threshold: float, seed: int) -> None:
                 np.full((n, 1), 7, dtype=np.uint64),
             )
         )
-    params = ProtocolParameters(("a", "b", "c"), l_bits, 0.8, threshold)
+    params = ProtocolParameters(("a", "b", "c"), l_bits, 0.8, threshold, target="all")
     list(iter_block([t.filters[:4, :1] for t in tables], 64, threshold))  # compile before measuring
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     with Progress(console=console, transient=True) as bar:

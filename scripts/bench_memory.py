@@ -98,6 +98,7 @@ def child(
         segment_threshold=s_m,
         one_to_one=one_to_one,
         memory_budget_bytes=budget_mib * 2**20,
+        target="all",
     )
     before = _rss_bytes()
     peak = [before]

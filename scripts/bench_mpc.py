@@ -153,7 +153,13 @@ def bench_bytes(parties: list[int]) -> None:
         blocks = max(1, 150_000 // per_block**p)
         tables = _random_tables(p, per_block, blocks, 1024)
         params = ProtocolParameters(
-            tuple(f"p{j}" for j in range(p)), 1024, 0.8, 0.0, mode="mpc3", memory_budget_bytes=2**30
+            tuple(f"p{j}" for j in range(p)),
+            1024,
+            0.8,
+            0.0,
+            mode="mpc3",
+            memory_budget_bytes=2**30,
+            target="all",
         )
         t0 = time.perf_counter()
         run = run_mpc3_in_process(tables, params)
@@ -235,7 +241,9 @@ def bench_any(records: int, parties: int) -> None:
         mode="mpc3",
     )
     t0 = time.perf_counter()
-    run_all = run_mpc3_in_process(enc.tables, ProtocolParameters(**common, one_to_one=True))
+    run_all = run_mpc3_in_process(
+        enc.tables, ProtocolParameters(**common, one_to_one=True, target="all")
+    )
     t_all = time.perf_counter() - t0
     t0 = time.perf_counter()
     run_any = run_mpc3_any_in_process(enc.tables, ProtocolParameters(**common, target="any"))
@@ -310,7 +318,7 @@ def bench_threads(records: int, parties: int, schema: Path | None, workers: int)
     names = tuple(f"p{j}" for j in range(parties))
     l_bits = enc.tables[0].filter_bits
     params = ProtocolParameters(
-        names, l_bits, 0.8, 0.0, True, mode="mpc3", memory_budget_bytes=2**32
+        names, l_bits, 0.8, 0.0, True, mode="mpc3", memory_budget_bytes=2**32, target="all"
     )
     engines = [PartyEngine(i, params, enc.tables[i]) for i in range(parties)]
     common = common_blocks([e.block_digests() for e in engines])

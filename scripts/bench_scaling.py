@@ -78,6 +78,7 @@ def params():  # type: ignore[no-untyped-def]
         match_threshold=0.8,
         segment_threshold=0.7,
         memory_budget_bytes=2**31,
+        target="all",
     )
 
 

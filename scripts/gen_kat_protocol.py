@@ -296,8 +296,11 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
         "segment_threshold": spec["segment_threshold"],
         "one_to_one": spec["one_to_one"],
         "max_block_size": spec.get("max_block_size"),
+        # A parameters file without "target" means "any" (docs/protocol.md); these vectors are
+        # target all, whose canonical object leaves "target" out.
+        "target": "all",
     }
-    canonical = canonical_json(params_obj)
+    canonical = canonical_json({k: v for k, v in params_obj.items() if k != "target"})
     digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()
 
     # Encoding (the plain encoder above): filters as ints, popcounts, digests.

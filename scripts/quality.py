@@ -35,7 +35,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from party.synthetic.blocking_recall import blocking_recall, true_set_dice  # no
 from party.synthetic.external import load_folder  # noqa: E402
 from party.synthetic.generator import generate, write_dataset  # noqa: E402
 from party.synthetic.metrics import evaluate_sets  # noqa: E402
+from party.synthetic.metrics_any import Scores, evaluate_groups  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     SimulationConfig,
     default_schema_path,
@@ -80,6 +81,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--febrl4-schema", type=Path, default=None, help="our FEBRL4 schema (default: shipped)"
     )
     ap.add_argument("--no-any", action="store_true", help="skip the target-any column")
+    ap.add_argument(
+        "--min-parties",
+        default="P",
+        help="target-any column: min_parties, an integer 2..P or 'P' (default P); its groups of "
+        "exactly P are scored either way, and every group in the pairwise F1",
+    )
     ap.add_argument("--ref-python", type=Path, default=ROOT / ".venv-ref" / "bin" / "python")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
     return ap
@@ -146,15 +153,19 @@ def ours(
     cap = {repr(t): int((dice >= t).sum()) for t in args.thresholds}
     rows: dict[str, Any] = {}
     pairwise: dict[str, Any] = {}
+    any_pairs: dict[str, Any] = {}
     for t in args.thresholds:
         run_cfg = replace(cfg, match_threshold=t, segment_threshold=None)
         r = run_in_process_simulation(run_cfg, encoded=enc, write_matches=False)
         rows[repr(t)] = r.quality.as_dict()
         if not args.no_any:
-            pairwise[repr(t)] = target_any_sets(enc, run_cfg.s_m, t).as_dict()
+            sets_q, pairs_q = target_any_sets(enc, run_cfg.s_m, t, args.min_parties)
+            pairwise[repr(t)] = sets_q.as_dict()
+            any_pairs[repr(t)] = asdict(pairs_q)
     return {
         "quality": rows,
         "target_any": pairwise,
+        "target_any_pairwise": any_pairs,
         "blocking": blocking.as_dict(),
         "true_sets_reaching_s_t_without_blocking": cap,
         "seconds": round(time.perf_counter() - t0, 1),
@@ -162,16 +173,18 @@ def ours(
     }
 
 
-def target_any_sets(enc: Any, s_m: float, s_t: float) -> Any:
-    """Quality of target any (min_parties = P) on the same encodings: groups of all P parties."""
+def target_any_sets(enc: Any, s_m: float, s_t: float, min_parties: str) -> tuple[Any, Scores]:
+    """Target any on the same encodings: (its groups of all P parties scored as sets, the
+    pairwise scores of all its groups)."""
     parties = len(enc.tables)
+    m = parties if min_parties == "P" else int(min_parties)
     params = ProtocolParameters(
         parties=tuple(party_name(i) for i in range(parties)),
         filter_bits=enc.schema.output_bits,
         match_threshold=s_t,
         segment_threshold=s_m,
         target="any",
-        min_parties=parties,
+        min_parties=m,
     )
     run = run_any_in_process(enc.tables, params)
     groups: dict[str, list[tuple[int, str]]] = {}
@@ -179,7 +192,8 @@ def target_any_sets(enc: Any, s_m: float, s_t: float) -> Any:
         for row in rows:
             groups.setdefault(row.linkage_id, []).append((p, row.record_id))
     sets = [g for g in groups.values() if len(g) == parties]
-    return evaluate_sets(sets, enc.data.truth)
+    pairs = evaluate_groups(groups.values(), enc.data.truth, m).pairwise
+    return evaluate_sets(sets, enc.data.truth), pairs
 
 
 def reference(
@@ -196,15 +210,18 @@ def reference(
     )
     res = json.loads(out.read_text())
     rows: dict[str, Any] = {}
+    pairwise: dict[str, Any] = {}
     for t in args.thresholds:
         groups = res["thresholds"][repr(t)]
+        named = [[(p, ext.truth.record_ids[p][r]) for p, r in g] for g in groups]
+        pairwise[repr(t)] = asdict(evaluate_groups(named, ext.truth).pairwise)
         sets = [
             [(p, ext.truth.record_ids[p][r]) for p, r in g]
             for g in groups
             if len(g) == parties and len({p for p, _ in g}) == parties
         ]
         rows[repr(t)] = evaluate_sets(sets, ext.truth).as_dict()
-    return {"quality": rows, "seconds": res["seconds"]}
+    return {"quality": rows, "pairwise": pairwise, "seconds": res["seconds"]}
 
 
 def _f1(q: dict[str, Any]) -> float:
@@ -273,6 +290,24 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
             f"{b['true_sets_pair_connected']} | "
             f"{b['candidate_sets']} | {', '.join(str(cap[repr(t)]) for t in thresholds)} |"
         )
+    md += [
+        "",
+        "| data | s_t | target any pairwise precision / recall | pairwise F1 "
+        "| clkhash + anonlink pairwise F1 | any - ref |",
+        "|---|---:|---|---:|---:|---:|",
+    ]
+    for name, r in results.items():
+        for t in thresholds:
+            pw = r["ours"].get("target_any_pairwise", {}).get(repr(t))
+            ref = r.get("reference", {}).get("pairwise", {}).get(repr(t))
+            if pw is None:
+                continue
+            ref_f1 = "" if ref is None else f"{_f1(ref):.4f}"
+            diff = "" if ref is None else f"{_f1(pw) - _f1(ref):+.4f}"
+            md.append(
+                f"| {name} | {t:.2f} | {pw['precision']:.4f} / {pw['recall']:.4f} | "
+                f"{_f1(pw):.4f} | {ref_f1} | {diff} |"
+            )
     return table, md
 
 

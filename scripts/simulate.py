@@ -4,6 +4,9 @@
 Default mode: real party processes and a coordinator on loopback with mutual TLS (certificates are
 made for the run). `--in-process` runs every party in this process (fast; for sweeps).
 
+Default target: any (groups at two or more parties, pairwise Dice + the group solver);
+`--target all` for sets at every party.
+
 Example: python scripts/simulate.py --parties 3 --records 2000 --corruption 0.2 --seed 1
 """
 
@@ -30,6 +33,7 @@ from rich.progress import (  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from party.errors import PprlError  # noqa: E402
+from party.protocol.params import DEFAULT_MIN_PARTIES, DEFAULT_TARGET, TARGETS  # noqa: E402
 from party.protocol.solver import SOLVERS  # noqa: E402
 from party.synthetic.simulation import (  # noqa: E402
     SimulationConfig,
@@ -70,12 +74,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--max-block-size", type=int, default=None, help="cap with sub-blocking")
     ap.add_argument(
         "--target",
-        choices=["all", "any"],
-        default="all",
-        help="all: sets at every party; any: groups at --min-parties..P parties (both modes; "
-        "generated data then has entities at random subsets of the parties)",
+        choices=list(TARGETS),
+        default=DEFAULT_TARGET,
+        help=f"any (default {DEFAULT_TARGET}): groups at --min-parties..P parties (generated data "
+        "then has entities at random subsets of the parties); all: sets at every party (both modes)",
     )
-    ap.add_argument("--min-parties", type=int, default=2, help="target any: smallest group m")
+    ap.add_argument(
+        "--min-parties",
+        type=int,
+        default=DEFAULT_MIN_PARTIES,
+        help=f"target any: smallest group m, 2..P (default {DEFAULT_MIN_PARTIES})",
+    )
     ap.add_argument(
         "--solver",
         choices=list(SOLVERS),
@@ -135,7 +144,7 @@ class ProgressView:
 
 def print_result(console: Console, r: SimulationResult) -> None:
     q, o = r.quality, r.oracle_quality
-    t = Table(title=f"linkage quality ({r.mode}, P={r.config.parties})")
+    t = Table(title=f"linkage quality (target all, {r.mode}, P={r.config.parties})")
     for col in ("", "matched sets", "correct", "true sets", "precision", "recall", "F1"):
         t.add_column(col, justify="right" if col else "left")
     t.add_row(
@@ -228,14 +237,27 @@ def run_target_any(console: Console, cfg: SimulationConfig, args: argparse.Names
     except PprlError as exc:
         console.print(f"simulate: error: {exc}", style="red", markup=False, highlight=False)
         return 2
-    for name, sc in (("pairwise", r.quality.pairwise), ("exact-group", r.quality.groups)):
-        console.print(
-            f"{name:12s} predicted {sc.predicted} correct {sc.correct} true {sc.true}  "
-            f"precision {sc.precision:.4f} recall {sc.recall:.4f} F1 {sc.f1:.4f}",
-            highlight=False,
-        )
+    where = "in-process" if args.in_process else "networked"
+    console.print(
+        f"target any (min_parties {target.min_parties}, solver {target.solver}), mode {cfg.mode}, "
+        f"P={cfg.parties}, {where}",
+        highlight=False,
+    )
+    scored = [("protocol", r.quality)]
+    if r.oracle_quality is not None:
+        scored.append(("plaintext oracle", r.oracle_quality))
+    for who, q in scored:
+        for name, sc in (("pairwise", q.pairwise), ("exact-group", q.groups)):
+            console.print(
+                f"{who:16s} {name:12s} predicted {sc.predicted} correct {sc.correct} "
+                f"true {sc.true}  precision {sc.precision:.4f} recall {sc.recall:.4f} "
+                f"F1 {sc.f1:.4f}",
+                highlight=False,
+            )
     console.print(f"groups by size: {r.stats['group_sizes']}", highlight=False)
     console.print(f"oracle groups equal: {r.oracle_equal}  results: {r.out_dir}", highlight=False)
+    if not args.in_process:
+        console.print(f"identical_to_in_process: {r.identical_to_in_process}", highlight=False)
     for name, secs in r.seconds.items():
         console.print(f"  {name}: {secs:.1f} s", highlight=False)
     console.print(f"total wall time: {time.perf_counter() - t0:.1f} s", highlight=False)

@@ -38,7 +38,11 @@ def warm_up() -> float:
     warm_up_kernels()
     rng = np.random.default_rng(0)
     params = ProtocolParameters(
-        parties=("w0", "w1", "w2"), filter_bits=96, match_threshold=0.5, segment_threshold=0.3
+        parties=("w0", "w1", "w2"),
+        filter_bits=96,
+        match_threshold=0.5,
+        segment_threshold=0.3,
+        target="all",
     )
     run_in_process([_Table(rng, 8, 96) for _ in range(3)], params)
     # Mode mpc3: its bit-sliced gate kernels (numba) compile on first use as well.
@@ -50,6 +54,7 @@ def warm_up() -> float:
         match_threshold=0.5,
         segment_threshold=0.0,
         mode="mpc3",
+        target="all",
     )
     run_mpc3_in_process([_Table(rng, 8, 96) for _ in range(3)], mpc3)
     return time.perf_counter() - t0

@@ -153,6 +153,8 @@ class PartyEngine:
     records_per_row: int
     #: uint64 columns kept per received result row (linkage id, Dice bits, own pseudonym).
     RESULT_COLUMNS = 3
+    #: The linkage target this engine runs (PairEngine runs "any").
+    TARGET = "all"
 
     def __init__(
         self,
@@ -169,6 +171,11 @@ class PartyEngine:
     ) -> None:
         if not isinstance(params, ProtocolParameters):
             raise ProtocolError("params must be ProtocolParameters")
+        if params.target != self.TARGET:
+            raise ProtocolError(
+                f"{type(self).__name__} runs target {self.TARGET!r}, got parameters of target "
+                f"{params.target!r} (target 'all' needs target='all' in ProtocolParameters)"
+            )
         if (
             isinstance(index, bool)
             or not isinstance(index, int)

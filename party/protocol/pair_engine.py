@@ -46,7 +46,7 @@ from party.protocol.errors import (
     RingError,
 )
 from party.protocol.pairwise import PairPlan, segment_pair_counts
-from party.protocol.params import ProtocolParameters
+from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import Group, solve_groups
 from party.protocol.spill import LocalGauge, RowStore
@@ -54,7 +54,6 @@ from party.protocol.spill import LocalGauge, RowStore
 logger = logging.getLogger(__name__)
 
 #: Bit masks of the parties in a group are uint64, so target any supports at most 64 parties.
-MAX_ANY_PARTIES = 64
 #: Bytes charged to the memory budget per matched pair while the solver holds them (Python
 #: tuples, dictionaries and the groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
 SOLVER_BYTES_PER_PAIR = 1400
@@ -125,6 +124,7 @@ class PairEngine(PartyEngine):
     """PartyEngine for target "any" (see the module docstring)."""
 
     RESULT_COLUMNS = 5  # linkage id, Dice bits, own pseudonym, group size, party mask
+    TARGET = "any"
 
     def __init__(
         self, index: int, params: ProtocolParameters, records: EncodedTable, **options: Any

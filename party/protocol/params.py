@@ -17,6 +17,16 @@ MODES = ("segments", "mpc3")
 #: Linkage targets: sets present at all P parties, or groups at any m..P of them (docs/protocol.md).
 TARGETS = ("all", "any")
 
+#: The target of a run configured without one: groups at any two or more parties (docs/protocol.md,
+#: "Linkage targets"; the measurements behind the choice are in docs/benchmarks.md).
+DEFAULT_TARGET = "any"
+
+#: The smallest group of a run of target any configured without min_parties.
+DEFAULT_MIN_PARTIES = 2
+
+#: Target any tells each party its groups' parties as a 64-bit mask, so P is at most 64 there.
+MAX_ANY_PARTIES = 64
+
 
 @dataclass(frozen=True)
 class ProtocolParameters:
@@ -35,9 +45,10 @@ class ProtocolParameters:
     three of ``parties``; with P = 2 they must be given, the third being a helper that holds no
     data); s_m must be 0 there (no partial similarities are computed or revealed).
 
-    ``target`` is ``"all"`` (sets of one record at every party) or ``"any"``: groups of
-    ``min_parties``..P records, at most one per party, built by ``solver`` from matched pairs
-    (``party.protocol.pairwise``, ``party.protocol.solver``; in mpc3 ``party.mpc.pairs``).
+    ``target`` is ``"any"`` (the default): groups of ``min_parties``..P records, at most one per
+    party, built by ``solver`` from matched pairs (``party.protocol.pairwise``,
+    ``party.protocol.solver``; in mpc3 ``party.mpc.pairs``), or ``"all"``: sets of one record at
+    every party (``PartyEngine``; ``min_parties`` is not used there).
     """
 
     parties: tuple[str, ...]
@@ -49,8 +60,8 @@ class ProtocolParameters:
     memory_budget_bytes: int = 256 * 2**20
     mode: str = "segments"
     compute_parties: tuple[str, ...] = ()
-    target: str = "all"
-    min_parties: int = 2
+    target: str = DEFAULT_TARGET
+    min_parties: int = DEFAULT_MIN_PARTIES
     solver: str = DEFAULT_SOLVER
 
     def __post_init__(self) -> None:
@@ -140,6 +151,11 @@ class ProtocolParameters:
             or not 2 <= self.min_parties <= max(p, 2)
         ):
             problems.append(f"min_parties must be an integer in 2..P={p}, got {self.min_parties!r}")
+        if self.target == "any" and p > MAX_ANY_PARTIES:
+            problems.append(
+                f"target 'any' supports at most {MAX_ANY_PARTIES} parties, got P={p} "
+                "(use target 'all')"
+            )
         if self.solver not in SOLVERS:
             problems.append(f"solver must be one of {', '.join(SOLVERS)}, got {self.solver!r}")
         return problems

@@ -69,7 +69,10 @@ def write_parameters(
     segment_threshold: float = 0.0,
     mode: str = "segments",
     compute_parties: Sequence[str] = (),
+    target: str | None = "all",
 ) -> pathlib.Path:
+    """Write a parameters file; ``target`` is written as given (this helper's callers compare
+    target-all sets, so "all"; None leaves it out: the file default, target any)."""
     obj: dict[str, Any] = {
         "version": 1,
         "parties": list(parties),
@@ -83,6 +86,8 @@ def write_parameters(
         obj["mode"] = mode
     if compute_parties:
         obj["compute_parties"] = list(compute_parties)
+    if target is not None:
+        obj["target"] = target
     path.write_text(json.dumps(obj, indent=2), encoding="utf-8")
     return path
 

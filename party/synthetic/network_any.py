@@ -40,6 +40,8 @@ from party.synthetic.simulation_any import (
     any_data,
     any_parameters,
     any_result,
+    run_any_protocol,
+    run_oracle_groups,
     write_any_matches_csv,
 )
 
@@ -121,14 +123,26 @@ def run_any_networked(
             sims[r.linkage_id] = r.similarity
     quality = evaluate_groups(list(groups.values()), truth, target.min_parties)
     oracle_equal: bool | None = None
-    if reference and params.segment_threshold == 0 and params.max_block_size is None:
+    oracle_quality = None
+    identical: bool | None = None
+    if reference:
+        # The same CSVs, schema and secret encoded here and run in process: the networked groups
+        # (members and similarity) must be the same.
         t0 = time.perf_counter()
         tables, _ = encode_parties(schema, simulation_secret(cfg.seed), paths, id_column)
-        want = oracle_group_set(tables, params)
-        if want is not None:
-            got = {(tuple(sorted(ms)), sims[lid]) for lid, ms in groups.items()}
-            oracle_equal = got == want
-        seconds["oracle"] = time.perf_counter() - t0
+        local = run_any_protocol(tables, params)
+        got = {(tuple(sorted(ms)), sims[lid]) for lid, ms in groups.items()}
+        identical = got == _group_set(local.matches)
+        seconds["reference: in-process protocol"] = time.perf_counter() - t0
+        if params.segment_threshold == 0 and params.max_block_size is None:
+            t0 = time.perf_counter()
+            want = oracle_group_set(tables, params)
+            if want is not None:
+                oracle_equal = got == want
+            oracle_quality = evaluate_groups(
+                run_oracle_groups(tables, params, local), truth, target.min_parties
+            )
+            seconds["oracle"] = time.perf_counter() - t0
     nodes: dict[str, Any] = {
         s.party: {
             "candidate_pairs": int(s.candidate_sets),
@@ -146,4 +160,24 @@ def run_any_networked(
         "nodes": nodes,
         "note": note,
     }
-    return any_result(cfg, target, quality, oracle_equal, stats, seconds)
+    return any_result(
+        cfg,
+        target,
+        quality,
+        oracle_equal,
+        stats,
+        seconds,
+        oracle_quality=oracle_quality,
+        identical_to_in_process=identical,
+    )
+
+
+def _group_set(matches: Sequence[Sequence[GroupRow]]) -> GroupSet:
+    """Groups of per-party rows as ((party, record id), ...), similarity), ids ignored."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    sims: dict[str, float] = {}
+    for p, rows in enumerate(matches):
+        for r in rows:
+            groups.setdefault(r.linkage_id, []).append((p, r.record_id))
+            sims[r.linkage_id] = r.similarity
+    return {(tuple(sorted(ms)), sims[lid]) for lid, ms in groups.items()}

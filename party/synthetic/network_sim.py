@@ -53,9 +53,11 @@ log = logging.getLogger(__name__)
 
 
 def parameters_object(cfg: SimulationConfig, schema_obj: dict[str, Any]) -> dict[str, Any]:
-    """The run's parameters file (the format of examples/parameters.json)."""
+    """The run's parameters file (the format of examples/parameters.json) for target all
+    (target any adds its own keys: party.synthetic.network_any)."""
     obj: dict[str, Any] = {
         "version": 1,
+        "target": "all",
         "parties": [party_name(i) for i in range(cfg.parties)],
         "schema": schema_obj,
         "match_threshold": cfg.match_threshold,

@@ -318,6 +318,7 @@ def protocol_parameters(cfg: SimulationConfig, schema: LinkageSchema) -> Protoco
         memory_budget_bytes=cfg.memory_budget_mib * 2**20,
         mode=cfg.mode,
         compute_parties=compute_parties(cfg),
+        target="all",  # this module simulates target all; simulation_any overrides it
     )
 
 
@@ -374,6 +375,7 @@ def oracle_quality(
             one_to_one=params.one_to_one,
             max_block_size=params.max_block_size,
             memory_budget_bytes=max(params.memory_budget_bytes, need),
+            target="all",
         )
         run = run_in_process(tables, sm0)
         return (

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from party.encoding.schema import LinkageSchema
 from party.protocol.any_driver import AnyRun, GroupRow, run_any_in_process
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
+from party.protocol.records import EncodedTable
 from party.protocol.solver import DEFAULT_SOLVER
 from party.synthetic.external import load_folder
 from party.synthetic.generator import write_dataset
@@ -55,6 +57,32 @@ class AnySimulationResult:
     stats: dict[str, Any]
     seconds: dict[str, float]
     out_dir: Path
+    oracle_quality: AnyQuality | None = None  # the plaintext oracle's groups, scored (s_m = 0)
+    identical_to_in_process: bool | None = None  # networked: groups equal an in-process run's
+
+
+def run_any_protocol(tables: Sequence[EncodedTable], params: ProtocolParameters) -> AnyRun:
+    """The in-process protocol of target any in the run's mode (segments or mpc3)."""
+    if params.mode == "mpc3":
+        from party.mpc.pairs import run_mpc3_any_in_process
+
+        return run_mpc3_any_in_process(tables, params)
+    return run_any_in_process(tables, params)
+
+
+def run_oracle_groups(
+    tables: Sequence[EncodedTable], params: ProtocolParameters, run: AnyRun
+) -> list[list[tuple[int, str]]]:
+    """The plaintext oracle's groups as (party, record id) lists, ties broken by ``run``'s
+    pseudonyms (as the protocol breaks them)."""
+    want = oracle_groups(
+        oracle_pairs(tables, params),
+        params.min_parties,
+        params.solver,
+        run.pseudonyms,
+        params.match_threshold,
+    )
+    return [sorted((p, tables[p].record_ids[row]) for p, row in g.members) for g in want]
 
 
 def write_any_matches_csv(path: Path, rows: list[GroupRow]) -> None:
@@ -112,13 +140,7 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
     seconds["encode"] = time.perf_counter() - t0
     params = any_parameters(cfg, schema, target)
     t0 = time.perf_counter()
-    run: AnyRun
-    if params.mode == "mpc3":
-        from party.mpc.pairs import run_mpc3_any_in_process
-
-        run = run_mpc3_any_in_process(tables, params)
-    else:
-        run = run_any_in_process(tables, params)
+    run = run_any_protocol(tables, params)
     seconds["protocol"] = time.perf_counter() - t0
     for p, rows in enumerate(run.matches):
         write_any_matches_csv(matches_path(cfg.out_dir, p), rows)
@@ -128,21 +150,17 @@ def run_any_simulation(cfg: SimulationConfig, target: AnyTarget) -> AnySimulatio
             groups.setdefault(r.linkage_id, []).append((p, r.record_id))
     quality = evaluate_groups(list(groups.values()), truth, target.min_parties)
     oracle_equal = None
+    oracle_quality = None
     if params.segment_threshold == 0 and params.max_block_size is None:
         t0 = time.perf_counter()
-        want = oracle_groups(
-            oracle_pairs(tables, params),
-            params.min_parties,
-            params.solver,
-            run.pseudonyms,
-            params.match_threshold,
-        )
+        want = run_oracle_groups(tables, params, run)
         seconds["oracle"] = time.perf_counter() - t0
-        oracle_equal = sorted(
-            sorted((p, tables[p].record_ids[row]) for p, row in g.members) for g in want
-        ) == sorted(sorted(g) for g in groups.values())
+        oracle_equal = sorted(want) == sorted(sorted(g) for g in groups.values())
+        oracle_quality = evaluate_groups(want, truth, target.min_parties)
     stats = vars(run.stats) | {"group_sizes": _sizes(run.matches)}
-    return any_result(cfg, target, quality, oracle_equal, stats, seconds)
+    return any_result(
+        cfg, target, quality, oracle_equal, stats, seconds, oracle_quality=oracle_quality
+    )
 
 
 def any_result(
@@ -152,18 +170,33 @@ def any_result(
     oracle_equal: bool | None,
     stats: dict[str, Any],
     seconds: dict[str, float],
+    *,
+    oracle_quality: AnyQuality | None = None,
+    identical_to_in_process: bool | None = None,
 ) -> AnySimulationResult:
     """Write ``summary.json`` of a simulation of target any and return its result."""
     summary = {
         "config": {k: str(v) for k, v in vars(cfg).items()} | vars(target),
+        "target": "any",
         "pairwise": vars(quality.pairwise),
         "groups": vars(quality.groups),
         "oracle_equal": oracle_equal,
+        "oracle_pairwise": None if oracle_quality is None else vars(oracle_quality.pairwise),
+        "oracle_groups": None if oracle_quality is None else vars(oracle_quality.groups),
+        "identical_to_in_process": identical_to_in_process,
         "stats": stats,
         "seconds": seconds,
     }
     (cfg.out_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    return AnySimulationResult(quality, oracle_equal, stats, seconds, cfg.out_dir)
+    return AnySimulationResult(
+        quality,
+        oracle_equal,
+        stats,
+        seconds,
+        cfg.out_dir,
+        oracle_quality=oracle_quality,
+        identical_to_in_process=identical_to_in_process,
+    )
 
 
 def _sizes(matches: list[list[GroupRow]]) -> dict[int, int]:

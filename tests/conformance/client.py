@@ -88,7 +88,8 @@ def parameters_message(obj: Mapping[str, Any]) -> common_pb2.LinkageParameters:
         max_block_size=int(obj.get("max_block_size") or 0),
         mode="" if obj.get("mode", "segments") == "segments" else str(obj["mode"]),
         compute_parties=list(obj.get("compute_parties") or []),
-        target="" if obj.get("target", "all") == "all" else str(obj["target"]),
+        # the parameters file default target is "any"; the message's empty target means "all"
+        target="" if obj.get("target", "any") == "all" else str(obj.get("target", "any")),
         min_parties=int(obj.get("min_parties") or 0),
         solver=str(obj.get("solver") or ""),
     )

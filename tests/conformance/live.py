@@ -86,6 +86,7 @@ def probe_parameters(dep: Deployment, target: str) -> dict[str, Any]:
         "segment_threshold": 0.0,
         "one_to_one": False,
         "max_block_size": None,
+        "target": "all",  # the probe speaks the ring of target all
     }
 
 

@@ -174,6 +174,7 @@ def _protocol_parameters(v: dict[str, Any], **over: Any) -> ProtocolParameters:
         "segment_threshold": prm["segment_threshold"],
         "one_to_one": prm["one_to_one"],
         "max_block_size": prm["max_block_size"],
+        "target": prm["target"],
     }
     fields.update(over)
     return ProtocolParameters(**fields)

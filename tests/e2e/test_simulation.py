@@ -87,11 +87,18 @@ def test_scripts_command_lines(tmp_path):
     assert (out / "party-3.csv").exists() and (out / "truth.csv").exists()
     # An external dataset folder runs through the simulation (in-process; P inferred: 4).
     r = _run(
-        "scripts/simulate.py", "--in-process", "--data", str(out), "--out", str(tmp_path / "s")
+        "scripts/simulate.py",
+        "--in-process",
+        "--target",
+        "all",
+        "--data",
+        str(out),
+        "--out",
+        str(tmp_path / "s"),
     )
     assert r.returncode == 0, r.stderr
     assert "plaintext oracle" in r.stdout and "RR_f" in r.stdout
-    assert "P=4" in r.stdout
+    assert "target all" in r.stdout and "P=4" in r.stdout
     assert (tmp_path / "s" / "report.md").exists()
     # The default (networked) mode with a relative --out, as scripts/demo.sh runs it.
     r = subprocess.run(
@@ -102,8 +109,10 @@ def test_scripts_command_lines(tmp_path):
         timeout=240,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+    assert "target any (min_parties 2, solver guarded)" in r.stdout  # the shipped default
     assert "identical_to_in_process: True" in r.stdout
-    assert (tmp_path / "rel" / "results" / "party-2" / "matches.csv").exists()
+    with (tmp_path / "rel" / "results" / "party-2" / "matches.csv").open() as fh:
+        assert next(csv.reader(fh))[-2:] == ["group_size", "parties"]
     r = _run("scripts/simulate.py", "--in-process", "--parties", "1", "--out", str(tmp_path / "x"))
     assert r.returncode == 2 and "parties" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
@@ -171,6 +180,9 @@ def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_p
     summary = json.loads((tmp_path / "any" / "summary.json").read_text())
     assert summary["pairwise"]["f1"] > 0.8
     assert all(n["candidate_pairs"] > 0 for n in summary["stats"]["nodes"].values())
+    assert "identical_to_in_process: True" in r.stdout and "plaintext oracle" in r.stdout
+    assert summary["oracle_groups"] == summary["groups"]
+    assert summary["oracle_pairwise"] == summary["pairwise"]
 
 
 @pytest.mark.parametrize("where", [[], ["--in-process"]])
@@ -196,6 +208,8 @@ def test_simulate_target_any_in_mode_mpc3_equals_the_oracle(tmp_path, where):
     assert "oracle groups equal: True" in r.stdout
     summary = json.loads((tmp_path / "any" / "summary.json").read_text())
     assert summary["pairwise"]["f1"] > 0.8
+    assert summary["oracle_groups"] == summary["groups"]  # scores equal the oracle's
     if not where:
+        assert "identical_to_in_process: True" in r.stdout
         assert "networked run" in r.stdout
         assert all(n["candidate_pairs"] > 0 for n in summary["stats"]["nodes"].values())

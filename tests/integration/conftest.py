@@ -132,6 +132,7 @@ def expected_sets(cluster: Cluster, params_path: pathlib.Path) -> tuple[MatchSet
         segment_threshold=msg.segment_threshold,
         one_to_one=msg.one_to_one,
         max_block_size=msg.max_block_size or None,
+        target="all",
     )
     tables = [
         Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")[0] for path in cluster.csvs

@@ -31,9 +31,12 @@ def subset_csvs(folder: pathlib.Path, parties: int, records: int, seed: int) -> 
 
 
 def any_parameters(cluster: Cluster, name: str, **kw: Any) -> pathlib.Path:
-    path = parameters(cluster, name=name, match_threshold=0.75, segment_threshold=0.0)
+    """A parameters file of target any: without a "target" key (the default is any) unless ``kw``
+    names one."""
+    path = parameters(cluster, name=name, match_threshold=0.75, segment_threshold=0.0, target=None)
     obj = json.loads(path.read_text(encoding="utf-8"))
-    obj.update(target="any", **kw)
+    assert "target" not in obj
+    obj.update(**kw)
     path.write_text(json.dumps(obj), encoding="utf-8")
     return path
 

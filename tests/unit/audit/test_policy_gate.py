@@ -140,7 +140,7 @@ def test_gate_accepts_plain_rows_and_protocol_parameters(party_rows: list[dict[s
 
     schema = _schema()
     enc = Encoder(schema, SECRET)
-    params = ProtocolParameters(("a", "b", "c"), schema.output_bits, 0.8, 0.7)
+    params = ProtocolParameters(("a", "b", "c"), schema.output_bits, 0.8, 0.7, target="all")
     d = check_before_join(
         party_rows, enc, schema, params, {"max_unique_segment": 1.0}, options=FAST
     )
@@ -227,7 +227,7 @@ def test_gate_rejects_misaligned_rows(party_rows: list[dict[str, str]]) -> None:
         check_before_join(records, enc, schema, 3, None, rows=party_rows[:-1], options=FAST)
     from party.protocol.params import ProtocolParameters
 
-    wrong = ProtocolParameters(("a", "b", "c"), 3 * 100, 0.8, 0.7)
+    wrong = ProtocolParameters(("a", "b", "c"), 3 * 100, 0.8, 0.7, target="all")
     with pytest.raises(GateError, match="filter_bits=300"):
         check_before_join(records, enc, schema, wrong, None, rows=party_rows, options=FAST)
     with pytest.raises(GateError, match="number of parties"):

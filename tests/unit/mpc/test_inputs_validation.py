@@ -26,7 +26,7 @@ def _setup(p: int = 3, s_t: float = 0.7, **kw):
     rng = np.random.default_rng(4)
     tables = linked_tables(rng, p, 12, L_BITS, shared=6, blocks=3)
     params = ProtocolParameters(
-        tuple(f"p{i}" for i in range(p)), L_BITS, s_t, 0.0, mode="mpc3", **kw
+        tuple(f"p{i}" for i in range(p)), L_BITS, s_t, 0.0, mode="mpc3", **kw, target="all"
     )
     engines = [PartyEngine(i, params, tables[i]) for i in range(p)]
     common = common_blocks([e.block_digests() for e in engines])
@@ -163,28 +163,32 @@ def test_constructor_and_parameter_checks():
         ComputeParty(3, params, run_keys()[0])
     with pytest.raises(MpcError, match="multiple of 64"):
         ComputeParty(0, params, run_keys()[0], batch_sets=100)
-    seg = ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.0)
+    seg = ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.0, target="all")
     with pytest.raises(MpcError, match="mode 'segments'"):
         ComputeParty(0, seg, run_keys()[0])
     with pytest.raises(ParameterError, match="segment_threshold must be 0"):
-        ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.6, mode="mpc3")
+        ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.6, mode="mpc3", target="all")
     with pytest.raises(ParameterError, match="needs compute_parties"):
-        ProtocolParameters(("a", "b"), 98, 0.7, 0.0, mode="mpc3")
+        ProtocolParameters(("a", "b"), 98, 0.7, 0.0, mode="mpc3", target="all")
     with pytest.raises(ParameterError, match="exactly 3 distinct compute_parties"):
-        ProtocolParameters(("a", "b"), 98, 0.7, 0.0, mode="mpc3", compute_parties=("a", "a", "h"))
+        ProtocolParameters(
+            ("a", "b"), 98, 0.7, 0.0, mode="mpc3", compute_parties=("a", "a", "h"), target="all"
+        )
     with pytest.raises(ParameterError, match="mode must be one of"):
-        ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.0, mode="mpc2")
-    two = ProtocolParameters(("a", "b"), 98, 0.7, 0.0, mode="mpc3", compute_parties=("a", "b", "h"))
+        ProtocolParameters(("a", "b", "c"), 99, 0.7, 0.0, mode="mpc2", target="all")
+    two = ProtocolParameters(
+        ("a", "b"), 98, 0.7, 0.0, mode="mpc3", compute_parties=("a", "b", "h"), target="all"
+    )
     assert two.compute_party_names == ("a", "b", "h")
     assert ProtocolParameters(
-        ("a", "b", "c", "d"), 100, 0.7, 0.0, mode="mpc3"
+        ("a", "b", "c", "d"), 100, 0.7, 0.0, mode="mpc3", target="all"
     ).compute_party_names == (
         "a",
         "b",
         "c",
     )
     # mpc3 cuts no segments: l need not be a multiple of P
-    ProtocolParameters(("a", "b", "c"), 1024, 0.8, 0.0, mode="mpc3")
+    ProtocolParameters(("a", "b", "c"), 1024, 0.8, 0.0, mode="mpc3", target="all")
 
 
 def test_inputs_are_released_when_the_run_starts_and_late_inputs_refused():

@@ -53,6 +53,7 @@ def _params() -> ProtocolParameters:
         0.0,
         p["one_to_one"],
         mode="mpc3",
+        target="all",
     )
 
 

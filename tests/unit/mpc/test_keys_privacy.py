@@ -65,7 +65,7 @@ def _received_bytes(filters: list[np.ndarray], zero_alpha: bool = False) -> byte
     round of each batch: that one opens c and S of the matched sets, i.e. the output, by design."""
     p, n = len(filters), filters[0].shape[0]
     params = ProtocolParameters(
-        ("a", "b", "c"), 128, 0.5, 0.0, memory_budget_bytes=2**26, mode="mpc3"
+        ("a", "b", "c"), 128, 0.5, 0.0, memory_budget_bytes=2**26, mode="mpc3", target="all"
     )
     tables = [
         EncodedRecords(tuple(f"r{i}" for i in range(n)), f, 128, np.ones((n, 1), dtype=np.uint64))

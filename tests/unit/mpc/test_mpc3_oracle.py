@@ -34,6 +34,7 @@ def mpc_params(
         max_block_size,
         mode="mpc3",
         compute_parties=helpers,
+        target="all",
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import pathlib
 from typing import Any
@@ -32,10 +33,19 @@ def digest(obj: dict[str, Any]) -> str:
 
 
 def test_target_all_digest_is_unchanged_and_any_is_covered_with_resolved_defaults() -> None:
-    base = digest(params())
-    assert digest(params(target="all")) == base
+    base = digest(params(target="all"))
+    bare = params(target="all")
+    del bare["target"]
+    # target all's canonical object has no target keys: its digests are those of before targets
+    assert (
+        linkage.parameters_digest(linkage.parameters_from_mapping(params(target="all")))
+        == hashlib.sha256(
+            linkage.canonical_json(bare | {"one_to_one": True, "max_block_size": None})
+        ).hexdigest()
+    )
     any2 = digest(params(target="any"))
     assert any2 != base
+    assert digest(params()) == any2  # no target in the file: the default, any
     assert digest(params(target="any", min_parties=2, solver="guarded")) == any2
     assert digest(params(target="any", min_parties=3)) != any2
     assert digest(params(target="any", solver="greedy")) != any2
@@ -52,7 +62,7 @@ def test_target_all_digest_is_unchanged_and_any_is_covered_with_resolved_default
         (dict(target="any", min_parties=1), "min_parties must be an integer in 2..P=4"),
         (dict(target="any", min_parties=5), "min_parties must be an integer in 2..P=4"),
         (dict(target="any", solver="hungarian"), "solver must be one of"),
-        (dict(min_parties=2), "only used with target 'any'"),
+        (dict(target="all", min_parties=2), "only used with target 'any'"),
     ],
 )
 def test_bad_target_in_a_parameters_file_is_named(changes: dict[str, Any], words: str) -> None:
@@ -77,4 +87,7 @@ def test_node_checks_a_target_message_it_did_not_build_itself() -> None:
     assert protocol_parameters(msg)[1].target == "any"
     msg.mode, msg.segment_threshold = "mpc3", 0.0  # and in mode mpc3 (party.mpc.pairs)
     assert protocol_parameters(msg)[1].mode == "mpc3"
-    assert protocol_parameters(linkage.parameters_from_mapping(params()))[1].target == "all"
+    explicit_all = linkage.parameters_from_mapping(params(target="all"))
+    assert protocol_parameters(explicit_all)[1].target == "all"
+    # a file without target: the default, any with m = 2 (the node sees it written out)
+    assert protocol_parameters(linkage.parameters_from_mapping(params()))[1].target == "any"

@@ -76,19 +76,19 @@ def tie_tables() -> list[EncodedRecords]:
 
 
 def test_oracle_one_to_one_breaks_ties_by_record_index() -> None:
-    params = ProtocolParameters(("a", "b"), 8, 0.8, 0.0, one_to_one=True)
+    params = ProtocolParameters(("a", "b"), 8, 0.8, 0.0, one_to_one=True, target="all")
     got = [(m.records, m.dice) for m in oracle_matches(tie_tables(), params)]
     # (0, 0) and (1, 0) tie at 1.0: (0, 0) first; then (1, 1) at 6/7 is the only free set.
     assert got == [((0, 0), 1.0), ((1, 1), 6 / 7)]
-    params_all = ProtocolParameters(("a", "b"), 8, 0.8, 0.0)
+    params_all = ProtocolParameters(("a", "b"), 8, 0.8, 0.0, target="all")
     got_all = [(m.records, m.dice) for m in oracle_matches(tie_tables(), params_all)]
     assert got_all == [((0, 0), 1.0), ((0, 1), 6 / 7), ((1, 0), 1.0), ((1, 1), 6 / 7)]
 
 
 def test_threshold_boundary_is_a_match() -> None:
     # s_t equal to a set's Dice (6/7 as the same float) keeps it; the next float above drops it
-    exact = ProtocolParameters(("a", "b"), 8, 6 / 7, 0.0)
-    above = ProtocolParameters(("a", "b"), 8, float(np.nextafter(6 / 7, 1.0)), 0.0)
+    exact = ProtocolParameters(("a", "b"), 8, 6 / 7, 0.0, target="all")
+    above = ProtocolParameters(("a", "b"), 8, float(np.nextafter(6 / 7, 1.0)), 0.0, target="all")
     assert len(oracle_matches(tie_tables(), exact)) == 4
     assert len(oracle_matches(tie_tables(), above)) == 2
     for params, count in ((exact, 4), (above, 2)):
@@ -100,7 +100,7 @@ def test_threshold_boundary_is_a_match() -> None:
 def test_protocol_one_to_one_breaks_ties_by_smaller_pseudonym(seed: int) -> None:
     # The run draws fresh pseudonyms, so the winner of the (a0, b0) / (a1, b0) tie is whichever of
     # a0, a1 got the smaller pseudonym; the loser is then matched to b1 (Dice 6/7).
-    params = ProtocolParameters(("a", "b"), 8, 0.8, 0.0, one_to_one=True)
+    params = ProtocolParameters(("a", "b"), 8, 0.8, 0.0, one_to_one=True, target="all")
     run = run_in_process(tie_tables(), params)
     pa = run.pseudonyms[0]
     winner, loser = ("a0", "a1") if int(pa[0]) < int(pa[1]) else ("a1", "a0")

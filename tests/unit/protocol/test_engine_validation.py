@@ -32,7 +32,7 @@ def setup3(
     seed: int = 0, n: int = 6, **kw: object
 ) -> tuple[list[PartyEngine], list[list[SegmentShare]], ProtocolParameters]:
     rng = np.random.default_rng(seed)
-    params = ProtocolParameters(NAMES, 96, 0.5, 0.0, **kw)  # type: ignore[arg-type]
+    params = ProtocolParameters(NAMES, 96, 0.5, 0.0, **({"target": "all"} | kw))  # type: ignore[arg-type]
     tables = linked_tables(rng, 3, n, 96, shared=n // 2, keys=2)
     engines = [PartyEngine(i, params, t) for i, t in enumerate(tables)]
     common = common_blocks([e.block_digests() for e in engines])
@@ -69,14 +69,14 @@ def test_bad_parameters_are_reported(kwargs: dict[str, object], message: str) ->
 
 def test_every_problem_is_reported_at_once() -> None:
     with pytest.raises(ParameterError) as info:
-        ProtocolParameters(("a", "b", "c"), 100, 2.0, -1.0)
+        ProtocolParameters(("a", "b", "c"), 100, 2.0, -1.0, target="all")
     text = str(info.value)
     assert "not divisible" in text and "match_threshold" in text and "segment_threshold" in text
 
 
 def test_table_must_fit_the_parameters() -> None:
     rng = np.random.default_rng(0)
-    params = ProtocolParameters(NAMES, 96, 0.5, 0.0)
+    params = ProtocolParameters(NAMES, 96, 0.5, 0.0, target="all")
     with pytest.raises(ProtocolError, match="96"):
         PartyEngine(0, params, random_table(rng, 3, 99))
     with pytest.raises(ProtocolError, match="party index"):
@@ -130,7 +130,7 @@ def test_shares_are_addressed_and_shaped_correctly() -> None:
 
 def test_non_common_digests_are_not_sent() -> None:
     rng = np.random.default_rng(1)
-    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0)
+    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0, target="all")
     a = random_table(rng, 20, 64, blocks=10, keys=2)
     b = random_table(rng, 20, 64, blocks=3, keys=2)
     ea, eb = PartyEngine(0, params, a), PartyEngine(1, params, b)
@@ -144,7 +144,7 @@ def test_non_common_digests_are_not_sent() -> None:
 
 def test_steps_out_of_order_are_state_errors() -> None:
     rng = np.random.default_rng(2)
-    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0)
+    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0, target="all")
     e = PartyEngine(1, params, random_table(rng, 4, 64))
     with pytest.raises(StateError):
         e.outgoing_shares()
@@ -190,7 +190,9 @@ def test_results_reach_only_their_party() -> None:
 def linked_run(seed: int, n: int) -> tuple[list[EncodedRecords], list[PartyEngine], Classification]:
     """Three parties holding the same n records (no noise), run to the end with one-to-one."""
     tables = linked_tables(np.random.default_rng(seed), 3, n, 96, shared=n, flip=0.0, blocks=1)
-    engines, cls = finished_run(tables, ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True))
+    engines, cls = finished_run(
+        tables, ProtocolParameters(NAMES, 96, 0.9, 0.0, one_to_one=True, target="all")
+    )
     assert cls.matches == n
     return tables, engines, cls
 
@@ -251,7 +253,7 @@ def test_sub_blocks_respect_the_cap_and_partition_the_sets() -> None:
 
 def test_block_stats_describe_the_blocks() -> None:
     rng = np.random.default_rng(5)
-    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0, max_block_size=5)
+    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0, max_block_size=5, target="all")
     t = random_table(rng, 30, 64, blocks=2)
     e = PartyEngine(0, params, t)
     stats = e.set_common_blocks(e.block_digests())
@@ -261,7 +263,7 @@ def test_block_stats_describe_the_blocks() -> None:
 
 def test_records_without_block_value_are_not_shared() -> None:
     rng = np.random.default_rng(6)
-    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0)
+    params = ProtocolParameters(("a", "b"), 64, 0.5, 0.0, target="all")
     t = random_table(rng, 10, 64, blocks=1)
     digests = t.block_digests.copy()
     digests[:4] = 0

@@ -40,7 +40,9 @@ def one_block_tables(
 def test_block_of_8_billion_sets_stays_within_budget() -> None:
     rng = np.random.default_rng(0)
     tables = one_block_tables(rng, 3, 2000, 96)
-    params = ProtocolParameters(("a", "b", "c"), 96, 0.8, 0.7, memory_budget_bytes=BUDGET)
+    params = ProtocolParameters(
+        ("a", "b", "c"), 96, 0.8, 0.7, memory_budget_bytes=BUDGET, target="all"
+    )
     seen: list[tuple[int, int, int]] = []
     tracemalloc.start()
     try:
@@ -62,7 +64,9 @@ def test_block_of_8_billion_sets_stays_within_budget() -> None:
 def test_huge_block_fails_cleanly_when_survivors_exceed_the_spill_space() -> None:
     rng = np.random.default_rng(1)
     tables = one_block_tables(rng, 3, 1000, 96)
-    params = ProtocolParameters(("a", "b", "c"), 96, 0.8, 0.0, memory_budget_bytes=BUDGET)
+    params = ProtocolParameters(
+        ("a", "b", "c"), 96, 0.8, 0.0, memory_budget_bytes=BUDGET, target="all"
+    )
     # 10^9 survivors at s_m = 0 spill past the memory budget, then past the spill space
     with pytest.raises(MemoryBudgetError, match="spill space"):
         run_in_process(tables, params, spill_limit_bytes=16 * 2**20)
@@ -71,7 +75,9 @@ def test_huge_block_fails_cleanly_when_survivors_exceed_the_spill_space() -> Non
 def test_huge_block_can_be_cancelled_from_progress() -> None:
     rng = np.random.default_rng(2)
     tables = one_block_tables(rng, 3, 2000, 96)
-    params = ProtocolParameters(("a", "b", "c"), 96, 0.8, 0.7, memory_budget_bytes=BUDGET)
+    params = ProtocolParameters(
+        ("a", "b", "c"), 96, 0.8, 0.7, memory_budget_bytes=BUDGET, target="all"
+    )
     cancel = threading.Event()
     calls = 0
 

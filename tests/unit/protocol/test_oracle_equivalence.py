@@ -53,7 +53,7 @@ def params_for(
     max_block_size: int | None = None,
 ) -> ProtocolParameters:
     names = tuple(f"party{i}" for i in range(p))
-    return ProtocolParameters(names, l_bits, s_t, s_m, one_to_one, max_block_size)
+    return ProtocolParameters(names, l_bits, s_t, s_m, one_to_one, max_block_size, target="all")
 
 
 @dataclass(frozen=True)

@@ -156,7 +156,11 @@ def test_engine_with_workers_gives_the_same_run(threads_always) -> None:
     rng = np.random.default_rng(8)
     tables = linked_tables(rng, 3, 400, 192, shared=150, blocks=5)
     params = ProtocolParameters(
-        parties=("a", "b", "c"), filter_bits=192, match_threshold=0.8, segment_threshold=0.5
+        parties=("a", "b", "c"),
+        filter_bits=192,
+        match_threshold=0.8,
+        segment_threshold=0.5,
+        target="all",
     )
     one = run_in_process(tables, params)
     two = run_in_process(tables, params, workers=2)

@@ -44,7 +44,7 @@ def test_segment_threshold_below_s_t_costs_almost_no_recall(parties: int) -> Non
     names = tuple(f"p{i}" for i in range(parties))
 
     def params(s_m: float) -> ProtocolParameters:
-        return ProtocolParameters(names, schema.output_bits, S_T, s_m)
+        return ProtocolParameters(names, schema.output_bits, S_T, s_m, target="all")
 
     complete = ds.truth.complete_entities().size
     tp_none, _ = true_positives(tables, ds.truth, params(0.0))

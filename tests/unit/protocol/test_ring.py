@@ -21,7 +21,9 @@ CHI2_15_P1E6 = 53.4
 
 
 def params3(s_t: float = 0.5, parties: int = 3) -> ProtocolParameters:
-    return ProtocolParameters(tuple(f"p{i}" for i in range(parties)), 30 * parties, s_t, 0.0)
+    return ProtocolParameters(
+        tuple(f"p{i}" for i in range(parties)), 30 * parties, s_t, 0.0, target="all"
+    )
 
 
 def chi2_16(values: np.ndarray) -> float:
@@ -309,7 +311,7 @@ def test_wrong_added_value_within_range_is_detected_when_inconsistent() -> None:
 def test_ring_steps_drop_sets_pruned_elsewhere() -> None:
     rng = np.random.default_rng(19)
     tables = linked_tables(rng, 3, 12, 90, shared=6, flip=0.05, blocks=1)
-    params = ProtocolParameters(("a", "b", "c"), 90, 0.6, 0.5)
+    params = ProtocolParameters(("a", "b", "c"), 90, 0.6, 0.5, target="all")
     engines = engines_after_compare(tables, params)
     from party.protocol.ring import row_keys
 

@@ -121,8 +121,12 @@ def test_a_run_forced_to_spill_equals_the_in_memory_run_and_the_oracle(
     # 1 MiB budget keeps 256 KiB of rows in memory (~8,000 survivors): everything spills
     tables = linked_tables(rng, 3, 36, 96, shared=12, blocks=1, flip=0.05)
     names = ("a", "b", "c")
-    small = ProtocolParameters(names, 96, s_t, 0.0, one_to_one, memory_budget_bytes=2**20)
-    big = ProtocolParameters(names, 96, s_t, 0.0, one_to_one, memory_budget_bytes=2**30)
+    small = ProtocolParameters(
+        names, 96, s_t, 0.0, one_to_one, memory_budget_bytes=2**20, target="all"
+    )
+    big = ProtocolParameters(
+        names, 96, s_t, 0.0, one_to_one, memory_budget_bytes=2**30, target="all"
+    )
     spilled = _spilling_run(tmp_path, small, tables)
     in_memory = run_in_process(tables, big)
     got = run_sets(spilled, tables)
