@@ -279,7 +279,7 @@ def test_smallest_party_joins_first() -> None:
         random_table(rng, 60, 48, blocks=1, prefix="b"),
         random_table(rng, 1, 48, blocks=1, prefix="c"),
     ]
-    params = ProtocolParameters(NAMES, 48, 0.5, 0.3, memory_budget_bytes=2**24)
+    params = ProtocolParameters(NAMES, 48, 0.5, 0.3, memory_budget_bytes=2**24, target="all")
     with_order = run_in_process(tables, params)
     stats = with_order.metrics.comparison[0]
     assert stats.join_order == [2, 0, 1]
