@@ -301,7 +301,7 @@ class CoordinatorService(coordinator_pb2_grpc.CoordinatorServicer):
             params = request.parameters
             try:
                 digest = linkage.parameters_digest(params)
-                mapping = linkage.parameters_from_mapping(linkage.parameters_to_mapping(params))
+                mapping = linkage.parameters_from_mapping(linkage.parameters_file_object(params))
             except linkage.ParametersFormatError as exc:
                 raise InvalidArgument(str(exc)) from None
             if linkage.parameters_digest(mapping) != digest:

@@ -336,6 +336,14 @@ def parameters_to_mapping(params: common_pb2.LinkageParameters) -> dict[str, Any
     return out
 
 
+def parameters_file_object(params: common_pb2.LinkageParameters) -> dict[str, Any]:
+    """The parameters-file object of a message: its canonical object with the target written out
+    (the canonical object leaves target all out, and a file without "target" means any)."""
+    obj = parameters_to_mapping(params)
+    obj.setdefault("target", target_of(params))
+    return obj
+
+
 def parameters_digest(params: common_pb2.LinkageParameters) -> str:
     """SHA-256 hex of the canonical JSON of ``params``."""
     return hashlib.sha256(canonical_json(parameters_to_mapping(params))).hexdigest()

@@ -118,3 +118,20 @@ def test_each_engine_refuses_parameters_of_the_other_target() -> None:
         PairEngine(0, all_params, _table())
     assert PartyEngine(0, all_params, _table()).TARGET == "all"
     assert PairEngine(0, any_params, _table()).TARGET == "any"
+
+
+@pytest.mark.parametrize("target", ["all", "any", None])
+def test_a_message_round_trips_through_its_parameters_file_object(target: str | None) -> None:
+    """The coordinator re-parses every StartRun message as a file: target all (empty field, no
+    target key in the canonical object) must stay all, not become the file default."""
+    obj = file_object() if target is None else file_object(target=target)
+    msg = linkage.parameters_from_mapping(obj)
+    again = linkage.parameters_from_mapping(linkage.parameters_file_object(msg))
+    assert linkage.parameters_digest(again) == linkage.parameters_digest(msg)
+    assert linkage.target_of(again) == (target or "any")
+    wire_all = common_pb2.LinkageParameters()
+    wire_all.CopyFrom(linkage.parameters_from_mapping(file_object(target="all")))
+    assert (
+        linkage.target_of(linkage.parameters_from_mapping(linkage.parameters_file_object(wire_all)))
+        == "all"
+    )
