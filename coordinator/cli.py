@@ -111,8 +111,14 @@ async def run_linkage(
             raise CoordinatorError(
                 f"the linkage could not start: {exc.code().name}: {exc.details()}"
             ) from None
+        target = linkage.target_of(params)
+        if target == "any":
+            target += (
+                f", min_parties {params.min_parties or 2}, solver {params.solver or 'guarded'}"
+            )
         console.print(
-            f"run [bold]{started.run_id}[/] agreed (parameters digest {started.parameters_digest[:16]}...)"
+            f"run [bold]{started.run_id}[/] agreed (target {target}; parameters digest "
+            f"{started.parameters_digest[:16]}...)"
         )
         final: coordinator_pb2.RunStatus | None = None
         with Progress(
