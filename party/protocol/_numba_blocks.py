@@ -2,7 +2,8 @@
 
 The sort-based numpy versions sort every (record, pass) digest (n * B of them: 16 M at 1 M records
 and 16 passes); these are linear: a hash table of the common digests answers each lookup in O(1),
-and a counting sort by block places each row without comparing keys. Results equal the sort-based
+and a counting sort by block places each row without comparing keys (``DigestLookup`` in
+blocks.py keeps one table per run for every lookup against the common blocks). Results equal the sort-based
 definitions exactly (tests/unit/protocol/test_blocks_index.py checks them against a plain oracle).
 ``first_of_each_key`` drops repeated keys of a row store in one pass before it is sorted.
 """
@@ -25,18 +26,15 @@ def _table_bits(count: int) -> int:
 
 
 @jit
-def positions_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
-    """For each needle (uint64), its index in the distinct 1-D uint64 ``haystack`` or -1 (0: -1)."""
-    m = haystack.shape[0]
-    out = np.full(needles.shape[0], -1, dtype=np.int64)
-    if m == 0:
-        return out
-    bits = _table_bits(m)
+def digest_table(haystack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Open-addressing hash table (keys, values) of the distinct non-zero uint64 ``haystack``:
+    digest -> its index; a key 0 marks an empty slot. At most half full."""
+    bits = _table_bits(max(1, haystack.shape[0]))
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
-    keys = np.zeros(1 << bits, dtype=np.uint64)  # 0: an empty slot (0 is never a digest)
-    vals = np.zeros(1 << bits, dtype=np.int64)
-    for i in range(m):
+    keys = np.zeros(1 << bits, dtype=np.uint64)
+    vals = np.zeros(1 << bits, dtype=np.int32)  # at most 2^31 common blocks (checked by the caller)
+    for i in range(haystack.shape[0]):
         k = haystack[i]
         if k == 0:
             continue
@@ -45,6 +43,18 @@ def positions_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
             h = (h + 1) & mask
         keys[h] = k
         vals[h] = i
+    return keys, vals
+
+
+@jit
+def table_positions(keys: np.ndarray, vals: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """For each needle (uint64), its index in the table's haystack, or -1 (needle 0: -1)."""
+    mask = keys.shape[0] - 1
+    bits = 0
+    while (1 << bits) < keys.shape[0]:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    out = np.full(needles.shape[0], -1, dtype=np.int64)
     for i in range(needles.shape[0]):
         k = needles[i]
         if k == 0:
@@ -59,30 +69,33 @@ def positions_in(haystack: np.ndarray, needles: np.ndarray) -> np.ndarray:
 
 
 @jit
+def _first_in_row(pos: np.ndarray, r: int, c: int) -> bool:
+    """True iff column c of row r names a block no earlier column of the row names."""
+    b = pos[r, c]
+    for e in range(c):  # noqa: SIM110 (a compiled loop, not a generator)
+        if pos[r, e] == b:
+            return False
+    return True
+
+
+@jit
 def csr_by_block(pos: np.ndarray, visit: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (starts, rows) of an (n, B) matrix of block positions (-1: none), rows of each block in
     the order ``visit`` lists them, a row once per block however many columns name it."""
     n, width = pos.shape
     counts = np.zeros(blocks + 1, dtype=np.int64)
-    last = np.full(blocks, -1, dtype=np.int64)
     for r in range(n):
         for c in range(width):
-            b = pos[r, c]
-            if b >= 0 and last[b] != r:
-                last[b] = r
-                counts[b + 1] += 1
-    starts = np.zeros(blocks + 1, dtype=np.int64)
-    for b in range(blocks):
-        starts[b + 1] = starts[b] + counts[b + 1]
+            if pos[r, c] >= 0 and _first_in_row(pos, r, c):
+                counts[pos[r, c] + 1] += 1
+    starts = np.cumsum(counts)
     fill = starts[:-1].copy()
-    last[:] = -1
     rows = np.empty(starts[blocks], dtype=np.int64)
     for i in range(visit.shape[0]):
         r = visit[i]
         for c in range(width):
             b = pos[r, c]
-            if b >= 0 and last[b] != r:
-                last[b] = r
+            if b >= 0 and _first_in_row(pos, r, c):
                 rows[fill[b]] = r
                 fill[b] += 1
     return starts, rows

@@ -23,9 +23,10 @@ import numpy as np
 
 from party.protocol._numba_blocks import (
     csr_by_block,
+    digest_table,
     intersect_sorted,
-    positions_in,
     strictly_increasing,
+    table_positions,
 )
 from party.protocol.errors import ProtocolError
 
@@ -46,17 +47,29 @@ def has_duplicates(values: np.ndarray) -> bool:
     return bool(s.size > 1 and np.any(s[1:] == s[:-1]))
 
 
-def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(pos, hit) for each needle: ``hit`` iff it occurs in ``haystack`` (distinct non-zero uint64
-    digests, e.g. the common blocks), at index ``pos`` (0 where not hit). Zero is never hit.
+class DigestLookup:
+    """Finds digests among distinct non-zero uint64 digests (e.g. a run's common blocks) in linear
+    time: a hash table built once (``_numba_blocks.digest_table``), then O(1) per digest; the
+    needles are every (record, pass) digest of a party, too many to sort on every lookup."""
 
-    Linear time (a hash table of the haystack, ``_numba_blocks.positions_in``): the needles are
-    every (record, pass) digest of a party, too many to sort on every lookup.
-    """
-    flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
-    found = positions_in(np.ascontiguousarray(haystack, dtype=np.uint64), flat)
-    hit = found >= 0
-    return np.maximum(found, 0).reshape(np.shape(needles)), hit.reshape(np.shape(needles))
+    def __init__(self, haystack: np.ndarray) -> None:
+        self.size = int(np.shape(haystack)[0])
+        if self.size >= 2**31:
+            raise ProtocolError(f"{self.size} digests are more than a lookup table holds (2^31)")
+        self._keys, self._vals = digest_table(np.ascontiguousarray(haystack, dtype=np.uint64))
+
+    def find(self, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(pos, hit) for each needle: ``hit`` iff it occurs in the haystack, at index ``pos``
+        (0 where not hit). Zero is never hit."""
+        flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
+        found = table_positions(self._keys, self._vals, flat)
+        hit = found >= 0
+        return np.maximum(found, 0).reshape(np.shape(needles)), hit.reshape(np.shape(needles))
+
+
+def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``DigestLookup(haystack).find(needles)``: one lookup (keep a DigestLookup for several)."""
+    return DigestLookup(haystack).find(needles)
 
 
 def distinct_digests(digests: np.ndarray) -> np.ndarray:
@@ -132,7 +145,6 @@ def block_index(
 
     Within a block the rows are ordered by ``keys`` (ties and ``None``: by row index).
     """
-    n, _ = digests.shape
     pos, hit = lookup_digests(common, digests)
     return block_index_at(np.where(hit, pos, -1), common.size, keys)
 

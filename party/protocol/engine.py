@@ -40,12 +40,12 @@ from party.encoding.bits import popcount_rows, slice_bits
 from party.protocol._numba_blocks import strictly_increasing
 from party.protocol.blocks import (
     BlockStats,
+    DigestLookup,
     block_index_at,
     check_common,
     common_blocks,
     distinct_digests,
     has_duplicates,
-    lookup_digests,
     sub_blocks,
 )
 from party.protocol.classify import (
@@ -197,6 +197,7 @@ class PartyEngine:
         self._x = popcount_rows(records.filters)
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
+        self._lookup: DigestLookup | None = None  # hash table of the common blocks
         self._shared_rows = np.zeros(0, dtype=np.int64)  # table rows sent, sorted by pseudonym
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
@@ -242,7 +243,8 @@ class PartyEngine:
         common = check_common(common).copy()
         digests = self._records.block_digests
         n = digests.shape[0]
-        pos, found = lookup_digests(common, digests)  # one lookup of every (record, pass) digest
+        self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
+        pos, found = self._lookup.find(digests)  # one lookup of every (record, pass) digest
         index = block_index_at(np.where(found, pos, -1), common.size)
         rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
@@ -321,7 +323,7 @@ class PartyEngine:
             target=self.index,
             parties=self.parties,
             segment_bits=self.segment_bits,
-            common=self._common,
+            common=self._lookup if self._lookup is not None else self._common,
             digest_width=self._digest_width,
         )
         if int(share.source) in self._shares:
@@ -389,6 +391,7 @@ class PartyEngine:
         indices = [
             block_index_at(self._positions[join[k]], common.size, keys=pseud[k]) for k in range(p)
         ]
+        self._lookup = None  # all shares are in: the lookup table is done
         sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size), join_order=join)
@@ -554,6 +557,7 @@ class PartyEngine:
     ) -> ComparisonStats:
         """Keep the survivors (sorted, distinct), complete and log the comparison's stats."""
         self._survivors = store.finish()
+        self._positions.clear()  # the comparison is done (a cancelled one may run again)
         stats.survivors = store.rows
         stats.spilled_bytes = self._folder.bytes_written
         stats.seconds = time.perf_counter() - t0
@@ -1021,6 +1025,8 @@ class PartyEngine:
         self._stores.clear()
         self._folder.close()
         self._shares.clear()
+        self._positions.clear()
+        self._lookup = None
 
 
 def _empty_ring(hop: int, parties: int) -> RingMessage:

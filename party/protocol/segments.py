@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
-from party.protocol.blocks import has_duplicates, lookup_digests
+from party.protocol.blocks import DigestLookup, has_duplicates
 from party.protocol.errors import ProtocolError, ShareError
 
 
@@ -123,7 +123,7 @@ def validate_share(
     target: int,
     parties: int,
     segment_bits: int,
-    common: np.ndarray,
+    common: np.ndarray | DigestLookup,
     digest_width: int | None,
 ) -> np.ndarray:
     """Raise ShareError unless ``share`` is a well-formed share for party ``target``; return the
@@ -132,7 +132,8 @@ def validate_share(
 
     Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
     uniqueness (and non-zero), and that every row names at least one common block and no other block.
-    ``digest_width`` (B) is checked when given.
+    ``digest_width`` (B) is checked when given. ``common``: the run's common blocks, or a
+    DigestLookup of them (kept for the run: one hash table for every share).
     """
     if not isinstance(share, SegmentShare):
         raise ShareError("expected a SegmentShare")
@@ -166,7 +167,8 @@ def validate_share(
         raise ShareError(f"share from party {src}: pseudonym 0 is reserved")
     if n and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
-    pos, found = lookup_digests(common, d)
+    lookup = common if isinstance(common, DigestLookup) else DigestLookup(common)
+    pos, found = lookup.find(d)
     if not np.array_equal(found, d != 0):
         raise ShareError(f"share from party {src}: a row names a block that is not common")
     if n and not np.all(found.any(axis=1)):
