@@ -52,11 +52,11 @@ from party.mpc.errors import MpcCancelled, MpcError
 from party.mpc.gates import Gates, Pair, Round
 from party.mpc.inputs import InputShare, validate_input_share
 from party.mpc.keys import ComputeKeys, ZeroShares
-from party.mpc.parallel import run_split
 from party.mpc.threshold import ThresholdTest, run_threshold_test
 from party.protocol.classify import Classification, dice, greedy_one_to_one
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.params import ProtocolParameters
+from party.protocol.threads import run_split
 
 __all__ = ["BATCH_BYTES", "ComputeParty", "MpcOutcome", "MpcStats", "Round", "batch_sets_for"]
 

@@ -35,7 +35,7 @@ import numpy as np
 from party.mpc._numba_gates import and_share_range, fa_and, fa_finish
 from party.mpc.errors import MpcError
 from party.mpc.keys import ZeroShares
-from party.mpc.parallel import run_split
+from party.protocol.threads import run_split
 
 Pair = tuple[np.ndarray, np.ndarray]
 _U64 = np.dtype("<u8")
@@ -60,7 +60,7 @@ Steps = Generator[Round, bytes, Pair]
 class Gates:
     """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes.
 
-    ``workers`` threads share every layer's compiled kernels (``party.mpc.parallel``): the same
+    ``workers`` threads share every layer's compiled kernels (``party.protocol.threads``): the same
     shares and payloads as one thread.
     """
 

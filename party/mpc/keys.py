@@ -22,7 +22,7 @@ import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from party.mpc.errors import MpcError
-from party.mpc.parallel import run_split
+from party.protocol.threads import run_split
 
 KEY_BYTES = 16
 

@@ -186,3 +186,114 @@ def greedy_keep_dense(ids, slots):  # type: ignore[no-untyped-def]
             kept[k] = i
             k += 1
     return kept[:k]
+
+
+#: batch_blocks reads ahead the rows of this many blocks at a time.
+TOUCH_BLOCKS = 32
+
+
+@_jit
+def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: ignore[no-untyped-def]
+    """Every candidate set of blocks lo..hi-1, depth first (blocks with an empty party skipped):
+    party j's rows of block b are ``rows_of[j][starts[j, b] : starts[j, b] + sizes[j, b]]``; a
+    partial set of k + 1 rows is kept iff its c >= ``tables[k + 1, psum]``
+    (``kernel.threshold_table``). Returns (idx, c, evaluated, survived, checksum): survivors as
+    rows of ``segs`` in block order, then lexicographically by position in the block (the order of
+    ``kernel._batch_blocks``), the stage counts, and a checksum of the rows read ahead (to be
+    ignored). ``segs``, ``pops``, ``rows_of`` are tuples, one array per party."""
+    p = sizes.shape[0]
+    w = segs[0].shape[1]
+    cap = 0
+    for b in range(lo, hi):
+        sets = 1
+        for j in range(p):
+            sets *= sizes[j, b]
+        cap += sets
+    out_idx = np.empty((cap, p), dtype=np.int64)
+    out_c = np.empty(cap, dtype=np.int64)
+    evaluated = np.zeros(p, dtype=np.int64)
+    survived = np.zeros(p, dtype=np.int64)
+    acc = np.empty((p, w), dtype=np.uint64)
+    psum = np.zeros(p, dtype=np.int64)
+    pos = np.zeros(p, dtype=np.int64)
+    cur = np.zeros(p, dtype=np.int64)
+    written = 0
+    sink = np.uint64(0)
+    for b in range(lo, hi):
+        if (b - lo) % TOUCH_BLOCKS == 0:
+            # Read the next blocks' rows in a loop of independent loads (many cache misses in
+            # flight) so that the depth-first loop below, whose loads wait on each other, finds
+            # them in cache.
+            for bb in range(b, min(b + TOUCH_BLOCKS, hi)):
+                for j in range(p):
+                    seg = segs[j]
+                    pop = pops[j]
+                    rows = rows_of[j]
+                    for x in range(starts[j, bb], starts[j, bb] + sizes[j, bb]):
+                        r = rows[x]
+                        sink ^= seg[r, 0] ^ seg[r, w - 1] ^ np.uint64(pop[r])
+        empty = False
+        for j in range(p):
+            if sizes[j, b] == 0:
+                empty = True
+        if empty:
+            continue
+        level = 0
+        pos[0] = 0
+        while True:
+            if pos[level] >= sizes[level, b]:
+                if level == 0:
+                    break
+                level -= 1
+                pos[level] += 1
+                continue
+            seg = segs[level]
+            r = rows_of[level][starts[level, b] + pos[level]]
+            cur[level] = r
+            if level == 0:
+                for k in range(w):
+                    acc[0, k] = seg[r, k]
+                psum[0] = pops[0][r]
+                level = 1
+                pos[1] = 0
+                continue
+            s = psum[level - 1] + pops[level][r]
+            c = 0
+            if level == p - 1:
+                for k in range(w):
+                    c += _popcnt64(acc[level - 1, k] & seg[r, k])  # type: ignore[call-arg]
+            else:
+                for k in range(w):
+                    v = acc[level - 1, k] & seg[r, k]
+                    acc[level, k] = v
+                    c += _popcnt64(v)  # type: ignore[call-arg]
+            evaluated[level] += 1
+            if c < tables[level + 1, s]:
+                pos[level] += 1
+                continue
+            survived[level] += 1
+            if level == p - 1:
+                for j in range(p):
+                    out_idx[written, j] = cur[j]
+                out_c[written] = c
+                written += 1
+                pos[level] += 1
+            else:
+                psum[level] = s
+                level += 1
+                pos[level] = 0
+    return out_idx[:written], out_c[:written], evaluated, survived, sink
+
+
+@_jit
+def pack_rows_key(idx, shifts):  # type: ignore[no-untyped-def]
+    """One uint64 per row of non-negative ``idx`` (m, P): column j shifted left by ``shifts[j]``
+    (the caller checks that the columns' bit widths fit in 64 bits together)."""
+    m, p = idx.shape
+    out = np.empty(m, dtype=np.uint64)
+    for i in range(m):
+        key = np.uint64(0)
+        for j in range(p):
+            key |= np.uint64(idx[i, j]) << np.uint64(shifts[j])
+        out[i] = key
+    return out

@@ -477,6 +477,8 @@ class PartyEngine:
                 self.params.segment_threshold,
                 counts=counts,
                 workers=self.workers,
+                kernel=self.kernel,
+                distinct=True,
             )
             keep(rows, c)
             tick(batch_total)
@@ -501,6 +503,8 @@ class PartyEngine:
                     self.params.segment_threshold,
                     counts=counts,
                     workers=self.workers,
+                    kernel=self.kernel,
+                    distinct=True,
                 )
                 keep(rows, c)
                 tick(int(cum[hi - 1]) - base)
@@ -536,7 +540,7 @@ class PartyEngine:
         except BaseException:
             store.close()  # cancelled or failed: nothing is kept
             raise
-        stats.survivors_with_duplicates = store.appended
+        stats.survivors_with_duplicates = counts.survived[p - 1]  # before distinct_sets
         stats.evaluated_per_stage = counts.evaluated
         stats.survived_per_stage = counts.survived
         return self._finish_compare(store, stats, t0, "sets")

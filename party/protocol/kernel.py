@@ -18,11 +18,18 @@ Kernels, behind one signature (``compare_block(..., kernel=name)``; ``KERNELS`` 
 - ``numpy``: float32 matrix product of unpacked 0/1 rows (common 1-bits = A @ B.T, exact below
   2^24), loose float32 threshold then the exact table test; used when numba is unavailable.
 
+Many small blocks (``compare_block_batch``, the common case with fine multi-pass blocking): a compiled
+depth-first loop over a range of blocks (``_numba_kernel.batch_blocks``), which reads each group of
+blocks' rows ahead in a loop of independent loads; ``distinct=True`` then keeps each candidate set
+once (multi-pass blocking finds most sets in several blocks) by sorting row tuples packed into one
+uint64 (``distinct_sets``).
+
 Every core (``workers`` > 1): the numba kernel splits the partial sets of a chunk into contiguous row
 ranges, one per thread (the compiled loop releases the GIL; each range writes its own output slots,
 so the compacted output is the same as one thread's); ``compare_block_batch`` splits its blocks into
-contiguous groups of about equal candidate sets, one per thread, and concatenates their outputs in
-block order. Results, their order and the stage counts are identical to ``workers=1``.
+a few contiguous ranges per thread, each compared and made distinct in a pool thread
+(``party.protocol.threads``), and merges their outputs in block order (distinct: one stable sort of
+the sorted runs). Results, their order and the stage counts are identical to ``workers=1``.
 
 ``iter_block`` runs the chosen kernel chunk by chunk: party 0's rows in groups, the next party's rows
 in column chunks, surviving partial sets carried (with their AND) into the next party in groups, so
@@ -36,7 +43,6 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,6 +50,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows, unpack_rows
 from party.protocol.errors import ComparisonCancelled, ProtocolError
+from party.protocol.threads import thread_pool
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +71,6 @@ DEFAULT_KERNEL = "numba" if HAVE_NUMBA else "numpy"
 
 # Below this many pairs (partial set x row) a chunk is not worth handing to several threads.
 PARALLEL_MIN_PAIRS = 1 << 16
-
-
-@functools.lru_cache(maxsize=8)
-def thread_pool(workers: int) -> ThreadPoolExecutor:
-    """A process-wide pool of ``workers`` threads for the kernels (created on first use)."""
-    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pprl-kernel")
 
 
 def split_even(weights: np.ndarray, parts: int) -> list[tuple[int, int]]:
@@ -435,50 +436,146 @@ def compare_block_batch(
     *,
     counts: StageCounts | None = None,
     workers: int = 1,
+    kernel: str = DEFAULT_KERNEL,
+    distinct: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Many small blocks at once, vectorised across blocks (same rule and counts as the kernels).
+    """Many small blocks at once (same rule and counts as the kernels).
 
     ``segs[j]``/``pops[j]`` are party j's rows and popcounts for the whole run. Block b holds rows
     ``rows_of[j][starts[j, b] : starts[j, b] + sizes[j, b]]`` of party j (``starts``/``sizes`` are
-    (P, nb) int64). Returns surviving sets as rows into ``segs`` (m, P) and their c. Partial sets of
-    all blocks are extended party by party with numpy: each is repeated once per row of the next
-    party in its block, ANDed, counted and tested against the exact threshold table. Memory is
-    proportional to the blocks' candidate sets: the caller batches. With ``workers`` > 1 the
-    blocks are split into contiguous groups of about equal candidate sets, one per thread, and the
-    groups' outputs concatenated in block order: the same output as one thread.
+    (P, nb) int64). Returns surviving sets as rows into ``segs`` (m, P) and their c, in block order
+    (within a block lexicographically); with ``distinct`` a set found in several blocks is returned
+    once and the sets are sorted lexicographically (``distinct_sets``). Memory is proportional to
+    the blocks' candidate sets: the caller batches.
+
+    ``kernel`` "numba": a compiled depth-first loop over the blocks; with ``workers`` > 1 the
+    blocks are cut into ``BATCH_PIECES_PER_THREAD`` contiguous ranges per thread, each compared
+    (and made distinct) in a pool thread without the GIL, and the outputs combined in block order:
+    the same output as one thread. "numpy": partial sets of all blocks extended party by party with
+    numpy, split the same way by candidate sets.
     """
     parties = len(segs)
     st = counts if counts is not None else StageCounts.zeros(parties)
-    empty = (np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64))
-    if sizes.shape[1] == 0:
-        return empty
-    live = np.flatnonzero(sizes.min(axis=0) > 0)
-    if live.size == 0:
-        return empty
-    sets = np.prod(sizes[:, live].astype(np.float64), axis=0)
-    if workers <= 1 or live.size < 2 or float(sets.sum()) < PARALLEL_MIN_PAIRS:
-        return _batch_blocks(segs, pops, rows_of, starts, sizes, live, seg_bits, threshold, st)
-    groups = split_even(sets, workers)
-    parts = [StageCounts.zeros(parties) for _ in groups]
-    futures = [
-        thread_pool(workers).submit(
-            _batch_blocks,
-            segs,
-            pops,
-            rows_of,
-            starts,
-            sizes,
-            live[a:b],
-            seg_bits,
-            threshold,
-            part,
+    nb = int(sizes.shape[1])
+    bound = [int(s.shape[0]) for s in segs]
+    if kernel == "numba":
+        if not HAVE_NUMBA:
+            raise ProtocolError("the numba kernel is not available (numba is not installed)")
+        prepared = _numba_batch_inputs(segs, pops, rows_of, starts, sizes, seg_bits, threshold)
+        ranges = (
+            split_even(np.ones(nb), workers * BATCH_PIECES_PER_THREAD)
+            if workers > 1 and nb >= PARALLEL_MIN_BLOCKS
+            else [(0, nb)]
         )
-        for (a, b), part in zip(groups, parts, strict=True)
-    ]
-    outs = [f.result() for f in futures]
-    for part in parts:
-        st.add(part)
-    return np.concatenate([o[0] for o in outs]), np.concatenate([o[1] for o in outs])
+
+        def run(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
+            assert _numba_kernel is not None
+            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], lo, hi, prepared[5])
+            if distinct:
+                idx, c = distinct_sets(idx, c, bound)
+            return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
+
+    elif kernel == "numpy":
+        live = np.flatnonzero(sizes.min(axis=0) > 0) if nb else np.zeros(0, dtype=np.int64)
+        sets = np.prod(sizes[:, live].astype(np.float64), axis=0)
+        ranges = (
+            split_even(sets, workers * BATCH_PIECES_PER_THREAD)
+            if workers > 1 and live.size >= 2 and float(sets.sum()) >= PARALLEL_MIN_PAIRS
+            else [(0, live.size)]
+        )
+
+        def run(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
+            part = StageCounts.zeros(parties)
+            idx, c = _batch_blocks(
+                segs, pops, rows_of, starts, sizes, live[lo:hi], seg_bits, threshold, part
+            )
+            if distinct:
+                idx, c = distinct_sets(idx, c, bound)
+            return idx, c, part
+
+    else:
+        raise ProtocolError(f"unknown kernel {kernel!r} for compare_block_batch (numba or numpy)")
+    if not ranges or ranges[-1][1] == 0:
+        return np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64)
+    if len(ranges) == 1:
+        outs = [run(*ranges[0])]
+    else:
+        pool = thread_pool(workers)
+        outs = [f.result() for f in [pool.submit(run, lo, hi) for lo, hi in ranges]]
+    for o in outs:
+        st.add(o[2])
+    if len(outs) == 1:
+        return outs[0][0], outs[0][1]
+    idx = np.concatenate([o[0] for o in outs])
+    c = np.concatenate([o[1] for o in outs])
+    return distinct_sets(idx, c, bound, runs=len(outs)) if distinct else (idx, c)
+
+
+#: compare_block_batch cuts its blocks into this many ranges per thread (evens out pruning).
+BATCH_PIECES_PER_THREAD = 4
+#: Below this many blocks compare_block_batch stays in the calling thread (numba kernel).
+PARALLEL_MIN_BLOCKS = 1 << 12
+
+
+def distinct_sets(
+    idx: np.ndarray, c: np.ndarray, bound: Sequence[int], runs: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct rows of ``idx`` (m, P) with their c, sorted lexicographically (a candidate set
+    found in several blocks has the same c in each). Column j holds values below ``bound[j]``;
+    when the columns fit in 64 bits together, rows are packed into one uint64 key and sorted as
+    such (``runs`` > 1: ``idx`` is that many concatenated sorted runs, merged by a stable sort)."""
+    m = idx.shape[0]
+    if m < 2:
+        return idx, c
+    widths = [max(1, int(n - 1).bit_length()) for n in bound]
+    if HAVE_NUMBA and sum(widths) <= 64:
+        shifts = np.cumsum([0, *widths[::-1]])[:-1][::-1].astype(np.int64)
+        assert _numba_kernel is not None
+        keys = _numba_kernel.pack_rows_key(np.ascontiguousarray(idx), shifts)
+        order = np.argsort(keys, kind="stable" if runs > 1 else "quicksort")
+        keys = keys[order]
+        first = np.ones(m, dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+    else:
+        order = np.lexsort(idx.T[::-1])
+        rows = idx[order]
+        first = np.ones(m, dtype=bool)
+        first[1:] = np.any(rows[1:] != rows[:-1], axis=1)
+    keep = order[first]
+    return idx[keep], c[keep]
+
+
+def _read_only(a: np.ndarray, dtype: type) -> np.ndarray:
+    """A read-only C-contiguous view (a copy only if needed): the compiled loop takes a tuple of
+    arrays, one per party, which must all have the same numba type."""
+    view: np.ndarray = np.ascontiguousarray(a, dtype=dtype).view()
+    view.flags.writeable = False
+    return view
+
+
+def _numba_batch_inputs(
+    segs: Sequence[np.ndarray],
+    pops: Sequence[np.ndarray],
+    rows_of: Sequence[np.ndarray],
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    seg_bits: int,
+    threshold: float,
+) -> tuple[Any, ...]:
+    """The arguments of ``_numba_kernel.batch_blocks`` but the block range, tables last."""
+    parties = len(segs)
+    max_s = parties * seg_bits
+    tables = np.stack(
+        [threshold_table(max(k, 1), float(threshold), max_s) for k in range(parties + 1)]
+    )
+    return (
+        tuple(_read_only(s, np.uint64) for s in segs),
+        tuple(_read_only(x, np.int64) for x in pops),
+        tuple(_read_only(r, np.int64) for r in rows_of),
+        _read_only(starts, np.int64),
+        _read_only(sizes, np.int64),
+        tables,
+    )
 
 
 def _batch_blocks(
@@ -533,6 +630,8 @@ def compare_small_blocks(
     *,
     counts: StageCounts | None = None,
     workers: int = 1,
+    kernel: str = DEFAULT_KERNEL,
+    distinct: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """compare_block_batch for blocks given as lists: ``blocks[b][j]`` = party j's rows in block b."""
     parties = len(segs)
@@ -549,7 +648,17 @@ def compare_small_blocks(
         for j in range(parties)
     ]
     return compare_block_batch(
-        segs, pops, rows_of, starts, sizes, seg_bits, threshold, counts=counts, workers=workers
+        segs,
+        pops,
+        rows_of,
+        starts,
+        sizes,
+        seg_bits,
+        threshold,
+        counts=counts,
+        workers=workers,
+        kernel=kernel,
+        distinct=distinct,
     )
 
 
@@ -557,12 +666,25 @@ def warm_up() -> None:
     """Compile (or load from numba's cache) every compiled kernel on tiny inputs.
 
     A node calls this once at start so that the first real run does not pay the compilation.
-    The small-block path needs no compilation, so a tiny protocol run does not warm the kernel up.
     """
     if not HAVE_NUMBA:
         return
+    from party.protocol.blocks import block_index
     from party.protocol.ring import intersect_sorted_rows
 
     rows = np.arange(1, 9, dtype=np.uint64).reshape(4, 2)
     list(iter_block([rows, rows], 128, 0.5, kernel="numba"))
     intersect_sorted_rows(rows, rows)
+    index = block_index(rows, np.array([1, 3], dtype=np.uint64))
+    pops = [popcount_rows(rows)]
+    for parties in (2, 3):  # the two- and three-party loops (more parties compile on first use)
+        compare_block_batch(
+            [rows] * parties,
+            pops * parties,
+            [index.rows] * parties,
+            np.tile(index.starts[:-1], (parties, 1)),
+            np.tile(index.sizes(), (parties, 1)),
+            128,
+            0.5,
+            distinct=True,
+        )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import party.mpc.parallel as parallel
+import party.protocol.threads as parallel
 from party.mpc.compute import ComputeParty
 from party.mpc.driver import drive, run_keys
 from party.mpc.errors import MpcError

@@ -9,12 +9,14 @@ from hypothesis import strategies as st
 
 from party.encoding.bits import pack_rows
 from party.protocol import kernel as kernel_module
+from party.protocol import threads as threads_module
 from party.protocol.driver import run_in_process
 from party.protocol.kernel import (
     HAVE_NUMBA,
     StageCounts,
     compare_block,
     compare_block_batch,
+    distinct_sets,
     iter_block,
     split_even,
 )
@@ -32,6 +34,8 @@ def _segs(rng: np.random.Generator, sizes: list[int], nbits: int, fill: float) -
 def threads_always(monkeypatch):
     """Hand even the smallest chunk to several threads, so random small cases exercise it."""
     monkeypatch.setattr(kernel_module, "PARALLEL_MIN_PAIRS", 1)
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_BLOCKS", 1)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)
 
 
 def test_split_even_covers_in_order() -> None:
@@ -123,22 +127,111 @@ def _batch_inputs(rng: np.random.Generator, parties: int, nblocks: int):
     return segs, pops, rows_of, starts, sizes
 
 
+@pytest.mark.parametrize("kernel", FAST)
 @pytest.mark.parametrize("parties", [2, 3, 4])
 @pytest.mark.parametrize("workers", [2, 3, 7])
-def test_block_batches_on_threads_equal_one_thread(threads_always, parties, workers) -> None:
+def test_block_batches_on_threads_equal_one_thread(
+    threads_always, kernel, parties, workers
+) -> None:
     rng = np.random.default_rng(parties * 10 + workers)
     segs, pops, rows_of, starts, sizes = _batch_inputs(rng, parties, 120)
     for threshold in (0.0, 0.5, 0.8):
         c1, c2 = StageCounts.zeros(parties), StageCounts.zeros(parties)
-        one = compare_block_batch(segs, pops, rows_of, starts, sizes, 130, threshold, counts=c1)
+        one = compare_block_batch(
+            segs, pops, rows_of, starts, sizes, 130, threshold, counts=c1, kernel=kernel
+        )
         many = compare_block_batch(
-            segs, pops, rows_of, starts, sizes, 130, threshold, counts=c2, workers=workers
+            segs,
+            pops,
+            rows_of,
+            starts,
+            sizes,
+            130,
+            threshold,
+            counts=c2,
+            workers=workers,
+            kernel=kernel,
         )
         np.testing.assert_array_equal(one[0], many[0])  # same sets in the same order
         np.testing.assert_array_equal(one[1], many[1])
         assert c1 == c2
         if threshold == 0.0:
             assert one[0].shape[0] == int(np.prod(sizes, axis=0).sum())
+
+
+def _overlapping_blocks(rng: np.random.Generator, parties: int, nblocks: int):
+    """Blocks drawn from few rows, so that many candidate sets occur in several blocks; about
+    one block in five has a party without rows."""
+    n = [int(rng.integers(3, 7)) for _ in range(parties)]
+    segs = _segs(rng, n, 70, 0.5)
+    pops = [np.bitwise_count(s).sum(axis=1).astype(np.int64) for s in segs]
+    sizes = np.array(
+        [
+            [
+                int(rng.integers(0, 3)) if rng.random() < 0.07 else int(rng.integers(1, 3))
+                for _ in range(nblocks)
+            ]
+            for _ in range(parties)
+        ],
+        dtype=np.int64,
+    )
+    rows_of = [
+        np.concatenate(
+            [rng.choice(n[j], size=int(k), replace=False) for k in sizes[j]]
+            + [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+        for j in range(parties)
+    ]
+    starts = np.zeros_like(sizes)
+    starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
+    return segs, pops, rows_of, starts, sizes
+
+
+@pytest.mark.parametrize("parties", [2, 3, 5])
+def test_distinct_batches_are_each_set_once_whatever_the_threads(threads_always, parties) -> None:
+    # Every kernel and thread count gives the sorted distinct sets of the plain batch output;
+    # thresholds 0 and 1 and the ties in between (c exactly at the table value) included.
+    rng = np.random.default_rng(parties)
+    segs, pops, rows_of, starts, sizes = _overlapping_blocks(rng, parties, 300)
+    for threshold in (0.0, 0.5, 2 / 3, 1.0):
+        plain = compare_block_batch(
+            segs, pops, rows_of, starts, sizes, 70, threshold, kernel="numpy"
+        )
+        expected = sorted(
+            {tuple(r): c for r, c in zip(plain[0].tolist(), plain[1].tolist(), strict=True)}.items()
+        )
+        if threshold == 0.0:
+            assert len(expected) < plain[0].shape[0]  # the blocks do repeat sets
+        for kernel in FAST:
+            for workers in (1, 2, 3, 8):
+                counts = StageCounts.zeros(parties)
+                idx, c = compare_block_batch(
+                    segs,
+                    pops,
+                    rows_of,
+                    starts,
+                    sizes,
+                    70,
+                    threshold,
+                    counts=counts,
+                    workers=workers,
+                    kernel=kernel,
+                    distinct=True,
+                )
+                got = list(zip(map(tuple, idx.tolist()), c.tolist(), strict=True))
+                assert got == expected
+                assert counts.survived[parties - 1] == plain[0].shape[0]
+
+
+def test_distinct_sets_without_packing_equals_packed() -> None:
+    rng = np.random.default_rng(3)
+    idx = rng.integers(0, 4, size=(200, 3)).astype(np.int64)
+    c = idx.sum(axis=1)
+    packed = distinct_sets(idx, c, [4, 4, 4])
+    wide = distinct_sets(idx, c, [2**40, 2**40, 2**40])  # 3 x 40 bits: no 64-bit key
+    np.testing.assert_array_equal(packed[0], wide[0])
+    np.testing.assert_array_equal(packed[1], wide[1])
+    assert [tuple(r) for r in packed[0].tolist()] == sorted({tuple(r) for r in idx.tolist()})
 
 
 def _linked(run) -> set[tuple[tuple[str, ...], float]]:

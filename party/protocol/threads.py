@@ -1,16 +1,23 @@
-"""Worker threads for the mpc3 gate kernels: a layer's index range cut into one piece per thread.
+"""The process-wide pool of kernel threads and work cut into one contiguous range per thread.
 
-Every compiled gate kernel (``party.mpc._numba_gates``) releases the GIL and takes a [lo, hi) range
-of the index it is split on (candidate sets, lanes or words); ranges that cover [0, total) without
-overlap write disjoint output elements, so the result does not depend on the number of threads.
-The threads are the comparison kernel's process-wide pool (``party.protocol.kernel.thread_pool``).
+Used by the comparison kernels, block indexing and the mpc3 gate kernels: every compiled loop they
+hand to the pool releases the GIL and takes a [lo, hi) range of the index it is split on (blocks,
+rows, candidate sets, lanes or words); ranges that cover [0, total) without overlap write disjoint
+output elements, so results do not depend on the number of threads.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
-from party.protocol.kernel import thread_pool
+
+@functools.lru_cache(maxsize=8)
+def thread_pool(workers: int) -> ThreadPoolExecutor:
+    """A process-wide pool of ``workers`` threads for the kernels (created on first use)."""
+    return ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pprl-kernel")
+
 
 #: Below this many uint64 words of work a layer stays in the calling thread (a hand-off to the
 #: pool costs about as much as this many words of gate evaluation).
