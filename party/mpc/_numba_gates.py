@@ -178,33 +178,3 @@ def fa_finish(c0, c1, f, z0, z1, sum0, sum1, carry0, carry1, with_carry, lo, hi)
             if with_carry:
                 carry0[r, g] = z0[r, g] ^ cc0
                 carry1[r, g] = z1[r, g] ^ cc1
-
-
-@_jit
-def expand_blocks(flat_rows, offsets, starts, sizes, out):  # type: ignore[no-untyped-def]
-    """Every candidate set of some blocks into out (sets, P), block after block, last party fastest.
-
-    Party j's members of block b are ``flat_rows[offsets[j] + starts[j, b] + d]``, d < sizes[j, b].
-    """
-    p, m = sizes.shape
-    digit = np.zeros(p, dtype=np.int64)
-    t = 0
-    for b in range(m):
-        total = 1
-        for j in range(p):
-            total *= sizes[j, b]
-        if total == 0:
-            continue
-        for j in range(p):
-            digit[j] = 0
-        for _ in range(total):
-            for j in range(p):
-                out[t, j] = flat_rows[offsets[j] + starts[j, b] + digit[j]]
-            t += 1
-            j = p - 1
-            while j >= 0:
-                digit[j] += 1
-                if digit[j] < sizes[j, b]:
-                    break
-                digit[j] = 0
-                j -= 1

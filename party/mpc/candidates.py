@@ -11,25 +11,15 @@ deterministic function of the inputs, so the three compute parties cut identical
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-from party.mpc._numba_gates import expand_blocks
 from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
 from party.protocol.errors import MemoryBudgetError
-
-
-def _expand(
-    rows: Sequence[np.ndarray], starts: np.ndarray, sizes: np.ndarray, dtype: np.dtype
-) -> np.ndarray:
-    """All sets of some blocks: (sum of products, P); the last party varies fastest."""
-    flat = np.concatenate([np.asarray(r, dtype=np.int64) for r in rows])
-    offsets = np.cumsum([0] + [int(r.size) for r in rows[:-1]]).astype(np.int64)
-    count = int(np.prod(sizes, axis=0).sum())
-    out = np.empty((count, sizes.shape[0]), dtype=dtype)
-    expand_blocks(flat, offsets, starts.astype(np.int64), sizes.astype(np.int64), out)
-    return out
+from party.protocol.kernel import compare_block_batch, compare_small_blocks, distinct_rows
+from party.protocol.threads import thread_pool
 
 
 def candidate_sets(
@@ -37,6 +27,7 @@ def candidate_sets(
     digests: Sequence[np.ndarray],
     max_block_size: int | None,
     max_sets: int | None = None,
+    workers: int = 1,
 ) -> np.ndarray:
     """(T, P) row positions of every distinct candidate set (see the module docstring).
 
@@ -46,13 +37,16 @@ def candidate_sets(
     ``pseudonyms[j]`` is party j's sorted (n_j,) uint64 pseudonyms, ``digests[j]`` its (n_j, B)
     common block digests. Positions are int32 when every n_j < 2^31. With B = 1 a set lies in one
     block only and the sets come in block order; with B > 1 they are de-duplicated and sorted.
+    The blocks are expanded by the comparison's many-blocks kernel with everything kept (all-zero
+    one-word rows, threshold 0) on ``workers`` threads; the result does not depend on ``workers``.
     """
     p = len(pseudonyms)
     dtype = (
         np.dtype(np.int32) if max(int(x.size) for x in pseudonyms) < 2**31 else np.dtype(np.int64)
     )
-    common = common_blocks([distinct_digests(d) for d in digests])
-    indices = [block_index(digests[j], common, keys=pseudonyms[j]) for j in range(p)]
+    each = _per_party(workers)
+    common = common_blocks(each(distinct_digests, digests))
+    indices = each(lambda d, k: block_index(d, common, keys=k), digests, pseudonyms)
     if common.size == 0:
         return np.zeros((0, p), dtype=dtype)
     sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
@@ -79,40 +73,41 @@ def candidate_sets(
             f"{max_sets} the memory budget allows; set max_block_size, use finer blocking, or "
             "raise the budget"
         )
+    counts = [int(x.size) for x in pseudonyms]
+    dedupe = digests[0].shape[1] > 1
+    zero_rows = [np.zeros((n, 1), dtype=np.uint64) for n in counts]
+    zero_pops = [np.zeros(n, dtype=np.int64) for n in counts]
     parts: list[np.ndarray] = []
     if plain.size:
-        parts.append(_expand(rows, starts[:, plain], sizes[:, plain], dtype))
-    zero = np.zeros((p, 1), dtype=np.int64)
-    for sub in subs:
-        sub_sizes = np.array([[m.size] for m in sub], dtype=np.int64)
-        parts.append(_expand(sub, zero, sub_sizes, dtype))
-    sets = np.concatenate(parts) if parts else np.zeros((0, p), dtype=dtype)
-    if digests[0].shape[1] > 1 and sets.shape[0] > 1:
-        sets = _unique_rows(sets, [int(x.size) for x in pseudonyms])
-    return sets
+        sets, _ = compare_block_batch(
+            zero_rows,
+            zero_pops,
+            rows,
+            starts[:, plain],
+            sizes[:, plain],
+            1,
+            0.0,
+            workers=workers,
+            distinct=dedupe,
+        )
+        parts.append(sets)
+    if subs:
+        sets, _ = compare_small_blocks(
+            zero_rows, zero_pops, subs, 1, 0.0, workers=workers, distinct=dedupe
+        )
+        parts.append(sets)
+    if not parts:
+        return np.zeros((0, p), dtype=dtype)
+    out = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    if dedupe and len(parts) > 1:
+        out = out[distinct_rows(out, counts)]
+    return out.astype(dtype, copy=False)
 
 
-def _unique_rows(sets: np.ndarray, counts: list[int]) -> np.ndarray:
-    """Distinct rows of ``sets`` in lexicographic order (packed into one uint64 key when it fits)."""
-    bits = [max(1, (c - 1).bit_length()) for c in counts]
-    if sum(bits) <= 64:
-        key = np.zeros(sets.shape[0], dtype=np.uint64)
-        for j, b in enumerate(bits):
-            key <<= np.uint64(b)
-            key |= sets[:, j].astype(np.uint64)
-        dtype, p = sets.dtype, sets.shape[1]
-        del sets
-        key.sort()
-        keep = np.ones(key.size, dtype=bool)
-        keep[1:] = key[1:] != key[:-1]
-        key = key[keep]
-        out = np.empty((key.size, p), dtype=dtype)
-        for j in range(p - 1, -1, -1):
-            out[:, j] = key & np.uint64((1 << bits[j]) - 1)
-            key >>= np.uint64(bits[j])
-        return out
-    order = np.lexsort(sets.T[::-1])
-    s = sets[order]
-    keep = np.ones(s.shape[0], dtype=bool)
-    keep[1:] = np.any(s[1:] != s[:-1], axis=1)
-    return s[keep]
+def _per_party(workers: int) -> Callable[..., list[Any]]:
+    """``map`` into a list, on the kernel threads when ``workers`` > 1 (numpy sorts and the
+    compiled block loops release the GIL)."""
+    if workers <= 1:
+        return lambda fn, *args: list(map(fn, *args))
+    pool = thread_pool(workers)
+    return lambda fn, *args: list(pool.map(fn, *args))

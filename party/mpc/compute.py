@@ -173,13 +173,15 @@ class ComputeParty:
         """Evaluate the circuit on every candidate set (see the module docstring)."""
         t0 = time.perf_counter()
         inputs = self._take_inputs()
-        # enumerated rows (P int32 or int64 positions) and the 8-byte sort key of the de-duplication
-        per_set = self.parties * 8 + 8
+        # enumerated sets with duplicates (P int64 positions and a c from the blocks kernel) and
+        # the 8-byte key and position of the de-duplication
+        per_set = self.parties * 8 + 24
         sets = candidate_sets(
             [s.pseudonyms for s in inputs],
             [s.block_digests for s in inputs],
             self.params.max_block_size,
             max_sets=self.budget // per_set,
+            workers=self.workers,
         )
         total = int(sets.shape[0])
         self._check_budget(sets.nbytes, total)

@@ -521,12 +521,23 @@ def distinct_sets(
     idx: np.ndarray, c: np.ndarray, bound: Sequence[int], runs: int = 1
 ) -> tuple[np.ndarray, np.ndarray]:
     """Distinct rows of ``idx`` (m, P) with their c, sorted lexicographically (a candidate set
-    found in several blocks has the same c in each). Column j holds values below ``bound[j]``;
-    when the columns fit in 64 bits together, rows are packed into one uint64 key and sorted as
-    such (``runs`` > 1: ``idx`` is that many concatenated sorted runs, merged by a stable sort)."""
+    found in several blocks has the same c in each); see ``distinct_rows``."""
+    if idx.shape[0] < 2:
+        return idx, c
+    keep = distinct_rows(idx, bound, runs)
+    return idx[keep], c[keep]
+
+
+def distinct_rows(idx: np.ndarray, bound: Sequence[int], runs: int = 1) -> np.ndarray:
+    """Positions of the distinct rows of ``idx`` (m, P) in lexicographic order of the rows.
+
+    Column j holds values below ``bound[j]``; when the columns fit in 64 bits together, rows are
+    packed into one uint64 key and sorted as such (``runs`` > 1: ``idx`` is that many
+    concatenated sorted runs, merged by a stable sort).
+    """
     m = idx.shape[0]
     if m < 2:
-        return idx, c
+        return np.arange(m, dtype=np.int64)
     widths = [max(1, int(n - 1).bit_length()) for n in bound]
     if HAVE_NUMBA and sum(widths) <= 64:
         shifts = np.cumsum([0, *widths[::-1]])[:-1][::-1].astype(np.int64)
@@ -541,8 +552,7 @@ def distinct_sets(
         rows = idx[order]
         first = np.ones(m, dtype=bool)
         first[1:] = np.any(rows[1:] != rows[:-1], axis=1)
-    keep = order[first]
-    return idx[keep], c[keep]
+    return order[first]
 
 
 def _read_only(a: np.ndarray, dtype: type) -> np.ndarray:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import party.protocol.kernel as kernel
 import party.protocol.threads as parallel
+from party.mpc.candidates import candidate_sets
 from party.mpc.compute import ComputeParty
 from party.mpc.driver import drive, run_keys
 from party.mpc.errors import MpcError
@@ -22,6 +24,7 @@ from tests.unit.protocol.helpers import linked_tables
 def split_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every layer, however small, is cut into one range per thread."""
     monkeypatch.setattr(parallel, "PARALLEL_MIN_WORDS", 1)
+    monkeypatch.setattr(kernel, "PARALLEL_MIN_BLOCKS", 1)
 
 
 @pytest.mark.parametrize("total", [1, 2, 7, 64, 1000, 1001])
@@ -137,3 +140,45 @@ def test_bad_workers_are_refused(workers):
     params, _ = _inputs(3, 1)
     with pytest.raises(MpcError, match="workers must be a positive integer"):
         ComputeParty(0, params, run_keys()[0], workers=workers)
+
+
+@pytest.mark.parametrize("keys", [1, 3])
+@pytest.mark.parametrize("cap", [None, 4])
+def test_candidate_sets_on_threads_equal_one_thread(split_everything, keys, cap):
+    """Enumeration on 1..4 threads: the same sets in the same order, with one blocking key (block
+    order, duplicates impossible) and three (de-duplicated, sorted), with and without capped
+    sub-blocks; three keys really do repeat sets across blocks."""
+    tables = linked_tables(np.random.default_rng(keys), 3, 120, 96, shared=60, blocks=4, keys=keys)
+    params = mpc_params(3, 96, 0.8)
+    engines = [PartyEngine(i, params, t) for i, t in enumerate(tables)]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    shares = [s for e in engines for s in input_shares(e) if s.target == 0]
+    pseud = [s.pseudonyms for s in shares]
+    digs = [s.block_digests for s in shares]
+    one = candidate_sets(pseud, digs, cap)
+    assert one.shape[0] > 100
+    if cap is None:  # every set of rows sharing a non-zero digest, by brute force
+        import itertools
+
+        members = [
+            {
+                int(d): {r for r in range(dg.shape[0]) if int(d) in set(dg[r].tolist())}
+                for d in set(dg.ravel().tolist()) - {0}
+            }
+            for dg in digs
+        ]
+        want = {
+            t
+            for d in set(members[0]) & set(members[1]) & set(members[2])
+            for t in itertools.product(*(sorted(m[d]) for m in members))
+        }
+        rows = [tuple(r) for r in one.tolist()]
+        assert set(rows) == want and len(rows) == len(want)
+        if keys > 1:
+            assert rows == sorted(want)
+    for workers in (2, 3, 4):
+        many = candidate_sets(pseud, digs, cap, workers=workers)
+        assert many.dtype == one.dtype
+        np.testing.assert_array_equal(one, many)
