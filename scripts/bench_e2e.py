@@ -58,8 +58,9 @@ def main() -> int:
     parser.add_argument(
         "--schema",
         type=pathlib.Path,
-        help="linkage schema JSON (default: examples/schema.json); its l is set to --filter-bits. "
-        "party/synthetic/data/schema.json has the blocking keys generated data needs at 100k+",
+        default=ROOT / "party" / "synthetic" / "data" / "schema.json",
+        help="linkage schema JSON (default: the shipped party/synthetic/data/schema.json, whose "
+        "blocking keys generated data needs at 100k+); its l is set to --filter-bits",
     )
     parser.add_argument(
         "--memory-budget-mib",
@@ -74,6 +75,7 @@ def main() -> int:
     from party.encoding.schema import parse_schema
     from party.mpc.driver import run_mpc3_in_process
     from party.protocol.driver import run_in_process
+    from party.protocol.errors import MemoryBudgetError
     from party.protocol.params import ProtocolParameters
     from party.synthetic.cluster import (
         SECRET,
@@ -81,7 +83,6 @@ def main() -> int:
         generate_data,
         party_names,
         write_parameters,
-        write_schema,
     )
     from proto import common_pb2
 
@@ -91,12 +92,9 @@ def main() -> int:
     names = party_names(args.parties)
     console.print(f"generating {args.parties} x {args.records} records in {root}")
     csvs = generate_data(root / "data", args.parties, args.records, seed=11)
-    if args.schema is None:
-        schema_obj = write_schema(root / "schema.json", args.filter_bits)
-    else:
-        schema_obj = json.loads(args.schema.read_text(encoding="utf-8"))
-        schema_obj["l"] = args.filter_bits
-        (root / "schema.json").write_text(json.dumps(schema_obj), encoding="utf-8")
+    schema_obj = json.loads(args.schema.read_text(encoding="utf-8"))
+    schema_obj["l"] = args.filter_bits
+    (root / "schema.json").write_text(json.dumps(schema_obj), encoding="utf-8")
     s_m = args.segment_threshold if args.mode == "segments" else 0.0
     params_path = write_parameters(
         root / "params.json", names, schema_obj, args.match_threshold, s_m, mode=args.mode
@@ -124,7 +122,13 @@ def main() -> int:
         ]
         t_encode = time.perf_counter() - t0
         link = run_mpc3_in_process if args.mode == "mpc3" else run_in_process
-        run = link(tables, params, workers=resolve_workers(args.workers))
+        try:
+            run = link(tables, params, workers=resolve_workers(args.workers))
+        except MemoryBudgetError as exc:
+            raise SystemExit(
+                f"in-process run: {exc} (--memory-budget-mib {args.memory_budget_mib}, "
+                f"--schema {args.schema})"
+            ) from None
         elapsed = time.perf_counter() - t0
         groups: dict[str, dict[int, str]] = {}
         for j, rows in enumerate(run.matches):

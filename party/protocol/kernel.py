@@ -452,7 +452,8 @@ def compare_block_batch(
     blocks are cut into ``BATCH_PIECES_PER_THREAD`` contiguous ranges per thread, each compared
     (and made distinct) in a pool thread without the GIL, and the outputs combined in block order:
     the same output as one thread. "numpy": partial sets of all blocks extended party by party with
-    numpy, split the same way by candidate sets.
+    numpy, split the same way by candidate sets (also for "reference", whose block kernel has no
+    batch form).
     """
     parties = len(segs)
     st = counts if counts is not None else StageCounts.zeros(parties)
@@ -475,7 +476,7 @@ def compare_block_batch(
                 idx, c = distinct_sets(idx, c, bound)
             return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
 
-    elif kernel == "numpy":
+    elif kernel in ("numpy", "reference"):
         live = np.flatnonzero(sizes.min(axis=0) > 0) if nb else np.zeros(0, dtype=np.int64)
         sets = np.prod(sizes[:, live].astype(np.float64), axis=0)
         ranges = (
@@ -494,7 +495,9 @@ def compare_block_batch(
             return idx, c, part
 
     else:
-        raise ProtocolError(f"unknown kernel {kernel!r} for compare_block_batch (numba or numpy)")
+        raise ProtocolError(
+            f"unknown kernel {kernel!r} for compare_block_batch (numba, numpy or reference)"
+        )
     if not ranges or ranges[-1][1] == 0:
         return np.zeros((0, parties), dtype=np.int64), np.zeros(0, dtype=np.int64)
     if len(ranges) == 1:
