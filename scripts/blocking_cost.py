@@ -5,7 +5,9 @@ Generates P parties' people (``party.synthetic.generate``) or loads a dataset fo
 with the schema, and prints per blocking pass (digest column): records of each party in a block
 present at every party, the candidate sets the pass makes (sum over its common blocks of the
 product of the parties' block sizes; what the engine enumerates before its segment filter), and the
-true sets it keeps and those only it keeps (its marginal recall); then the true sets lost by all
+candidate pairs target any enumerates (over every two parties, the sum over the blocks both hold of
+the product of their block sizes), the true sets it keeps and those only it keeps (its marginal
+recall); then the true sets lost by all
 passes together, those whose records pairwise comparison (target any) could still connect, and the
 candidate sets against the node's survivor capacity (a quarter of the memory budget at 8 * (P + 1)
 bytes per set). A schema without LSH keys is measured from the column values alone (no filters are
@@ -78,19 +80,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"{'pass':28s} {'records in common blocks (per party)':40s} {'candidate sets':>16s} "
-        f"{'true sets kept':>15s} {'only this pass':>15s}"
+        f"{'candidate pairs':>16s} {'true sets kept':>15s} {'only this pass':>15s}"
     )
     for p, name in zip(br.passes, names, strict=True):
         rec = ", ".join(str(x) for x in p.records_in_common_blocks)
         print(
-            f"{name:28s} {rec:40s} {p.candidate_sets:16,d} {p.true_sets_kept:15,d} "
-            f"{p.true_sets_only_here:15,d}"
+            f"{name:28s} {rec:40s} {p.candidate_sets:16,d} {p.candidate_pairs:16,d} "
+            f"{p.true_sets_kept:15,d} {p.true_sets_only_here:15,d}"
         )
     capacity = args.memory_budget_mib * 2**20 // 4 // (8 * (args.parties + 1))
     print(
         f"true sets {br.true_sets:,}, lost to blocking {br.lost:,} ({br.lost_fraction:.4%}), "
         f"pair-connected (target any) {br.true_sets_pair_connected:,}; "
-        f"candidate sets, all passes: {br.candidate_sets:,}; survivor capacity of a "
+        f"candidate sets, all passes: {br.candidate_sets:,}; candidate pairs (target any), "
+        f"all passes: {br.candidate_pairs:,}; survivor capacity of a "
         f"{args.memory_budget_mib} MiB budget: {capacity:,} sets"
     )
     load = os.getloadavg()

@@ -6,9 +6,14 @@ reference environment) and generated people (``party.synthetic.generate``: overl
 common entities corrupted at 1..P-1 parties with 1-2 errors each, 30% of people in households
 sharing surname and address) at P = 3, 5, 7.
 
-Ours: the in-process protocol (the same engine as the party nodes) with the shipped defaults:
+Ours: the in-process protocol (the same engines as the party nodes) with the shipped defaults:
 ``party/synthetic/data/schema.json`` (for FEBRL4 the same schema with its column names mapped,
-``schema_febrl4.json``), s_m = s_t - 0.1, one-to-one on.
+``schema_febrl4.json``), s_m = s_t - 0.1, and the default linkage target of ``ProtocolParameters``
+(``DEFAULT_TARGET`` below; for target any its default min_parties and solver). Both targets run on
+the same encodings, side by side: target all (the joint P-way Dice of one record per party,
+one-to-one on) and target any (issue 14's pairwise path, ``party.protocol.any_driver``;
+``--min-parties``); groups of target any with exactly P records are scored like sets. "ours" is
+the default target's column, "other" the other target's.
 
 Comparator (``scripts/reference_linkage.py`` in ``.venv-ref``, made by scripts/setup_reference.sh):
 clkhash encodes every party file with ``scripts/reference/clkhash-*.json`` (clkhash's own FEBRL
@@ -17,10 +22,6 @@ pair between every two parties above the lowest threshold (no blocking) and
 ``anonlink.solving.greedy_solve`` resolves them. A group counts as a matched set when it holds one
 record of every party; both sides are scored by ``party.synthetic.metrics.evaluate_sets``.
 
-Column "any" (issue 14's pairwise path, in-process: ``party.protocol.any_driver``): the same
-encodings and thresholds with target any, min_parties = P and the default solver; its groups of
-exactly P records are scored like the sets above, to show whether pairwise comparison (a pair only
-needs its two records in a shared block) and the solver close what the joint P-way Dice loses.
 
 Example: python scripts/quality.py --out results/quality            (all data sets, ~15 minutes)
          python scripts/quality.py --out results/q --sets p3 --records 1000
@@ -35,7 +36,7 @@ import os
 import subprocess
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,12 @@ REFERENCE = ROOT / "scripts" / "reference"
 THRESHOLDS = [0.70, 0.75, 0.80, 0.85, 0.90]
 SECRET = "quality-comparison-secret"
 GENERATED = {"p3": (3, 4000), "p5": (5, 2000), "p7": (7, 1000)}
+#: The target of a run configured without one: what "ours" runs (the other target is shown beside).
+DEFAULT_TARGET = str(next(f.default for f in fields(ProtocolParameters) if f.name == "target"))
+DEFAULT_MIN_PARTIES = int(
+    next(f.default for f in fields(ProtocolParameters) if f.name == "min_parties")
+)
+OTHER_TARGET = "all" if DEFAULT_TARGET == "any" else "any"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -80,12 +87,17 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--febrl4-schema", type=Path, default=None, help="our FEBRL4 schema (default: shipped)"
     )
-    ap.add_argument("--no-any", action="store_true", help="skip the target-any column")
+    ap.add_argument(
+        "--no-other-target",
+        action="store_true",
+        help=f"skip the other target's column (default target: {DEFAULT_TARGET})",
+    )
     ap.add_argument(
         "--min-parties",
-        default="P",
-        help="target-any column: min_parties, an integer 2..P or 'P' (default P); its groups of "
-        "exactly P are scored either way, and every group in the pairwise F1",
+        default=str(DEFAULT_MIN_PARTIES),
+        help="target any: min_parties, an integer 2..P or 'P' (default: ProtocolParameters' "
+        f"{DEFAULT_MIN_PARTIES}); its groups of exactly P are scored as sets either way, and "
+        "every group in the pairwise F1",
     )
     ap.add_argument("--ref-python", type=Path, default=ROOT / ".venv-ref" / "bin" / "python")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
@@ -151,20 +163,22 @@ def ours(
     blocking = blocking_recall(enc.tables, enc.data.truth)
     dice = true_set_dice(enc.tables, enc.data.truth)
     cap = {repr(t): int((dice >= t).sum()) for t in args.thresholds}
-    rows: dict[str, Any] = {}
-    pairwise: dict[str, Any] = {}
+    targets = [DEFAULT_TARGET] + ([] if args.no_other_target else [OTHER_TARGET])
+    scores: dict[str, dict[str, Any]] = {target: {} for target in targets}
     any_pairs: dict[str, Any] = {}
     for t in args.thresholds:
         run_cfg = replace(cfg, match_threshold=t, segment_threshold=None)
-        r = run_in_process_simulation(run_cfg, encoded=enc, write_matches=False)
-        rows[repr(t)] = r.quality.as_dict()
-        if not args.no_any:
+        if "all" in targets:
+            r = run_in_process_simulation(run_cfg, encoded=enc, write_matches=False)
+            scores["all"][repr(t)] = r.quality.as_dict()
+        if "any" in targets:
             sets_q, pairs_q = target_any_sets(enc, run_cfg.s_m, t, args.min_parties)
-            pairwise[repr(t)] = sets_q.as_dict()
+            scores["any"][repr(t)] = sets_q.as_dict()
             any_pairs[repr(t)] = asdict(pairs_q)
     return {
-        "quality": rows,
-        "target_any": pairwise,
+        "default_target": DEFAULT_TARGET,
+        "quality": scores[DEFAULT_TARGET],
+        "other_target": scores.get(OTHER_TARGET, {}),
         "target_any_pairwise": any_pairs,
         "blocking": blocking.as_dict(),
         "true_sets_reaching_s_t_without_blocking": cap,
@@ -229,7 +243,10 @@ def _f1(q: dict[str, Any]) -> float:
 
 
 def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, list[str]]:
-    table = Table(title="F1: ours (shipped defaults) vs clkhash + anonlink, same records")
+    table = Table(
+        title=f"F1: ours (shipped defaults, target {DEFAULT_TARGET}) vs clkhash + anonlink, "
+        f"same records; other = target {OTHER_TARGET}"
+    )
     for col in (
         "data",
         "P",
@@ -240,13 +257,14 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
         "ref F1",
         "ours - ref",
         "goal",
-        "any F1",
-        "any - ref",
+        "other F1",
+        "other - ref",
     ):
         table.add_column(col, justify="left" if col == "data" else "right")
     md = [
-        "| data | P | s_t | ours precision / recall | ours F1 | clkhash + anonlink precision / recall "
-        "| clkhash + anonlink F1 | ours - ref | within 0.002 or above | target any F1 | any - ref |",
+        f"| data | P | s_t | ours (target {DEFAULT_TARGET}) precision / recall | ours F1 "
+        "| clkhash + anonlink precision / recall | clkhash + anonlink F1 | ours - ref "
+        f"| within 0.002 or above | target {OTHER_TARGET} F1 | {OTHER_TARGET} - ref |",
         "|---|---:|---:|---|---:|---|---:|---:|---|---:|---:|",
     ]
     for name, r in results.items():
@@ -255,7 +273,7 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
             ref = r.get("reference", {}).get("quality", {}).get(repr(t))
             diff = "" if ref is None else f"{_f1(o) - _f1(ref):+.4f}"
             goal = "" if ref is None else ("yes" if _f1(o) >= _f1(ref) - 0.002 else "NO")
-            pw = r["ours"].get("target_any", {}).get(repr(t))
+            pw = r["ours"].get("other_target", {}).get(repr(t))
             any_f1 = "" if pw is None else f"{_f1(pw):.4f}"
             any_diff = "" if pw is None or ref is None else f"{_f1(pw) - _f1(ref):+.4f}"
             cells = [
@@ -276,11 +294,11 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
     md += [
         "",
         "| data | true sets | lost to blocking | lost fraction | pair-connected (target any) "
-        "| candidate sets (all passes) | "
+        "| candidate sets (all passes) | candidate pairs (all passes) | "
         "true sets with full-filter P-way Dice >= s_t ("
         + ", ".join(f"{t:.2f}" for t in thresholds)
         + ") |",
-        "|---|---:|---:|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     for name, r in results.items():
         b = r["ours"]["blocking"]
@@ -288,7 +306,8 @@ def render(results: dict[str, Any], thresholds: list[float]) -> tuple[Table, lis
         md.append(
             f"| {name} | {b['true_sets']} | {b['lost']} | {b['lost_fraction']:.4f} | "
             f"{b['true_sets_pair_connected']} | "
-            f"{b['candidate_sets']} | {', '.join(str(cap[repr(t)]) for t in thresholds)} |"
+            f"{b['candidate_sets']} | {b['candidate_pairs']} | "
+            f"{', '.join(str(cap[repr(t)]) for t in thresholds)} |"
         )
     md += [
         "",

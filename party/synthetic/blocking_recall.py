@@ -11,7 +11,11 @@ that pass alone keeps (its marginal recall: dropping it loses exactly these).
 
 Pairwise view (target any, issue 14): a true set is *pair-connected* when the graph on its P records
 whose edges are the pairs sharing a non-zero digest in some pass is connected; pairwise comparison
-can only reach a whole true set when it is (P-way blocking needs all P records in one block).
+can only reach a whole true set when it is (P-way blocking needs all P records in one block). The
+pairwise cost of a pass is its candidate pairs: for every two parties a < b, the sum over the
+blocks they share (a digest present at both, whatever the other parties hold) of the product of
+their block sizes, the pairs target any's engine enumerates (``party.protocol.pairwise``; a pair
+found by several passes counts once per pass).
 
 ``digests_of_columns`` computes a schema's block digests straight from the column values, without
 encoding filters (schemas without LSH keys), equal to the encoder's: blocking_cost.py uses it to
@@ -42,6 +46,7 @@ class PassStats:
     candidate_sets: int
     true_sets_kept: int
     true_sets_only_here: int  # kept by this pass and no other
+    candidate_pairs: int = 0  # pairwise view (module docstring)
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,7 @@ class BlockingRecall:
     passes: tuple[PassStats, ...]
     candidate_sets: int  # sum over passes
     true_sets_pair_connected: int  # see the module docstring (pairwise view)
+    candidate_pairs: int = 0  # sum over passes
 
     @property
     def lost(self) -> int:
@@ -67,6 +73,7 @@ class BlockingRecall:
             "lost": self.lost,
             "lost_fraction": round(self.lost_fraction, 6),
             "candidate_sets": self.candidate_sets,
+            "candidate_pairs": self.candidate_pairs,
             "true_sets_pair_connected": self.true_sets_pair_connected,
             "passes": [
                 {
@@ -74,6 +81,7 @@ class BlockingRecall:
                     "records_in_common_blocks": list(p.records_in_common_blocks),
                     "common_blocks": p.common_blocks,
                     "candidate_sets": p.candidate_sets,
+                    "candidate_pairs": p.candidate_pairs,
                     "true_sets_kept": p.true_sets_kept,
                     "true_sets_only_here": p.true_sets_only_here,
                 }
@@ -122,14 +130,15 @@ def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> Blo
             values, counts = np.unique(col[np.isin(col, common)], return_counts=True)
             per_block = per_block * counts.astype(object)
         sets = int(per_block.sum()) if common.size else 0
+        pairs = _candidate_pairs(cols)
         d = np.stack([cols[p][np.maximum(rows[:, p], 0)] for p in range(parties)], axis=1)
         kept_by[:, c] = valid & (d[:, 0] != 0) & (d == d[:, :1]).all(axis=1)
         linked |= (d[:, :, None] == d[:, None, :]) & (d[:, :, None] != 0)
-        stats.append((c, in_common, int(common.size), sets))
+        stats.append((c, in_common, int(common.size), sets, pairs))
     only = kept_by & (kept_by.sum(axis=1) == 1)[:, None]
     passes = tuple(
-        PassStats(c, rec, blocks, sets, int(kept_by[:, c].sum()), int(only[:, c].sum()))
-        for c, rec, blocks, sets in stats
+        PassStats(c, rec, blocks, sets, int(kept_by[:, c].sum()), int(only[:, c].sum()), pairs)
+        for c, rec, blocks, sets, pairs in stats
     )
     return BlockingRecall(
         true_sets=int(rows.shape[0]),
@@ -137,7 +146,20 @@ def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> Blo
         passes=passes,
         candidate_sets=sum(p.candidate_sets for p in passes),
         true_sets_pair_connected=int((valid & _connected(linked)).sum()),
+        candidate_pairs=sum(p.candidate_pairs for p in passes),
     )
+
+
+def _candidate_pairs(cols: Sequence[np.ndarray]) -> int:
+    """Candidate pairs of one pass: over every two parties, the sum over the non-zero digests
+    both hold of the product of their counts."""
+    counted = [np.unique(col[col != 0], return_counts=True) for col in cols]
+    total = 0
+    for a, (ua, ka) in enumerate(counted):
+        for ub, kb in counted[a + 1 :]:
+            _, ia, ib = np.intersect1d(ua, ub, assume_unique=True, return_indices=True)
+            total += int((ka[ia].astype(np.int64) * kb[ib].astype(np.int64)).sum())
+    return total
 
 
 def _connected(linked: np.ndarray) -> np.ndarray:

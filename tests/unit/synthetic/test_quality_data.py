@@ -68,6 +68,9 @@ def test_blocking_recall_known_answer():
     # pass 1: common blocks {8}: 1 x 1 x 1 (9 is at a and c only)
     assert (p1.common_blocks, p1.candidate_sets, p1.records_in_common_blocks) == (1, 1, (1, 1, 1))
     assert r.candidate_sets == 3
+    # pairs, pass 0: a-b share {5, 1}: 2*1 + 1*1; a-c {5}: 2*1; b-c {5}: 1*1 -> 6
+    # pass 1: a-b {8}: 1; a-c {8, 9}: 1*1 + 1*2 (c holds 9 twice); b-c {8}: 1 -> 5
+    assert (p0.candidate_pairs, p1.candidate_pairs, r.candidate_pairs) == (6, 5, 11)
     # each kept set is kept by one pass only: dropping either pass loses one set
     assert (p0.true_sets_only_here, p1.true_sets_only_here) == (1, 1)
     # e2: a-b share 1 (pass 0), a-c share 9 (pass 1), b-c nothing: connected through a
