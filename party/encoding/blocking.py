@@ -46,7 +46,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
-from itertools import repeat
+from itertools import compress, repeat
 from typing import Any
 
 import jellyfish
@@ -152,13 +152,43 @@ def day_month_of(raw: str) -> str:
 _NOT_DIGIT_OR_SEP = re.compile(r"[^0-9\0]+")
 
 
+_DATE_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9]
+
+
+def _plain_dates(raws: list[str]) -> list[bool]:
+    """Which values are ``DDDD?DD?DD`` in ASCII (D a digit 0-9, ? any other character): for
+    them ``year_of`` is the first four characters and ``day_month_of`` characters 5-6 and 8-9
+    (no surrounding space; the first alternative of ``_YEAR`` matches at position 0)."""
+    plain = np.zeros(len(raws), dtype=bool)
+    ten = np.flatnonzero(np.fromiter(map(len, raws), dtype=np.int64, count=len(raws)) == 10)
+    if not ten.size:
+        return plain.tolist()
+    cand = list(map(raws.__getitem__, ten.tolist()))
+    ascii_ = np.fromiter(map(str.isascii, cand), dtype=bool, count=len(cand))
+    text = "".join(compress(cand, ascii_.tolist())).encode("ascii")
+    chars = np.frombuffer(text, dtype=np.uint8).reshape(-1, 10)
+    digit = (chars >= ord("0")) & (chars <= ord("9"))
+    ok = digit[:, _DATE_DIGITS].all(axis=1) & ~digit[:, 4] & ~digit[:, 7]
+    plain[ten[ascii_]] = ok
+    return plain.tolist()
+
+
+def years(raws: list[str]) -> list[str]:
+    """``[year_of(r) for r in raws]``; plain dates (``_plain_dates``) by slicing."""
+    return [r[:4] if p else year_of(r) for r, p in zip(raws, _plain_dates(raws), strict=True)]
+
+
 def day_months(raws: list[str]) -> list[str]:
-    """``[day_month_of(r) for r in raws]``, the digit filter run once over the joined rests."""
+    """``[day_month_of(r) for r in raws]``; plain dates (``_plain_dates``) by slicing, the digit
+    filter of the others run once over their joined rests."""
     search = _YEAR.search
     out: list[str] = []
     rests: list[str] = []
     at: list[int] = []
-    for raw in raws:
+    for raw, plain in zip(raws, _plain_dates(raws), strict=True):
+        if plain:
+            out.append(raw[5:7] + raw[8:10])
+            continue
         value = raw.strip()
         m = search(value)
         if m is None or m.group(2):
@@ -251,10 +281,7 @@ def part_values(
         digits = _DIGITS.search
         return lambda values: [m.group() if (m := digits(v)) else "" for v in norm_many(values)]
     if fn == "year":
-        year = _YEAR.search
-        return lambda values: [
-            (m.group(1) or m.group(2)) if (m := year(v.strip())) else "" for v in values
-        ]
+        return years
     if fn == "day_month":
         return day_months
     one = part_function(part, schema, memos)

@@ -27,6 +27,7 @@ ASCII = st.text(alphabet=st.characters(max_codepoint=127), max_size=12)
 ANY = st.text(max_size=12)
 VALUES = st.lists(st.one_of(ASCII, ANY), max_size=30)
 WORDS = ["Smith", "O'Neil-Smyth", "9eorgia", "  ", "", "12a Queen St.", "Zoë", "Müller", "a\0b"]
+WORDS += ["1987/05/03", "1987-05-3a", "a987-05-03", "19870-5-03", "1987 05 03", "2001.12.31"]
 WORDS += [
     "1987-05-03",
     " 03/05/1987 ",
