@@ -240,7 +240,7 @@ def aes_blocks(key: bytes, blocks: np.ndarray) -> np.ndarray:
     enc = Cipher(algorithms.AES(key), modes.ECB()).encryptor()
     data = np.ascontiguousarray(blocks, dtype=_LE64).reshape(-1)
     out = np.empty(data.size + 2, dtype=_LE64)  # update_into wants 15 spare bytes
-    done = enc.update_into(memoryview(data.view(np.uint8)), memoryview(out.view(np.uint8)))
+    done = enc.update_into(data.view(np.uint8).data, out.view(np.uint8).data)
     enc.finalize()
     assert done == 8 * data.size
     return out[: data.size].reshape(-1, 2)
