@@ -76,8 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--target",
         choices=list(TARGETS),
         default=DEFAULT_TARGET,
-        help=f"any (default {DEFAULT_TARGET}): groups at --min-parties..P parties (generated data "
-        "then has entities at random subsets of the parties); all: sets at every party (both modes)",
+        help=f"linkage target (default {DEFAULT_TARGET}). any: groups at --min-parties..P "
+        "parties (generated data then has entities at random subsets of the parties); all: sets "
+        "at every party (both modes)",
     )
     ap.add_argument(
         "--min-parties",
