@@ -187,11 +187,13 @@ class SightPlanner:
         self.units = units
         self.lanes = lanes
         self.per_value = {u: self.DEFAULT_SECONDS[u[0]] for u in units}
+        self.measured = False  # True once a lane has reported costs
 
     def learn(self, seconds: dict[Unit, tuple[int, float]]) -> None:
         """Fold a lane's measured (values, CPU seconds) per unit into the estimates."""
         for unit, (count, cpu) in seconds.items():
             if count and unit in self.per_value:
+                self.measured = True
                 self.per_value[unit] = 0.5 * self.per_value[unit] + 0.5 * cpu / count
 
     def shares(self, new: dict[str, list[bytes]]) -> list[dict[Unit, list[bytes]]]:

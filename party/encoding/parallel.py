@@ -242,6 +242,9 @@ def _one_batch(path: str | Path) -> bool:
         return True
 
 
+PROBE_VALUES = 1000  # per column: the first batch's sample that measures first-sight costs
+
+
 class _Lanes:
     """Drives the two steps of the module docstring on ``lanes``; results in input order."""
 
@@ -266,14 +269,25 @@ class _Lanes:
         self.rows = [0] * len(self.lanes)  # rows given to each lane so far
         self.results: deque[Future[tuple[_BatchResult, str, float]]] = deque()
 
-    def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
-        shares = self.planner.shares(self.seen.new_values(batch))
+    def _submit_sight(self, new: dict[str, list[bytes]]) -> list[Future[Any] | None]:
+        shares = self.planner.shares(new)
         return [
             lane.submit(first_sight_task, share, self.spec) if share else None
             for lane, share in zip(self.lanes, shares, strict=True)
         ]
 
-    def _encode(self, batch: _Batch, sight: list[Future[Any] | None]) -> None:
+    def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
+        new = self.seen.new_values(batch)
+        if not self.planner.measured and self.lanes[1:]:
+            # before any measurement: first sight of a sample of every column, so that the
+            # rest of the first batch (most of all first sight) is shared out by measured cost
+            sample = {c: v[:PROBE_VALUES] for c, v in new.items()}
+            self._collect(self._submit_sight(sample))
+            new = {c: v[PROBE_VALUES:] for c, v in new.items() if len(v) > PROBE_VALUES}
+        return self._submit_sight(new)
+
+    def _collect(self, sight: list[Future[Any] | None]) -> None:
+        """First-sight results: learn their costs, queue their entries for the other lanes."""
         for w, fut in enumerate(sight):
             if fut is None:
                 continue
@@ -285,6 +299,9 @@ class _Lanes:
                 for v, box in enumerate(self.outbox):
                     if v != w:
                         box.append(entries)
+
+    def _encode(self, batch: _Batch, sight: list[Future[Any] | None]) -> None:
+        self._collect(sight)
         w = self.rows.index(min(self.rows))  # the lane with the fewest rows so far
         self.rows[w] += batch.n
         entries, self.outbox[w] = self.outbox[w], []
