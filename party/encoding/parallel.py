@@ -130,6 +130,12 @@ def _worker_encoder(spec: EncoderSpec) -> Encoder:
     return enc
 
 
+def forget_task(token: str) -> bool:
+    """Runs in a lane when a job ends: drop its encoder (secret, memo tables); True if held."""
+    with _WORKER_LOCK:
+        return _WORKER_ENCODERS.pop(token, None) is not None
+
+
 def _worker_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
@@ -363,18 +369,16 @@ def encode_csv_parallel(
             log.info("a seeded BLIP generator was injected: encoding in one process")
         return encoder.encode_csv(path, id_column=id_column, progress=progress)
     use = start_lanes(n) if lanes is None else list(lanes)
-    driver = _Lanes(
-        use,
-        encoder,
-        EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8)),
-        str(Path(path)),
-        id_column,
-        stats,
-    )
-    return encoder.encode_csv(
-        path,
-        id_column=id_column,
-        progress=progress,
-        map_batches=driver.run,
-        block_bytes=block_bytes_for(path, len(use)),
-    )
+    spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
+    driver = _Lanes(use, encoder, spec, str(Path(path)), id_column, stats)
+    try:
+        return encoder.encode_csv(
+            path,
+            id_column=id_column,
+            progress=progress,
+            map_batches=driver.run,
+            block_bytes=block_bytes_for(path, len(use)),
+        )
+    finally:  # the job's encoders and memo tables are freed on every lane when it ends
+        for fut in [lane.submit(forget_task, spec.token) for lane in use]:
+            fut.result()

@@ -13,6 +13,7 @@ from party.encoding.parallel import (
     EncoderSpec,
     ParallelStats,
     encode_csv_parallel,
+    forget_task,
     resolve_workers,
     start_lanes,
 )
@@ -48,6 +49,12 @@ def _people_csv(tmp_path: Path, n: int, seed: int = 3) -> Path:
     return path
 
 
+def _held_tokens() -> list[str]:
+    from party.encoding import parallel
+
+    return list(parallel._WORKER_ENCODERS)
+
+
 def _same(a: Any, b: Any) -> None:
     assert a.record_ids == b.record_ids
     assert a.filter_bits == b.filter_bits
@@ -81,6 +88,9 @@ def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool
     assert len(ref) == 3000 and ref.block_digests.shape[1] == schema.digest_width
     assert sum(ticks) == 3000 and len(ticks) > 4  # many batches went through the pool
     assert stats.batches == len(ticks) and stats.cpu_seconds > 0
+    # the job's encoders were dropped on every lane when it ended
+    assert [lane.submit(forget_task, "any").result() for lane in pool] == [False, False]
+    assert not any(lane.submit(_held_tokens).result() for lane in pool)
     # the default row-number ids too, with a pool the function starts itself
     ref2, _ = Encoder(schema, SECRET).encode_csv(path)
     got2, _ = encode_csv_parallel(Encoder(schema, SECRET), path, workers=2)
