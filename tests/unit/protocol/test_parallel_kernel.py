@@ -108,6 +108,21 @@ def test_large_block_on_two_threads_at_the_default_size() -> None:
         assert c1 == c2
 
 
+def _block_rows(rng: np.random.Generator, n: list[int], sizes: np.ndarray):
+    """Random distinct rows of each party for each block of ``sizes`` (P, nb), as (rows_of,
+    starts) in compare_block_batch's layout."""
+    rows_of = [
+        np.concatenate(
+            [rng.choice(n[j], size=int(k), replace=False) for k in sizes[j]]
+            + [np.zeros(0, dtype=np.int64)]
+        ).astype(np.int64)
+        for j in range(len(n))
+    ]
+    starts = np.zeros_like(sizes)
+    starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
+    return rows_of, starts
+
+
 def _batch_inputs(rng: np.random.Generator, parties: int, nblocks: int):
     n = [int(rng.integers(40, 90)) for _ in range(parties)]
     segs = _segs(rng, n, 130, 0.4)
@@ -115,16 +130,7 @@ def _batch_inputs(rng: np.random.Generator, parties: int, nblocks: int):
     sizes = np.array(
         [[int(rng.integers(0, 7)) for _ in range(nblocks)] for _ in range(parties)], dtype=np.int64
     )
-    rows_of = [
-        np.concatenate(
-            [rng.choice(n[j], size=int(k), replace=False) for k in sizes[j]]
-            + [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
-        for j in range(parties)
-    ]
-    starts = np.zeros_like(sizes)
-    starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
-    return segs, pops, rows_of, starts, sizes
+    return (segs, pops, *_block_rows(rng, n, sizes), sizes)
 
 
 @pytest.mark.parametrize("kernel", FAST)
@@ -175,16 +181,7 @@ def _overlapping_blocks(rng: np.random.Generator, parties: int, nblocks: int):
         ],
         dtype=np.int64,
     )
-    rows_of = [
-        np.concatenate(
-            [rng.choice(n[j], size=int(k), replace=False) for k in sizes[j]]
-            + [np.zeros(0, dtype=np.int64)]
-        ).astype(np.int64)
-        for j in range(parties)
-    ]
-    starts = np.zeros_like(sizes)
-    starts[:, 1:] = np.cumsum(sizes, axis=1)[:, :-1]
-    return segs, pops, rows_of, starts, sizes
+    return (segs, pops, *_block_rows(rng, n, sizes), sizes)
 
 
 @pytest.mark.parametrize("parties", [2, 3, 5])
