@@ -2,7 +2,7 @@
 """Scaling benchmark: speedup from 1 to all cores, time and memory exponents in N, and a 4-worker
 Dask cluster's CPU per worker against the ideal quarter.
 
-    .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only]
+    .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only | --comparison-only]
     .venv/bin/python scripts/bench_scaling.py sizes   [--sizes 25000,50000,100000,200000,400000,1000000]
     .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4]
 
@@ -128,31 +128,34 @@ def cmd_cores(args: argparse.Namespace) -> None:
         startup = start_workers(w)
         best: dict[int, tuple[float, float, Any]] = {}
         outputs = {}
-        for k in (1, w, 1, w):  # best of two each, interleaved
+        for k in () if args.comparison_only else (1, w, 1, w):  # best of 2 each, interleaved
             records, t, c, stats = encode(csvs[0], k)
             outputs[k] = records
             if k not in best or t < best[k][0]:
                 best[k] = (t, c, stats)
-        r1, rw = outputs[1], outputs[w]
-        same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
-        same = same and np.array_equal(r1.block_digests, rw.block_digests)
-        (t1, c1, _), (tw, cw, sw) = best[1], best[w]
-        print(
-            f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
-            f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {cw - sw.cpu_seconds:.2f}, "
-            f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process; "
-            f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"
-        )
+        if not args.comparison_only:
+            r1, rw = outputs[1], outputs[w]
+            same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
+            same = same and np.array_equal(r1.block_digests, rw.block_digests)
+            (t1, c1, _), (tw, cw, sw) = best[1], best[w]
+            print(
+                f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
+                f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {cw - sw.cpu_seconds:.2f}, "
+                f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process; "
+                f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"
+            )
         if args.encoding_only:
             return
         tables = [encode(p, w)[0] for p in csvs]
         warm_up()
         times = {}
         sets = {}
+        cpu: dict[int, list[float]] = {}
         for k in (1, w, 1, w):
-            t0 = time.perf_counter()
+            c0, t0 = self_cpu(), time.perf_counter()
             run = run_in_process(tables, params(), workers=k)
             times.setdefault(k, []).append(time.perf_counter() - t0)
+            cpu.setdefault(k, []).append(self_cpu() - c0)
             compare = run.metrics.step_seconds["compare"]
             times.setdefault(f"compare{k}", []).append(compare)
             sets[k] = run.classification.sets_summed
@@ -160,7 +163,8 @@ def cmd_cores(args: argparse.Namespace) -> None:
         print(
             f"comparison of 3 parties: 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
             f"{c_1 / c_w:.2f}x (best of 2); whole protocol {min(times[1]):.2f}s vs "
-            f"{min(times[w]):.2f}s; identical summed sets: {sets[1] == sets[w]}; {load()}"
+            f"{min(times[w]):.2f}s ({min(cpu[1]):.2f} vs {min(cpu[w]):.2f} CPU-s); identical "
+            f"summed sets: {sets[1] == sets[w]}; {load()}"
         )
 
 
@@ -280,6 +284,9 @@ def main() -> int:
     ap.add_argument("what", choices=["cores", "sizes", "cluster", "one"])
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workers", type=int, default=0, help="0: every core")
+    ap.add_argument(
+        "--comparison-only", action="store_true", help="cores: skip the encoding speedup"
+    )
     ap.add_argument("--sizes", default="25000,50000,100000,200000,400000,1000000")
     ap.add_argument("--cluster-workers", type=int, default=4)
     ap.add_argument(
