@@ -34,6 +34,7 @@ it is drawn, so such an encoder always encodes in one process. With the default 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import math
 import multiprocessing
@@ -46,7 +47,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Executor, Future, ProcessPoolExecutor
+from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,10 @@ def start_lanes(workers: int | None = None) -> list[Executor]:
     (a node may call this at start so its first encoding does not wait for them)."""
     n = resolve_workers(workers)
     with _LANES_LOCK:
+        for i, lane in enumerate(_LANES):
+            if getattr(lane, "_broken", False):  # its process died: a fresh one replaces it
+                lane.shutdown(wait=False, cancel_futures=True)
+                _LANES[i] = process_pool(1)
         while len(_LANES) < n:
             _LANES.append(process_pool(1))
         lanes: list[Executor] = list(_LANES[:n])
@@ -380,5 +385,15 @@ def encode_csv_parallel(
             block_bytes=block_bytes_for(path, len(use)),
         )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
-        for fut in [lane.submit(forget_task, spec.token) for lane in use]:
+        _forget_everywhere(use, spec.token)
+
+
+def _forget_everywhere(lanes: Sequence[Executor], token: str) -> None:
+    """``forget_task`` on every lane; a lane whose process died holds nothing any more."""
+    futures = []
+    for lane in lanes:
+        with contextlib.suppress(BrokenExecutor, RuntimeError):
+            futures.append(lane.submit(forget_task, token))
+    for fut in futures:
+        with contextlib.suppress(BrokenExecutor, CancelledError):
             fut.result()

@@ -24,9 +24,9 @@ SECRET = bytes(range(7, 39))
 SHIPPED = Path(__file__).resolve().parents[3] / "party" / "synthetic" / "data" / "schema.json"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def pool():
-    return start_lanes(2)
+    return start_lanes(2)  # the persistent lanes (replaced if a process died)
 
 
 @pytest.fixture
@@ -205,3 +205,18 @@ def test_workers_setting_and_secret_not_shown():
             resolve_workers(bad)  # type: ignore[arg-type]
     spec = EncoderSpec(_shipped_schema(), SECRET, "t")
     assert SECRET.hex() not in repr(spec) and str(SECRET) not in repr(spec)
+
+
+def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
+    import os
+    from concurrent.futures.process import BrokenProcessPool
+
+    lanes = start_lanes(2)
+    with pytest.raises(BrokenProcessPool):
+        lanes[1].submit(os._exit, 3).result()  # the lane's process dies
+    path = _people_csv(tmp_path, 600)
+    schema = _shipped_schema()
+    ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    got, _ = encode_csv_parallel(Encoder(schema, SECRET), path, id_column="rec_id", workers=2)
+    _same(ref, got)
+    assert start_lanes(2)[1] is not lanes[1]
