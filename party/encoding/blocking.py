@@ -69,7 +69,12 @@ from party.encoding.normalise import (
     memoised_normaliser_many,
     valid_text,
 )
-from party.encoding.schema import BlockingKeySpec, BlockingPart, LinkageSchema
+from party.encoding.schema import (
+    BlockingKeySpec,
+    BlockingPart,
+    LinkageSchema,
+    NormalisationSpec,
+)
 
 _YEAR = re.compile(r"(?<!\d)(\d{4})(?!\d)|^(\d{4})\d{4}$")
 _NOT_ASCII_LETTER = re.compile(r"[^a-z]+")
@@ -213,16 +218,20 @@ def first_number(value: str) -> str:
     return m.group(0) if m else ""
 
 
+def _normalisation_of(part: BlockingPart, schema: LinkageSchema) -> NormalisationSpec:
+    """The part's field normalisation when the column is an encoded feature, else the default."""
+    try:
+        return schema.field_spec(part.field).normalisation
+    except KeyError:
+        return DEFAULT_NORMALISATION
+
+
 def part_function(
     part: BlockingPart, schema: LinkageSchema, memos: NormaliserMemos | None = None
 ) -> Callable[[str], str]:
     """The raw column value -> part value function of one blocking-key part (``memos``: the
     normalisation memos to share, see ``memoised_normaliser``)."""
-    try:
-        norm = schema.field_spec(part.field).normalisation
-    except KeyError:
-        norm = DEFAULT_NORMALISATION
-    norm_of = memoised_normaliser(norm, memos)
+    norm_of = memoised_normaliser(_normalisation_of(part, schema), memos)
     fn = part.function
     length = part.length or 0
     if fn == "exact":
@@ -258,11 +267,7 @@ def part_values(
 ) -> Callable[[list[str]], list[str]]:
     """``part_function`` over a list of raw values at once (what the encoder calls): equal to
     ``[part_function(part, schema)(v) for v in values]`` with fewer Python calls per value."""
-    try:
-        norm = schema.field_spec(part.field).normalisation
-    except KeyError:
-        norm = DEFAULT_NORMALISATION
-    norm_many = memoised_normaliser_many(norm, memos)
+    norm_many = memoised_normaliser_many(_normalisation_of(part, schema), memos)
     fn = part.function
     length = part.length or 0
     code = _PHONETIC_CODES.get(fn)
