@@ -133,11 +133,14 @@ def test_received_messages_are_uniform_and_independent_of_inputs():
     sparse = [rng.integers(0, 2**64, size=(n, words), dtype=np.uint64) for _ in range(3)]
     a, b, c = _received_bytes(zeros), _received_bytes(ones), _received_bytes(sparse)
     assert len(a) == len(b) == len(c) > 100_000
+    # The messages of the random-filter run differ between runs (their p-values with them): at a
+    # cut-off of 1e-3 each of its three checks fails one correct run in 1,000 (it failed once in a
+    # full suite on 2 December). Missing masks give p = 0.0 (the negative control below).
     for data in (a, b, c):
-        assert _uniform_p(data) > 1e-3
+        assert _uniform_p(data) > 1e-6
     # two-sample: the byte distributions of very different inputs agree
     for x, y in ((a, b), (a, c)):
-        assert _same_distribution_p(x, y) > 1e-3
+        assert _same_distribution_p(x, y) > 1e-6
 
 
 def test_chi_square_detects_missing_zero_shares():
