@@ -33,8 +33,8 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     register = 30.0                   # interval of re-registration with the coordinator
 
     [limits]                          # optional
-    memory_budget_mib = 256           # working memory of the local comparison (kept candidate
-                                      #   sets may use a quarter of it; a run above fails cleanly)
+    memory_budget_mib = 1024          # working memory of a run (kept candidate sets may use a
+                                      #   quarter of it and spill beyond; target any's solver half)
     workers = 0                       # processes for encoding, threads for comparison
                                       #   (0: every core this node may use)
 
@@ -217,7 +217,7 @@ class PartyConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     audit_policy: Mapping[str, Any] | None = None  # None: no gate ([audit] default_policy = false)
     audit_policy_origin: str = "[audit.policy]"  # or "default policy", with PPRL_AUDIT_* overrides
-    memory_budget_mib: int = 256
+    memory_budget_mib: int = 1024
     trusted_peers: frozenset[str] = frozenset()
     workers: int = 0  # 0: every core this node may use
     cluster: ClusterConfig | None = None  # None: worker processes/threads on this machine

@@ -110,7 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--memory-budget-mib",
         type=int,
-        default=256,
+        default=1024,
         help="the engine's memory budget per party (in-process engines, the party nodes via "
         "PPRL_MEMORY_BUDGET_MIB, and the networked mode's local reference and oracle)",
     )

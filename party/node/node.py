@@ -148,7 +148,7 @@ class Run:
 
 
 def protocol_parameters(
-    message: common_pb2.LinkageParameters, memory_budget_bytes: int = 256 * 2**20
+    message: common_pb2.LinkageParameters, memory_budget_bytes: int = 1024 * 2**20
 ) -> tuple[LinkageSchema, ProtocolParameters]:
     """Validate a parameters message with the encoder and engine; InvalidParameters listing problems.
 
