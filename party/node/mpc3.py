@@ -398,14 +398,13 @@ def _step(gen: Any, incoming: bytes | None) -> tuple[bool, Any]:
 def _results_of(run: Run, outcome: Any) -> list[Any]:
     """Compute party 0: every data party's results, by party index (PartyResults of the matched
     sets; target any: GroupResults of the groups solved from the matched pairs)."""
-    from party.mpc.pairs import solve_pair_groups
+    from party.mpc.pairs import solve_pair_rows
     from party.protocol.classify import PartyResults
-    from party.protocol.pair_engine import group_result_rows, group_results
+    from party.protocol.pair_engine import group_results
 
     p = run.params
     if p.target == "any":
-        groups = solve_pair_groups(outcome, p)
-        rows = group_result_rows(groups, p.party_count)
+        rows = solve_pair_rows(outcome, p)
         return [group_results(rows[j], j) for j in range(p.party_count)]
     cls = outcome.classification
     lids = np.asarray(cls.linkage_ids, dtype=np.uint64)

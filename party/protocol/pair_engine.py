@@ -37,6 +37,13 @@ from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import shared_blocks
 from party.protocol.classify import PartyResults, linkage_label
+from party.protocol.components import (
+    ARRAY_BYTES_PER_PAIR,
+    check_solver_budget,
+    component_batches,
+    largest_batch,
+    solve_group_rows,
+)
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
     ComparisonCancelled,
@@ -48,15 +55,12 @@ from party.protocol.errors import (
 from party.protocol.pairwise import PairPlan, segment_pair_counts
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
-from party.protocol.solver import Group, solve_groups
+from party.protocol.solver import Group
 from party.protocol.spill import LocalGauge, RowStore
 
 logger = logging.getLogger(__name__)
 
 #: Bit masks of the parties in a group are uint64, so target any supports at most 64 parties.
-#: Bytes charged to the memory budget per matched pair while the solver holds them (Python
-#: tuples, dictionaries and the groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
-SOLVER_BYTES_PER_PAIR = 1400
 
 
 @dataclass(frozen=True)
@@ -226,23 +230,33 @@ class PairEngine(PartyEngine):
         summed, matched_count, _ = super().ring_finish_end()
         assert self._matches is not None
         p = self.parties
-        # The solver works after the comparison, in the half of the budget the comparison used.
-        solver_gauge = LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer)
-        need = SOLVER_BYTES_PER_PAIR * self._matches.rows
+        # The solver works after the comparison, in the half of the budget the comparison used,
+        # one batch of connected components at a time (party.protocol.components).
+        half = self.params.memory_budget_bytes // 2
+        solver_gauge = LocalGauge(half, outer=self._gauge.outer)
+        rows = self._matches.rows
+        check_solver_budget(rows, 0, half)
+        need = ARRAY_BYTES_PER_PAIR * rows
         if not solver_gauge.try_reserve(need):
             raise MemoryBudgetError(
-                f"solving the groups of {self._matches.rows} matched pairs needs about "
-                f"{need // 2**20 + 1} MiB, more than half of the memory budget: raise the "
-                "party's memory_budget_mib (or s_t)"
+                f"solving the groups of {rows} matched pairs needs about {need // 2**20 + 1} MiB "
+                "that the node's other runs hold: retry when they end, or raise memory_budget_mib"
             )
         try:
-            groups = solve_groups(
-                self._matched_pairs(),
+            ends, sims = self._matched_arrays()
+            batches = component_batches(ends)
+            largest = largest_batch(batches[1])
+            check_solver_budget(rows, largest, half)
+            per_party, group_count = solve_group_rows(
+                ends,
+                sims,
+                p,
                 self.params.min_parties,
                 self.params.solver,
                 self.params.match_threshold,
+                batches,
             )
-            per_party = group_result_rows(groups, p)
+            del ends, sims, batches
         finally:
             solver_gauge.release(need)
         self._group_rows = []
@@ -251,29 +265,28 @@ class PairEngine(PartyEngine):
             if per_party[q].shape[0]:
                 store.append(per_party[q])
             self._group_rows.append(store.finish())
-        self.group_count = len(groups)
+        self.group_count = group_count
         logger.info(
-            "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, len(groups)
+            "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, group_count
         )
         return summed, matched_count, sum(s.rows for s in self._group_rows)
 
-    def _matched_pairs(self) -> Iterator[tuple[int, int, int, int, float]]:
-        """The matched pairs as (party a, pseudonym, party b, pseudonym, Dice), a < b."""
+    def _matched_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The matched pairs as (k, 4) uint64 ends (party a, pseudonym, party b, pseudonym; a < b)
+        and their (k,) Dice."""
         assert self._matches is not None
         p = self.parties
+        ends, sims = [np.zeros((0, 4), dtype=np.uint64)], [np.zeros(0, dtype=np.float64)]
         for rows in self._matches.chunks(self._chunk_rows(p + 1)):
             member = rows[:, :p] != 0
             a = np.argmax(member, axis=1)
             b = p - 1 - np.argmax(member[:, ::-1], axis=1)
             at = np.arange(rows.shape[0])
-            yield from zip(
-                a.tolist(),
-                rows[at, a].tolist(),
-                b.tolist(),
-                rows[at, b].tolist(),
-                rows[:, p].view(np.float64).tolist(),
-                strict=True,
+            ends.append(
+                np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
             )
+            sims.append(rows[:, p].view(np.float64).copy())
+        return np.concatenate(ends), np.concatenate(sims)
 
     # ----------------------------------------------------------------- results
     def result_count(self, party: int) -> int:

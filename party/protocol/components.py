@@ -1,0 +1,158 @@
+"""Target any's group solver run one batch of connected components at a time, from arrays.
+
+The solver (``party.protocol.solver``) only ever merges the two ends of a matched pair, and its rules
+only look at pairs and groups inside one connected component of the matched-pair graph, so solving
+the components separately (in any batches of whole components) gives the same groups. Here the
+pairs stay in numpy arrays; only one batch of components at a time becomes the solver's Python
+objects, so memory follows the largest component instead of the run's matched pairs. The result is
+``group_result_rows(solve_groups(all pairs), P)``: per party, its rows in linkage-id order, linkage
+ids numbered by each group's smallest member ``(party, key)``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from party.numba_jit import jit
+from party.protocol.errors import MemoryBudgetError
+from party.protocol.solver import solve_groups
+
+#: Bytes per matched pair of the arrays held while solving (ends and Dice 40, node ids 16, component
+#: labels and order 16, unique-node temporaries 32, result rows of up to two members 80, and margin;
+#: tracemalloc peak of the whole solve of 678,647 pairs in batches of 65,537: 229 per pair in all).
+ARRAY_BYTES_PER_PAIR = 224
+#: Bytes per matched pair of the solver's Python objects for one batch of components (tuples,
+#: dictionaries and groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
+SOLVER_BYTES_PER_PAIR = 1400
+#: Matched pairs per batch of whole components handed to the solver (a larger component is one batch).
+BATCH_PAIRS = 1 << 16
+
+RESULT_COLUMNS = 5  # linkage id, similarity bits, pseudonym, group size, party mask
+
+
+@jit
+def _roots(a: np.ndarray, b: np.ndarray, nodes: int) -> np.ndarray:  # pragma: no cover - compiled
+    """Union-find over the edges (a[i], b[i]): each node's root, the smallest node of its component."""
+    parent = np.arange(nodes)
+    for i in range(a.shape[0]):
+        x = a[i]
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        y = b[i]
+        while parent[y] != y:
+            parent[y] = parent[parent[y]]
+            y = parent[y]
+        if x < y:
+            parent[y] = x
+        elif y < x:
+            parent[x] = y
+    for i in range(nodes):
+        x = i
+        while parent[x] != x:
+            x = parent[x]
+        parent[i] = x
+    return parent
+
+
+def component_batches(
+    ends: np.ndarray, batch_pairs: int = BATCH_PAIRS
+) -> tuple[np.ndarray, list[int]]:
+    """The pairs' order grouped by component, and cut points (into that order) of batches of whole
+    components of about ``batch_pairs`` pairs; ``ends`` is (k, 4): party a, key a, party b, key b."""
+    k = int(ends.shape[0])
+    if k == 0:
+        return np.zeros(0, dtype=np.int64), [0]
+    both = np.concatenate([ends[:, 0:2], ends[:, 2:4]])
+    _, node = np.unique(both, axis=0, return_inverse=True)
+    node = node.reshape(-1).astype(np.int64)
+    roots = _roots(node[:k], node[k:], int(node.max()) + 1)
+    label = roots[node[:k]]
+    order = np.argsort(label, kind="stable")
+    starts = np.flatnonzero(np.diff(label[order])) + 1
+    cuts = [0]
+    for s in starts.tolist():
+        if s - cuts[-1] >= batch_pairs:
+            cuts.append(s)
+    cuts.append(k)
+    return order, cuts
+
+
+def largest_batch(cuts: list[int]) -> int:
+    """Pairs in the largest batch of ``component_batches``."""
+    return max((b - a for a, b in zip(cuts[:-1], cuts[1:], strict=True)), default=0)
+
+
+def solver_bytes(pairs: int, largest: int) -> int:
+    """Bytes the solver holds for ``pairs`` matched pairs whose largest batch has ``largest``."""
+    return ARRAY_BYTES_PER_PAIR * pairs + SOLVER_BYTES_PER_PAIR * largest
+
+
+def check_solver_budget(pairs: int, largest: int, budget_bytes: int) -> None:
+    """MemoryBudgetError, naming the counts, when solving needs more than ``budget_bytes``."""
+    need = solver_bytes(pairs, largest)
+    if need > budget_bytes:
+        raise MemoryBudgetError(
+            f"solving the groups of {pairs} matched pairs (largest batch of connected components: "
+            f"{largest} pairs) needs about {need // 2**20 + 1} MiB, more than half of the memory "
+            "budget: raise the party's memory_budget_mib (or s_t)"
+        )
+
+
+def solve_group_rows(
+    ends: np.ndarray,
+    similarities: np.ndarray,
+    parties: int,
+    min_parties: int,
+    solver: str,
+    match_threshold: float | None,
+    batches: tuple[np.ndarray, list[int]] | None = None,
+) -> tuple[list[np.ndarray], int]:
+    """Per party, the (k_q, 5) uint64 result rows of the solved groups in linkage-id order (the
+    columns of ``pair_engine.group_result_rows``), and the number of groups."""
+    order, cuts = batches if batches is not None else component_batches(ends)
+    rows: list[list[np.ndarray]] = [[] for _ in range(parties)]
+    firsts: list[tuple[int, int]] = []
+    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+        pick = order[lo:hi]
+        part = ends[pick].tolist()
+        sims = similarities[pick].tolist()
+        groups = solve_groups(
+            ((a, ka, b, kb, s) for (a, ka, b, kb), s in zip(part, sims, strict=True)),
+            min_parties,
+            solver,
+            match_threshold,
+        )
+        per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
+        for g in groups:
+            gid = len(firsts)
+            firsts.append(g.members[0])
+            mask = sum(1 << p for p in g.parties)
+            for q, key in g.members:
+                per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+        for q in range(parties):
+            if per_party[q]:
+                rows[q].append(_table(per_party[q]))
+    count = len(firsts)
+    first = np.array(firsts, dtype=np.uint64).reshape(-1, 2)
+    rank = np.empty(count, dtype=np.uint64)
+    rank[np.lexsort((first[:, 1], first[:, 0]))] = np.arange(count, dtype=np.uint64)
+    out = []
+    for q in range(parties):
+        table = (
+            np.concatenate(rows[q]) if rows[q] else np.zeros((0, RESULT_COLUMNS), dtype=np.uint64)
+        )
+        table[:, 0] = rank[table[:, 0].astype(np.int64)]
+        out.append(table[np.argsort(table[:, 0], kind="stable")])
+    return out, count
+
+
+def _table(rows: list[tuple[int, float, int, int, int]]) -> np.ndarray:
+    table = np.zeros((len(rows), RESULT_COLUMNS), dtype=np.uint64)
+    gid, sim, key, size, mask = zip(*rows, strict=True)
+    table[:, 0] = gid
+    table[:, 1] = np.array(sim, dtype=np.float64).view(np.uint64)
+    table[:, 2] = np.array(key, dtype=np.uint64)
+    table[:, 3] = size
+    table[:, 4] = np.array(mask, dtype=np.uint64)
+    return table
