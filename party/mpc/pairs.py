@@ -94,7 +94,7 @@ def solve_pair_groups(outcome: PairOutcome, params: ProtocolParameters) -> list[
 
 def solve_pair_rows(outcome: PairOutcome, params: ProtocolParameters) -> list[np.ndarray]:
     """Compute party 0 of a networked run: per data party, the result rows of the groups
-    (``pair_engine.group_result_rows`` columns), solved one batch of connected components at a time
+    (``components.group_result_rows`` columns), solved one batch of connected components at a time
     within half the budget (``party.protocol.components``); MemoryBudgetError before solving."""
     half = params.memory_budget_bytes // 2
     k = int(outcome.ends.shape[0])

@@ -11,11 +11,13 @@ ids numbered by each group's smallest member ``(party, key)``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from party.numba_jit import jit
 from party.protocol.errors import MemoryBudgetError
-from party.protocol.solver import solve_groups
+from party.protocol.solver import Group, solve_groups
 
 #: Bytes per matched pair of the arrays held while solving (ends and Dice 40, node ids 16, component
 #: labels and order 16, unique-node temporaries 32, result rows of up to two members 80, and margin;
@@ -123,16 +125,9 @@ def solve_group_rows(
             solver,
             match_threshold,
         )
-        per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
-        for g in groups:
-            gid = len(firsts)
-            firsts.append(g.members[0])
-            mask = sum(1 << p for p in g.parties)
-            for q, key in g.members:
-                per_party[q].append((gid, g.similarity, key, len(g.members), mask))
-        for q in range(parties):
-            if per_party[q]:
-                rows[q].append(_table(per_party[q]))
+        for q, table in enumerate(group_result_rows(groups, parties, first_id=len(firsts))):
+            rows[q].append(table)
+        firsts.extend(g.members[0] for g in groups)
     count = len(firsts)
     first = np.array(firsts, dtype=np.uint64).reshape(-1, 2)
     rank = np.empty(count, dtype=np.uint64)
@@ -147,12 +142,24 @@ def solve_group_rows(
     return out, count
 
 
-def _table(rows: list[tuple[int, float, int, int, int]]) -> np.ndarray:
-    table = np.zeros((len(rows), RESULT_COLUMNS), dtype=np.uint64)
-    gid, sim, key, size, mask = zip(*rows, strict=True)
-    table[:, 0] = gid
-    table[:, 1] = np.array(sim, dtype=np.float64).view(np.uint64)
-    table[:, 2] = np.array(key, dtype=np.uint64)
-    table[:, 3] = size
-    table[:, 4] = np.array(mask, dtype=np.uint64)
-    return table
+def group_result_rows(groups: Sequence[Group], parties: int, first_id: int = 0) -> list[np.ndarray]:
+    """Per party q, the result rows of the groups it is in, in list order: (k_q, 5) uint64 columns
+    linkage id (``first_id`` + the group's index), similarity (float64 bits), q's member pseudonym,
+    group size, party bit mask. Also used by mode mpc3 (party/mpc/pairs.py)."""
+    per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
+    for gid, g in enumerate(groups, start=first_id):
+        mask = sum(1 << p for p in set(g.parties))
+        for q, key in g.members:
+            per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+    out = []
+    for rows in per_party:
+        table = np.zeros((len(rows), RESULT_COLUMNS), dtype=np.uint64)
+        if rows:
+            gid_, sim_, key_, size_, mask_ = zip(*rows, strict=True)
+            table[:, 0] = gid_
+            table[:, 1] = np.array(sim_, dtype=np.float64).view(np.uint64)
+            table[:, 2] = np.array(key_, dtype=np.uint64)
+            table[:, 3] = size_
+            table[:, 4] = np.array(mask_, dtype=np.uint64)
+        out.append(table)
+    return out

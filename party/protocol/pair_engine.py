@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,7 +55,6 @@ from party.protocol.errors import (
 from party.protocol.pairwise import PairPlan, segment_pair_counts
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
-from party.protocol.solver import Group
 from party.protocol.spill import LocalGauge, RowStore
 
 logger = logging.getLogger(__name__)
@@ -89,31 +88,8 @@ def mask_parties(mask: int, parties: int) -> tuple[int, ...]:
     return tuple(q for q in range(parties) if mask >> q & 1)
 
 
-def group_result_rows(groups: Sequence[Group], parties: int) -> list[np.ndarray]:
-    """Per party q, the result rows of the groups it is in, in linkage-id order: (k_q, 5) uint64
-    columns linkage id (the group's number), similarity (float64 bits), q's member pseudonym,
-    group size, party bit mask. Also used by mode mpc3's compute party 0 (party/node/mpc3.py)."""
-    per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
-    for gid, g in enumerate(groups):
-        mask = party_mask(g.parties)
-        for q, key in g.members:
-            per_party[q].append((gid, g.similarity, key, len(g.members), mask))
-    out = []
-    for rows in per_party:
-        table = np.zeros((len(rows), 5), dtype=np.uint64)
-        if rows:
-            gid_, sim_, key_, size_, mask_ = zip(*rows, strict=True)
-            table[:, 0] = gid_
-            table[:, 1] = np.array(sim_, dtype=np.float64).view(np.uint64)
-            table[:, 2] = np.array(key_, dtype=np.uint64)
-            table[:, 3] = size_
-            table[:, 4] = np.array(mask_, dtype=np.uint64)
-        out.append(table)
-    return out
-
-
 def group_results(rows: np.ndarray, party: int) -> GroupResults:
-    """GroupResults of party ``party`` from its result rows (``group_result_rows`` columns)."""
+    """GroupResults of party ``party`` from its result rows (``components.group_result_rows`` columns)."""
     return GroupResults(
         party=party,
         linkage_ids=rows[:, 0].copy(),

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from party.protocol.components import component_batches, largest_batch, solve_group_rows
-from party.protocol.pair_engine import group_result_rows
+from party.protocol.components import (
+    component_batches,
+    group_result_rows,
+    largest_batch,
+    solve_group_rows,
+)
 from party.protocol.solver import SOLVERS, solve_groups
 
 
