@@ -145,7 +145,7 @@ def solve_group_rows(
 def group_result_rows(groups: Sequence[Group], parties: int, first_id: int = 0) -> list[np.ndarray]:
     """Per party q, the result rows of the groups it is in, in list order: (k_q, 5) uint64 columns
     linkage id (``first_id`` + the group's index), similarity (float64 bits), q's member pseudonym,
-    group size, party bit mask. Also used by mode mpc3 (party/mpc/pairs.py)."""
+    group size, party bit mask."""
     per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
     for gid, g in enumerate(groups, start=first_id):
         mask = sum(1 << p for p in set(g.parties))
