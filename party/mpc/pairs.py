@@ -37,19 +37,14 @@ from party.mpc.gates import Round
 from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
 from party.protocol.classify import dice
-from party.protocol.components import (
-    SOLVER_BYTES_PER_PAIR,
-    check_solver_budget,
-    component_batches,
-    largest_batch,
-    solve_group_rows,
-)
+from party.protocol.components import SOLVER_BYTES_PER_PAIR, solve_in_budget
 from party.protocol.errors import MemoryBudgetError, ProtocolError
 from party.protocol.pair_engine import PairEngine
 from party.protocol.pairwise import pair_candidates
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import Group, solve_groups
+from party.protocol.spill import LocalGauge
 
 MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
 
@@ -96,19 +91,14 @@ def solve_pair_rows(outcome: PairOutcome, params: ProtocolParameters) -> list[np
     """Compute party 0 of a networked run: per data party, the result rows of the groups
     (``components.group_result_rows`` columns), solved one batch of connected components at a time
     within half the budget (``party.protocol.components``); MemoryBudgetError before solving."""
-    half = params.memory_budget_bytes // 2
-    k = int(outcome.ends.shape[0])
-    check_solver_budget(k, 0, half)
-    batches = component_batches(outcome.ends)
-    check_solver_budget(k, largest_batch(batches[1]), half)
-    rows, _ = solve_group_rows(
-        outcome.ends,
-        outcome.similarities,
+    rows, _ = solve_in_budget(
+        lambda: (outcome.ends, outcome.similarities),
+        int(outcome.ends.shape[0]),
         params.party_count,
         params.min_parties,
         params.solver,
         params.match_threshold,
-        batches,
+        LocalGauge(params.memory_budget_bytes // 2),
     )
     return rows
 

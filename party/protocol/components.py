@@ -11,13 +11,14 @@ ids numbered by each group's smallest member ``(party, key)``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from party.numba_jit import jit
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.solver import Group, solve_groups
+from party.protocol.spill import LocalGauge
 
 #: Bytes per matched pair of the arrays held while solving (ends and Dice 40, node ids 16, component
 #: labels and order 16, unique-node temporaries 32, result rows of up to two members 80, and margin;
@@ -85,20 +86,46 @@ def largest_batch(cuts: list[int]) -> int:
     return max((b - a for a, b in zip(cuts[:-1], cuts[1:], strict=True)), default=0)
 
 
-def solver_bytes(pairs: int, largest: int) -> int:
-    """Bytes the solver holds for ``pairs`` matched pairs whose largest batch has ``largest``."""
-    return ARRAY_BYTES_PER_PAIR * pairs + SOLVER_BYTES_PER_PAIR * largest
+def solve_in_budget(
+    load: Callable[[], tuple[np.ndarray, np.ndarray]],
+    pairs: int,
+    parties: int,
+    min_parties: int,
+    solver: str,
+    match_threshold: float | None,
+    gauge: LocalGauge,
+) -> tuple[list[np.ndarray], int]:
+    """``solve_group_rows`` of the ``pairs`` matched pairs that ``load()`` returns (ends, Dice),
+    with ``ARRAY_BYTES_PER_PAIR`` per pair reserved on ``gauge`` before loading them and
+    ``SOLVER_BYTES_PER_PAIR`` per pair of the largest batch before solving; MemoryBudgetError,
+    naming the counts, when the gauge refuses either. Both are released at the end."""
+    held = 0
 
+    def reserve(nbytes: int, largest: int | None) -> None:
+        nonlocal held
+        if not gauge.try_reserve(nbytes):
+            batch = (
+                "" if largest is None else f" (largest batch of connected components: {largest})"
+            )
+            raise MemoryBudgetError(
+                f"solving the groups of {pairs} matched pairs{batch} needs about "
+                f"{(held + nbytes) // 2**20 + 1} MiB, more than the party's memory budget leaves "
+                "the solver (half of it, less what other runs hold): raise the party's "
+                "memory_budget_mib (or s_t)"
+            )
+        held += nbytes
 
-def check_solver_budget(pairs: int, largest: int, budget_bytes: int) -> None:
-    """MemoryBudgetError, naming the counts, when solving needs more than ``budget_bytes``."""
-    need = solver_bytes(pairs, largest)
-    if need > budget_bytes:
-        raise MemoryBudgetError(
-            f"solving the groups of {pairs} matched pairs (largest batch of connected components: "
-            f"{largest} pairs) needs about {need // 2**20 + 1} MiB, more than half of the memory "
-            "budget: raise the party's memory_budget_mib (or s_t)"
+    try:
+        reserve(ARRAY_BYTES_PER_PAIR * pairs, None)
+        ends, similarities = load()
+        batches = component_batches(ends)
+        largest = largest_batch(batches[1])
+        reserve(SOLVER_BYTES_PER_PAIR * largest, largest)
+        return solve_group_rows(
+            ends, similarities, parties, min_parties, solver, match_threshold, batches
         )
+    finally:
+        gauge.release(held)
 
 
 def solve_group_rows(

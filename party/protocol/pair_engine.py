@@ -37,17 +37,10 @@ from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import shared_blocks
 from party.protocol.classify import PartyResults, linkage_label
-from party.protocol.components import (
-    ARRAY_BYTES_PER_PAIR,
-    check_solver_budget,
-    component_batches,
-    largest_batch,
-    solve_group_rows,
-)
+from party.protocol.components import solve_in_budget
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
     ComparisonCancelled,
-    MemoryBudgetError,
     ProtocolError,
     ResultsError,
     RingError,
@@ -208,33 +201,15 @@ class PairEngine(PartyEngine):
         p = self.parties
         # The solver works after the comparison, in the half of the budget the comparison used,
         # one batch of connected components at a time (party.protocol.components).
-        half = self.params.memory_budget_bytes // 2
-        solver_gauge = LocalGauge(half, outer=self._gauge.outer)
-        rows = self._matches.rows
-        check_solver_budget(rows, 0, half)
-        need = ARRAY_BYTES_PER_PAIR * rows
-        if not solver_gauge.try_reserve(need):
-            raise MemoryBudgetError(
-                f"solving the groups of {rows} matched pairs needs about {need // 2**20 + 1} MiB "
-                "that the node's other runs hold: retry when they end, or raise memory_budget_mib"
-            )
-        try:
-            ends, sims = self._matched_arrays()
-            batches = component_batches(ends)
-            largest = largest_batch(batches[1])
-            check_solver_budget(rows, largest, half)
-            per_party, group_count = solve_group_rows(
-                ends,
-                sims,
-                p,
-                self.params.min_parties,
-                self.params.solver,
-                self.params.match_threshold,
-                batches,
-            )
-            del ends, sims, batches
-        finally:
-            solver_gauge.release(need)
+        per_party, group_count = solve_in_budget(
+            self._matched_arrays,
+            self._matches.rows,
+            p,
+            self.params.min_parties,
+            self.params.solver,
+            self.params.match_threshold,
+            LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer),
+        )
         self._group_rows = []
         for q in range(p):
             store = self._store(self.RESULT_COLUMNS, f"groups-{q}")
