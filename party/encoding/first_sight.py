@@ -8,9 +8,11 @@ dates of birth and towns, so each would pay first sight of them again.
 
 Instead the parent finds each batch's values it has not yet handed out (``SeenValues``) and cuts
 the work into one share per worker (``SightPlanner``). The work units are one feature's value
-filters and one blocking part memo's blocks. A unit stays whole where it can, so that the keyed
-hash streams of a feature's q-grams (shared by many of its values) are computed by one worker;
-a unit is cut only where it would overfill a worker's share. Shares are balanced by CPU seconds
+filters and one blocking part memo's blocks. A column's units go to a worker together, so each
+value is normalised once (the memo is shared by a column's filter and parts), and a column stays
+whole where it can, so that the keyed hash streams of a feature's q-grams (shared by many of its
+values) are computed by one worker; a column is cut by values only where it would overfill a
+worker's share. Shares are balanced by CPU seconds
 per value that the workers measure and report, unit by unit. Every worker computes the entries
 of its share (``compute_entries``: the encoder's own memo code, so each entry is exactly what
 that encoder would store) and installs the entries the other workers computed
@@ -177,9 +179,12 @@ def _distinct(batch: _Batch, column: str) -> set[bytes]:
 
 class SightPlanner:
     """Cuts a batch's new values into one share of work per lane, balanced by the CPU seconds
-    per value each unit took so far (a default before the first report): units largest first,
-    each to the least loaded lane, cut only where it would overfill that lane's share (so at
-    most lanes - 1 units are cut)."""
+    per value each unit took so far (a default before the first report). A column's units go
+    together: a lane that gets some of a column's values computes every unit of that column for
+    them, so each value is decoded and normalised once (the encoder's normalisation memo is
+    shared by a column's filter and its blocking parts). Columns largest first, each to the
+    least loaded lane, cut by values only where it would overfill that lane's share (so at most
+    lanes - 1 columns are cut)."""
 
     DEFAULT_SECONDS = {"filter": 1e-5, "part": 2e-6}  # per value, before any measurement
 
@@ -188,6 +193,9 @@ class SightPlanner:
         self.lanes = lanes
         self.per_value = {u: self.DEFAULT_SECONDS[u[0]] for u in units}
         self.measured = False  # True once a lane has reported costs
+        self.column_units: dict[str, list[Unit]] = {}
+        for unit, column in units.items():
+            self.column_units.setdefault(column, []).append(unit)
 
     def learn(self, seconds: dict[Unit, tuple[int, float]]) -> None:
         """Fold a lane's measured (values, CPU seconds) per unit into the estimates."""
@@ -199,14 +207,14 @@ class SightPlanner:
     def shares(self, new: dict[str, list[bytes]]) -> list[dict[Unit, list[bytes]]]:
         """One work share per lane: every (unit, new value of its column) exactly once."""
         items = [
-            (self.per_value[u] * len(new[c]), u, new[c])
-            for u, c in self.units.items()
+            (sum(self.per_value[u] for u in units) * len(new[c]), c, new[c])
+            for c, units in self.column_units.items()
             if new.get(c)
         ]
         out: list[dict[Unit, list[bytes]]] = [{} for _ in range(self.lanes)]
         target = sum(cost for cost, _, _ in items) / self.lanes
         load = [0.0] * self.lanes
-        for cost, unit, vals in sorted(items, key=lambda item: -item[0]):  # largest first
+        for cost, column, vals in sorted(items, key=lambda item: -item[0]):  # largest first
             while vals:
                 w = load.index(min(load))
                 room = target - load[w]
@@ -214,10 +222,13 @@ class SightPlanner:
                 if cost > 1.02 * room and room > 0:  # cut: fill this lane up to its share
                     take = max(1, round(len(vals) * room / cost))
                 piece = cost * take / len(vals)
-                if take == len(vals) and unit not in out[w]:
-                    out[w][unit] = vals  # whole: units of a column share its list (and ids)
-                else:
-                    out[w].setdefault(unit, []).extend(vals[:take])
+                first = self.column_units[column][0]
+                if first in out[w]:  # a second piece of this column for the same lane
+                    out[w][first].extend(vals[:take])
+                else:  # the column's units share one list (decoded once in the lane)
+                    mine = vals if take == len(vals) else vals[:take]
+                    for unit in self.column_units[column]:
+                        out[w][unit] = mine
                 load[w] += piece
                 vals, cost = vals[take:], cost - piece
         return out

@@ -87,13 +87,17 @@ def test_shares_do_every_unit_value_once_and_balance_by_measured_cost():
     loads = check(shares)
     assert all(("filter", "a") in s for s in shares)
     assert max(loads) <= 1.05 * sum(loads) / 2
-    # units that fit stay whole (a feature's q-gram streams on one lane): one cut at most
-    planner = SightPlanner(units, 2)
-    for _ in range(10):  # both measured at 1e-4 s per value
-        planner.learn({("filter", "a"): (100, 1e-2), ("part", 0): (100, 1e-2)})
-    shares = planner.shares(new)
+    # a column's units go together (each value normalised once), and a column that fits in a
+    # lane's share stays whole (a feature's q-gram streams on one lane)
+    two = {("filter", "a"): "a", ("part", 0): "a", ("filter", "b"): "b", ("part", 1): "b"}
+    both = {"a": new["a"], "b": [str(i).encode() for i in range(100, 200)]}
+    shares = SightPlanner(two, 2).shares(both)
+    for s in shares:
+        assert s.get(("filter", "a")) == s.get(("part", 0))
+        assert s.get(("filter", "b")) == s.get(("part", 1))
     assert [("filter", "a") in s for s in shares].count(True) == 1
-    assert [("part", 0) in s for s in shares].count(True) == 1
+    assert [("filter", "b") in s for s in shares].count(True) == 1
+    assert sorted(v for s in shares for v in s.get(("part", 1), [])) == both["b"]
     assert SightPlanner(units, 3).shares({}) == [{}, {}, {}]
 
 
