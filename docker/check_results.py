@@ -7,13 +7,17 @@ Run by the `check` service of docker-compose.yml (profile "check"; scripts/compo
         [--truth /volumes/demo/data/truth.csv] [--run-id ID] [--min-f1 0.8]
 
 Each party's volume holds `data/records.csv` (its records, id column `rec_id`) and
-`results/<run-id>/matches.csv` (header `linkage_id,similarity,record_id`, written by the node). The run
-checked is --run-id, else the newest run that has a matches.csv at EVERY party. Checks: the header; every
-similarity a number in [0, 1]; every record id one of that party's records; each linkage id at most once per
-party; the same linkage ids, with the same similarity, at every party; at least one match. With --truth
-(the generated dataset's ground truth, party index = --party order) it also computes precision, recall and
-F1 with party.synthetic's metrics and fails below --min-f1. Prints only counts and ids of runs, never
-record values; exit 0 when every check passes, 1 when one fails, 2 on unusable input.
+`results/<run-id>/matches.csv` written by the node: header `linkage_id,similarity,record_id,group_size,parties`
+for target any (the shipped default: groups of two or more parties) or `linkage_id,similarity,record_id`
+for target all (sets of every party). The run checked is --run-id, else the newest run that has a
+matches.csv at EVERY party. Checks: one header at every party; every similarity a number in [0, 1];
+every record id one of that party's records; each linkage id at most once per party; each linkage id at
+exactly the parties its rows name (target any; two or more) or at every party (target all), with the
+same similarity and group size everywhere; at least one match. With --truth (the generated dataset's
+ground truth, party index = --party order) it also computes precision, recall and F1 with
+party.synthetic's metrics (pairwise for target any, of whole sets for target all) and fails below
+--min-f1. Prints only counts and ids of runs, never record values; exit 0 when every check passes, 1
+when one fails, 2 on unusable input.
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-HEADER = ["linkage_id", "similarity", "record_id"]
+HEADER_ALL = ["linkage_id", "similarity", "record_id"]
+HEADER_ANY = [*HEADER_ALL, "group_size", "parties"]
 
 
 class CheckFailed(Exception):
@@ -96,81 +101,160 @@ def read_ids(path: pathlib.Path, id_column: str) -> set[str]:
         raise CheckFailed(f"{path}: cannot read ({exc.strerror})") from None
 
 
-def read_matches(path: pathlib.Path, known_ids: set[str]) -> dict[str, float]:
-    """linkage id -> similarity of one party's matches.csv, checking every row."""
-    out: dict[str, float] = {}
+@dataclass(frozen=True)
+class MatchRow:
+    """One row of a party's matches.csv; group_size and parties only for target any."""
+
+    similarity: float
+    record_id: str
+    group_size: int | None = None
+    parties: tuple[str, ...] = ()
+
+
+def read_matches(
+    path: pathlib.Path, known_ids: set[str], party_names: Sequence[str]
+) -> tuple[list[str], dict[str, MatchRow]]:
+    """(header, linkage id -> row) of one party's matches.csv, checking every row."""
+    out: dict[str, MatchRow] = {}
     try:
         with path.open(newline="", encoding="utf-8") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
-            if header != HEADER:
-                raise CheckFailed(f"{path}: header is not {','.join(HEADER)}")
+            if header not in (HEADER_ANY, HEADER_ALL):
+                raise CheckFailed(
+                    f"{path}: header is neither {','.join(HEADER_ANY)} (target any) nor "
+                    f"{','.join(HEADER_ALL)} (target all)"
+                )
             for row_no, row in enumerate(reader, start=2):
-                if len(row) != 3:
-                    raise CheckFailed(f"{path} row {row_no}: expected 3 fields, got {len(row)}")
-                linkage_id, sim_text, record_id = row
-                try:
-                    sim = float(sim_text)
-                except ValueError:
-                    raise CheckFailed(f"{path} row {row_no}: similarity is not a number") from None
-                if not (math.isfinite(sim) and 0.0 <= sim <= 1.0):
-                    raise CheckFailed(f"{path} row {row_no}: similarity outside [0, 1]")
-                if record_id not in known_ids:
-                    raise CheckFailed(f"{path} row {row_no}: record_id is not in the party's data")
+                if len(row) != len(header):
+                    raise CheckFailed(
+                        f"{path} row {row_no}: expected {len(header)} fields, got {len(row)}"
+                    )
+                linkage_id = row[0]
                 if linkage_id in out:
                     raise CheckFailed(f"{path} row {row_no}: linkage_id {linkage_id} repeated")
-                out[linkage_id] = sim
+                out[linkage_id] = _match_row(path, row_no, row, known_ids, party_names)
     except OSError as exc:
         raise CheckFailed(f"{path}: cannot read ({exc.strerror})") from None
-    return out
+    return header, out
+
+
+def _match_row(
+    path: pathlib.Path, row_no: int, row: list[str], known_ids: set[str], party_names: Sequence[str]
+) -> MatchRow:
+    try:
+        sim = float(row[1])
+    except ValueError:
+        raise CheckFailed(f"{path} row {row_no}: similarity is not a number") from None
+    if not (math.isfinite(sim) and 0.0 <= sim <= 1.0):
+        raise CheckFailed(f"{path} row {row_no}: similarity outside [0, 1]")
+    if row[2] not in known_ids:
+        raise CheckFailed(f"{path} row {row_no}: record_id is not in the party's data")
+    if len(row) == len(HEADER_ALL):
+        return MatchRow(sim, row[2])
+    try:
+        size = int(row[3])
+    except ValueError:
+        raise CheckFailed(f"{path} row {row_no}: group_size is not an integer") from None
+    parties = tuple(row[4].split(";"))
+    unknown = sorted(set(parties) - set(party_names))
+    if unknown or len(set(parties)) != len(parties):
+        raise CheckFailed(
+            f"{path} row {row_no}: the parties column names a party not given with --party, "
+            "or one party twice"
+        )
+    if size < 2 or size != len(parties):
+        raise CheckFailed(f"{path} row {row_no}: group_size does not match the parties named")
+    return MatchRow(sim, row[2], size, parties)
+
+
+def check_consistent(
+    run_id: str,
+    parties: Sequence[PartyVolume],
+    per_party: Sequence[dict[str, MatchRow]],
+    any_: bool,
+) -> dict[str, list[int]]:
+    """Linkage id -> indexes of the parties holding it; raises unless every party agrees on it."""
+    holders: dict[str, list[int]] = {}
+    for p, matches in enumerate(per_party):
+        for lid in matches:
+            holders.setdefault(lid, []).append(p)
+    names = [p.name for p in parties]
+    for lid, held in holders.items():
+        rows = [per_party[p][lid] for p in held]
+        expected = sorted(names.index(n) for n in rows[0].parties) if any_ else list(held)
+        if held != expected or (not any_ and len(held) != len(parties)):
+            missing = sorted(set(expected if any_ else range(len(parties))) - set(held))
+            extra = sorted(set(held) - set(expected))
+            raise CheckFailed(
+                f"run {run_id}: linkage id {lid} is missing at "
+                f"{', '.join(names[i] for i in missing) or '-'} and unexpected at "
+                f"{', '.join(names[i] for i in extra) or '-'}"
+            )
+        if any(abs(r.similarity - rows[0].similarity) > 1e-9 for r in rows[1:]):
+            raise CheckFailed(
+                f"run {run_id}: {', '.join(names[p] for p in held)} disagree on the "
+                f"similarity of linkage id {lid}"
+            )
+        if any(r.parties != rows[0].parties for r in rows[1:]):
+            raise CheckFailed(f"run {run_id}: parties disagree on the members of linkage id {lid}")
+    return holders
 
 
 def check(args: argparse.Namespace) -> list[str]:
     """Run every check; returns the lines of the summary, raises CheckFailed on the first failure."""
     parties: list[PartyVolume] = args.party
+    names = [p.name for p in parties]
     run_id = pick_run(parties, args.run_id)
-    per_party = []
+    headers, per_party = [], []
     for p in parties:
         ids = read_ids(p.records, args.id_column)
-        per_party.append(read_matches(p.results / run_id / "matches.csv", ids))
-    first = per_party[0]
-    for p, matches in zip(parties[1:], per_party[1:], strict=True):
-        if set(matches) != set(first):
-            diff = len(set(matches) ^ set(first))
-            raise CheckFailed(
-                f"run {run_id}: {p.name} and {parties[0].name} differ in {diff} linkage id(s)"
-            )
-        bad = [lid for lid, sim in matches.items() if abs(sim - first[lid]) > 1e-9]
-        if bad:
-            raise CheckFailed(
-                f"run {run_id}: {p.name} reports another similarity than {parties[0].name} "
-                f"for {len(bad)} linkage id(s)"
-            )
-    if not first:
+        header, rows = read_matches(p.results / run_id / "matches.csv", ids, names)
+        headers.append(header)
+        per_party.append(rows)
+    if any(h != headers[0] for h in headers):
+        raise CheckFailed(f"run {run_id}: the parties' matches.csv files have different headers")
+    any_ = headers[0] == HEADER_ANY
+    holders = check_consistent(run_id, parties, per_party, any_)
+    if not holders:
         raise CheckFailed(f"run {run_id}: no matches at all")
-    lines = [
-        f"run {run_id}: {len(first)} matched sets, consistent at "
-        + ", ".join(p.name for p in parties)
-    ]
+    kind = "groups (target any)" if any_ else "matched sets (target all)"
+    lines = [f"run {run_id}: {len(holders)} {kind}, consistent at " + ", ".join(names)]
     if args.truth is not None:
-        from party.errors import PprlError
-        from party.synthetic import evaluate_files, load
-
-        try:
-            dataset = load([p.records for p in parties], args.truth, id_column=args.id_column)
-            quality = evaluate_files(
-                [p.results / run_id / "matches.csv" for p in parties], dataset.truth
-            )
-        except PprlError as exc:
-            raise CheckFailed(f"run {run_id}: cannot evaluate against the truth: {exc}") from None
-        lines.append(
-            f"precision {quality.precision:.4f}, recall {quality.recall:.4f}, F1 {quality.f1:.4f} "
-            f"({quality.correct_sets} correct of {quality.matched_sets} matched, "
-            f"{quality.true_sets} true sets)"
-        )
-        if quality.f1 < args.min_f1:
-            raise CheckFailed(f"run {run_id}: F1 {quality.f1:.4f} is below --min-f1 {args.min_f1}")
+        lines.append(_quality_line(args, run_id, per_party, holders, any_))
     return lines
+
+
+def _quality_line(
+    args: argparse.Namespace,
+    run_id: str,
+    per_party: Sequence[dict[str, MatchRow]],
+    holders: dict[str, list[int]],
+    any_: bool,
+) -> str:
+    from party.errors import PprlError
+    from party.synthetic import evaluate_sets, load
+    from party.synthetic.metrics_any import evaluate_groups
+
+    parties: list[PartyVolume] = args.party
+    groups = [[(p, per_party[p][lid].record_id) for p in held] for lid, held in holders.items()]
+    try:
+        dataset = load([p.records for p in parties], args.truth, id_column=args.id_column)
+        if any_:
+            scores = evaluate_groups(groups, dataset.truth).pairwise
+            what = f"pairwise: {scores.correct} correct of {scores.predicted} predicted pairs, "
+            what += f"{scores.true} true pairs"
+            precision, recall, f1 = scores.precision, scores.recall, scores.f1
+        else:
+            quality = evaluate_sets(groups, dataset.truth)
+            what = f"{quality.correct_sets} correct of {quality.matched_sets} matched, "
+            what += f"{quality.true_sets} true sets"
+            precision, recall, f1 = quality.precision, quality.recall, quality.f1
+    except PprlError as exc:
+        raise CheckFailed(f"run {run_id}: cannot evaluate against the truth: {exc}") from None
+    if f1 < args.min_f1:
+        raise CheckFailed(f"run {run_id}: F1 {f1:.4f} is below --min-f1 {args.min_f1}")
+    return f"precision {precision:.4f}, recall {recall:.4f}, F1 {f1:.4f} ({what})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

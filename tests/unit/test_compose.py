@@ -644,6 +644,90 @@ def test_check_results_accepts_a_correct_run_and_rejects_broken_ones(
     assert "no matches.csv at party-b, party-c" in capsys.readouterr().err
 
 
+def _true_groups(demo_volumes: pathlib.Path) -> list[dict[int, str]]:
+    """Party index -> record id of the entities present at two or more parties, from truth.csv."""
+    by_entity: dict[str, dict[int, str]] = {}
+    with (demo_volumes / "volumes" / "demo" / "data" / "truth.csv").open() as fh:
+        for row in csv.DictReader(fh):
+            by_entity.setdefault(row["entity_id"], {})[int(row["party"])] = row["rec_id"]
+    return [ids for ids in by_entity.values() if len(ids) >= 2]
+
+
+def _write_any_matches(
+    vols: pathlib.Path, run: str, groups: list[dict[int, str]], sims: dict[str, float] | None = None
+) -> None:
+    """Every party's target-any matches.csv of `groups` (linkage id G<i>, similarity 0.9)."""
+    for p, party in enumerate(PARTIES):
+        path = vols / party / "results" / run / "matches.csv"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("w", newline="") as fh:
+            w = csv.writer(fh)
+            w.writerow(["linkage_id", "similarity", "record_id", "group_size", "parties"])
+            for i, ids in enumerate(groups):
+                if p in ids:
+                    named = ";".join(PARTIES[q] for q in sorted(ids))
+                    sim = (sims or {}).get(party, 0.9)
+                    w.writerow([f"G{i}", sim, ids[p], len(ids), named])
+
+
+def test_check_results_checks_target_any_groups(
+    demo_volumes: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check = load_script(ROOT / "docker" / "check_results.py")
+    vols = demo_volumes / "volumes"
+    argv = [
+        a.replace("=/volumes/", f"={vols}/")
+        for a in services(load_compose({}))["check"]["command"][2:]
+    ]
+    groups = _true_groups(demo_volumes)
+    assert len(groups) >= 6
+    # every fifth group found at two of the parties only: precision stays 1, recall drops
+    groups = [{p: r for p, r in g.items() if i % 5 or p != 2} for i, g in enumerate(groups)]
+    _write_any_matches(vols, "any-1", groups)
+    assert check.main([*argv, "--run-id=any-1"]) == 0
+    out = capsys.readouterr().out
+    assert "groups (target any)" in out and "precision 1.0000, recall 0.8" in out
+
+    # a wrong pair lowers pairwise precision and F1: two groups of party-a merged into one
+    merged = [dict(g) for g in groups]
+    two_a = [g for g in merged if 0 in g and 1 in g][:2]
+    two_a[0][1] = two_a[1].pop(1)  # party-b's record of the second joins the first group
+    kept = [g for g in merged if len(g) >= 2]
+    _write_any_matches(vols, "any-2", kept)
+    assert check.main([*argv, "--run-id=any-2", "--min-f1=0.5"]) == 0
+    assert "precision 1.0000" not in capsys.readouterr().out
+    assert check.main([*argv, "--run-id=any-2", "--min-f1=1.0"]) == 1
+    assert "below --min-f1" in capsys.readouterr().err
+
+    # a group one of its named parties does not report
+    _write_any_matches(vols, "any-3", groups)
+    path_c = vols / "party-c" / "results" / "any-3" / "matches.csv"
+    lines = path_c.read_text().splitlines()
+    dropped = next(i for i, line in enumerate(lines[1:], 1) if "party-c" in line.split(",")[-1])
+    path_c.write_text("\n".join(lines[:dropped] + lines[dropped + 1 :]) + "\n")
+    assert check.main([*argv, "--run-id=any-3"]) == 1
+    assert "is missing at party-c" in capsys.readouterr().err
+
+    # parties disagree on a similarity; a group size that does not match the parties named
+    _write_any_matches(vols, "any-4", groups, sims={"party-b": 0.8})
+    assert check.main([*argv, "--run-id=any-4"]) == 1
+    assert "disagree on the similarity" in capsys.readouterr().err
+    _write_any_matches(vols, "any-5", groups)
+    path_a = vols / "party-a" / "results" / "any-5" / "matches.csv"
+    rows = list(csv.reader(path_a.open()))
+    rows[1][3] = str(int(rows[1][3]) + 1)
+    with path_a.open("w", newline="") as fh:
+        csv.writer(fh).writerows(rows)
+    assert check.main([*argv, "--run-id=any-5"]) == 1
+    assert "group_size does not match" in capsys.readouterr().err
+
+    # one party wrote target all's header, the others target any's
+    _write_any_matches(vols, "any-6", groups)
+    _write_matches(vols / "party-b" / "results" / "any-6" / "matches.csv", [])
+    assert check.main([*argv, "--run-id=any-6"]) == 1
+    assert "different headers" in capsys.readouterr().err
+
+
 # -- scripts and documentation stay in step with the compose file -------------------------------
 
 
