@@ -25,8 +25,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +53,8 @@ def dask_client(
     """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address).
     Every worker loads the encoder's numba loops once when the client connects (``warm_up``), as
     the process pool's forkserver does; the embedded cluster runs without Dask's sampling
-    profiler thread."""
+    profiler thread and with its monitors at long intervals (a party's own workers: set the
+    same three keys in their Dask configuration, docs/scaling.md)."""
     import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
@@ -64,6 +68,13 @@ def dask_client(
             dask.config.set(
                 {
                     "distributed.worker.profile.enabled": False,  # no sampling thread
+                    # the workers' periodic callbacks (event-loop tick every 20 ms, system
+                    # monitor every 0.5 s, memory monitor every 0.1 s) cost an idle worker 0.25
+                    # CPU-s per 10 s of wall-clock; at these intervals 0.035 (measured through
+                    # ``worker_cpu``), which a worker otherwise spends alongside its tasks
+                    "distributed.admin.tick.interval": "1s",
+                    "distributed.admin.system-monitor.interval": "5s",
+                    "distributed.worker.memory.monitor-interval": "1s",
                     # glibc's own malloc tuning: Dask's nanny sets MALLOC_TRIM_THRESHOLD_, which
                     # turns off glibc's dynamic mmap threshold, so every large numpy temporary is
                     # mmapped and unmapped again (page faults: the encoder ran 1.4-1.6x slower
@@ -114,6 +125,38 @@ def dask_lanes(client: Any) -> list[Executor]:
     ]
 
 
+@dataclass(frozen=True)
+class WorkerCpu:
+    """CPU seconds of one worker process: all its threads, and those that ran tasks (the rest
+    is Dask's event loop: receiving arguments, sending results, heartbeats, monitors)."""
+
+    process: float
+    tasks: float
+
+    def __sub__(self, other: WorkerCpu) -> WorkerCpu:
+        return WorkerCpu(self.process - other.process, self.tasks - other.tasks)
+
+
+TASK_THREAD_NAME = "Dask-Default-Threads"  # in the names of distributed's task threads
+
+
+def worker_cpu() -> WorkerCpu:
+    """Runs on a worker: its process CPU so far and its task threads' share (Linux
+    ``/proc/self/task``; elsewhere the task share is reported as 0)."""
+    times = os.times()
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    tasks = 0.0
+    with contextlib.suppress(OSError):
+        tick = os.sysconf("SC_CLK_TCK")
+        for tid in os.listdir("/proc/self/task"):
+            if TASK_THREAD_NAME not in names.get(int(tid), ""):
+                continue
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/stat") as fh:
+                after_name = fh.read().rsplit(")", 1)[1].split()  # fields 3.. of stat(5)
+                tasks += (int(after_name[11]) + int(after_name[12])) / tick  # utime, stime
+    return WorkerCpu(times.user + times.system, tasks)
+
+
 def encode_csv_on_workers(
     encoder: Encoder,
     path: str | Path,
@@ -123,15 +166,18 @@ def encode_csv_on_workers(
     id_column: str | None = None,
     progress: Callable[[int], None] | None = None,
     stats: ParallelStats | None = None,
+    cpu_by_worker: dict[str, WorkerCpu] | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """Encode a CSV on this machine's cores (``cluster`` None) or on the party's Dask cluster;
-    the same records and report as ``encoder.encode_csv`` either way."""
+    the same records and report as ``encoder.encode_csv`` either way. ``cpu_by_worker`` (Dask
+    only) receives each worker's CPU during the encoding, by worker address."""
     if cluster is None:
         return encode_csv_parallel(
             encoder, path, workers=workers, id_column=id_column, progress=progress, stats=stats
         )
     with dask_client(cluster, workers) as client:
-        return encode_csv_parallel(
+        before: dict[str, WorkerCpu] = {} if cpu_by_worker is None else client.run(worker_cpu)
+        out = encode_csv_parallel(
             encoder,
             path,
             workers=workers,
@@ -140,3 +186,7 @@ def encode_csv_on_workers(
             lanes=dask_lanes(client),
             stats=stats,
         )
+        if cpu_by_worker is not None:
+            after: dict[str, WorkerCpu] = client.run(worker_cpu)
+            cpu_by_worker.update({w: after[w] - before[w] for w in after if w in before})
+        return out
