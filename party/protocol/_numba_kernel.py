@@ -166,12 +166,12 @@ def intersect_sorted_rows(a, b):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def greedy_keep_dense(ids, slots):  # type: ignore[no-untyped-def]
+def greedy_keep_dense(ids, used):  # type: ignore[no-untyped-def]
     """Greedy one-to-one over rows of dense record ids (m, P) int64 already in visiting order
-    (column j's ids offset so that no two columns share one; ``slots`` > every id): positions of
-    the rows kept, i.e. those none of whose ids is in a row kept before (``classify.greedy_keep``)."""
+    (column j's ids offset so that no two columns share one; ``used`` (bool, longer than every id)
+    marks the records of rows kept before, e.g. in earlier chunks, and is updated): positions of
+    the rows kept, i.e. those none of whose ids is used (``classify.greedy_keep``)."""
     m, p = ids.shape
-    used = np.zeros(slots, dtype=np.bool_)
     kept = np.empty(m, dtype=np.int64)
     k = 0
     for i in range(m):

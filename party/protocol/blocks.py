@@ -32,8 +32,11 @@ from party.protocol.errors import ProtocolError
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
-    """Sorted distinct values of a 1-D array (sort based; numpy's hash-based unique is slower here)."""
-    s = np.sort(values, kind="stable")
+    """Sorted distinct values of a 1-D array (sort based; numpy's hash-based unique is slower here).
+
+    The default (introsort, vectorised in numpy >= 2) sort: equal values are indistinguishable, so
+    stability buys nothing, and it is about 3x faster than the stable merge sort on uint64."""
+    s = np.sort(values)
     if s.size < 2:
         return s
     keep = np.ones(s.size, dtype=bool)

@@ -54,7 +54,7 @@ def greedy_one_to_one(candidates: np.ndarray, similarity: np.ndarray) -> np.ndar
         uniq, inverse = np.unique(candidates[order, j], return_inverse=True)
         ids[:, j] = inverse.reshape(-1) + offset
         offset += uniq.size
-    return np.sort(order[greedy_keep_dense(ids, offset)])
+    return np.sort(order[greedy_keep_dense(ids, np.zeros(offset, dtype=np.bool_))])
 
 
 def greedy_keep(rows: Iterable[Sequence[int]], used: list[set[int]]) -> list[int]:
@@ -69,6 +69,36 @@ def greedy_keep(rows: Iterable[Sequence[int]], used: list[set[int]]) -> list[int
             used[j].add(row[j])
         kept.append(i)
     return kept
+
+
+class ChunkedOneToOne:
+    """The greedy one-to-one step over rows arriving chunk by chunk in visiting order (decreasing
+    similarity, ties by pseudonym tuple), compiled: the records used by rows kept in earlier
+    chunks are remembered as dense ids (party j's pseudonym at its position in ``known[j]``, the
+    sorted pseudonyms of party j, offset past the parties before it). Keeps what ``greedy_keep``
+    keeps on the same rows."""
+
+    def __init__(self, known: Sequence[np.ndarray]) -> None:
+        self._known = list(known)
+        sizes = [int(k.size) for k in self._known]
+        self._offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self._used = np.zeros(int(self._offsets[-1]), dtype=np.bool_)
+
+    def keep(self, candidates: np.ndarray) -> np.ndarray:
+        """Positions (increasing) of the rows of ``candidates`` (m, P) uint64 that are kept.
+
+        ValueError if a row names a pseudonym outside ``known`` (its records cannot be tracked)."""
+        from party.protocol._numba_kernel import greedy_keep_dense
+
+        m = candidates.shape[0]
+        ids = np.empty((m, len(self._known)), dtype=np.int64)
+        for j, known in enumerate(self._known):
+            col = candidates[:, j]
+            pos = np.minimum(np.searchsorted(known, col), max(known.size - 1, 0))
+            if m and (known.size == 0 or not np.array_equal(known[pos], col)):
+                raise ValueError(f"a matched set names a pseudonym of party {j} never seen")
+            ids[:, j] = pos + self._offsets[j]
+        return greedy_keep_dense(ids, self._used)
 
 
 @dataclass(frozen=True)

@@ -49,11 +49,11 @@ from party.protocol.blocks import (
     sub_blocks,
 )
 from party.protocol.classify import (
+    ChunkedOneToOne,
     Classification,
     MatchRow,
     PartyResults,
     dice,
-    greedy_keep,
     linkage_label,
 )
 from party.protocol.errors import (
@@ -818,11 +818,14 @@ class PartyEngine:
         above = self._above.finish()
         above_count = self._above_count = above.rows
         if self.params.one_to_one:
-            used: list[set[int]] = [set() for _ in range(p)]
+            greedy = ChunkedOneToOne(self._known)  # every returning set was sent: all known
             chosen: list[np.ndarray] = []
             for rows in above.chunks(self._chunk_rows(p + 1)):
-                kept = greedy_keep(rows[:, 1:].tolist(), used)
-                chosen.append(rows[np.array(kept, dtype=np.int64)])
+                try:
+                    kept = greedy.keep(np.ascontiguousarray(rows[:, 1:]))
+                except ValueError as exc:
+                    raise RingError(str(exc)) from None
+                chosen.append(rows[kept])
             above.close()
             picked = np.concatenate(chosen) if chosen else np.zeros((0, p + 1), np.uint64)
             # matches in pseudonym-tuple order, as (tuple, Dice bits); at most one per record
