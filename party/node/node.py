@@ -57,7 +57,7 @@ from party.node.errors import (
 from party.node.hooks import Hooks
 from party.node.keyconfirm import key_confirmation, peer_confirmation
 from party.node.peers import PeerClients
-from party.node.results import remove_run, write_matches
+from party.node.results import remove_run, write_match_chunks
 from party.node.trust import check_recipients
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
@@ -1132,10 +1132,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 # results are resolved to record ids and written chunk by chunk
                 path, matches = await self._engine(
                     run,
-                    write_matches,
+                    write_match_chunks,
                     self.config.results_dir,
                     run.run_id,
-                    run.engine.resolved_rows(own),
+                    run.engine.resolved_chunks(own),
                     run.params.target == "any",
                 )
                 result_path = str(path)

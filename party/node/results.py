@@ -15,13 +15,19 @@ whatever the process umask.
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import os
 import pathlib
 import re
 import shutil
-from collections.abc import Iterable
-from typing import Protocol, runtime_checkable
+from collections.abc import Iterable, Iterator
+from typing import Protocol, TextIO, runtime_checkable
+
+import numpy as np
+
+from party.protocol.classify import ResolvedMatches
 
 MATCH_HEADER = ("linkage_id", "similarity", "record_id")
 #: target any: per group this party's record is in, also the group's size and parties (by name,
@@ -55,10 +61,10 @@ class GroupLike(MatchLike, Protocol):
     def parties(self) -> tuple[str, ...]: ...
 
 
-def write_matches(
-    results_dir: pathlib.Path, run_id: str, rows: Iterable[MatchLike], groups: bool = False
-) -> tuple[pathlib.Path, int]:
-    """Write the matches atomically (``groups``: target any's columns); return (path, rows)."""
+@contextlib.contextmanager
+def _private_atomic_file(results_dir: pathlib.Path, run_id: str) -> Iterator[TextIO]:
+    """A text file that becomes ``<results>/<run-id>/matches.csv`` (mode 0600, folders 0700) only
+    when the block completes: written as a temporary file, flushed, fsync'ed, then renamed."""
     folder = run_dir(results_dir, run_id)
     results_dir.parent.mkdir(parents=True, exist_ok=True)
     for d in (results_dir, folder):
@@ -66,23 +72,82 @@ def write_matches(
         os.chmod(d, PRIVATE_DIR)
     final = folder / "matches.csv"
     tmp = folder / ".matches.csv.tmp"
-    count = 0
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
     os.fchmod(fd, PRIVATE_FILE)  # also when a stale temp file existed with other permissions
     with open(fd, "w", encoding="utf-8", newline="") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(list(GROUP_HEADER if groups else MATCH_HEADER))
-        for row in rows:
-            line = [row.linkage_id, repr(float(row.similarity)), row.record_id]
-            if groups:
-                assert isinstance(row, GroupLike)
-                line += [str(row.group_size), ";".join(row.parties)]
-            writer.writerow(line)
-            count += 1
+        yield fh
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, final)
-    return final, count
+
+
+def _line(row: MatchLike, groups: bool) -> list[str]:
+    line = [row.linkage_id, repr(float(row.similarity)), row.record_id]
+    if groups:
+        assert isinstance(row, GroupLike)
+        line += [str(row.group_size), ";".join(row.parties)]
+    return line
+
+
+def write_matches(
+    results_dir: pathlib.Path, run_id: str, rows: Iterable[MatchLike], groups: bool = False
+) -> tuple[pathlib.Path, int]:
+    """Write the matches atomically (``groups``: target any's columns); return (path, rows)."""
+    count = 0
+    with _private_atomic_file(results_dir, run_id) as fh:
+        writer = csv.writer(fh)
+        writer.writerow(list(GROUP_HEADER if groups else MATCH_HEADER))
+        for row in rows:
+            writer.writerow(_line(row, groups))
+            count += 1
+    return run_dir(results_dir, run_id) / "matches.csv", count
+
+
+#: Characters that make the csv module quote a field (QUOTE_MINIMAL with the default dialect).
+_NEEDS_QUOTES = (",", '"', "\r", "\n")
+
+
+def _similarity_texts(similarities: np.ndarray) -> list[str]:
+    """``repr`` of each similarity, computed once per distinct value (Dice values repeat a lot)."""
+    distinct, inverse = np.unique(similarities, return_inverse=True)
+    texts = [repr(v) for v in distinct.tolist()]
+    return [texts[i] for i in inverse.ravel().tolist()]
+
+
+def _csv_lines(chunk: ResolvedMatches, groups: bool) -> str:
+    """The CSV lines of a chunk, byte for byte what ``write_matches`` writes for the same rows."""
+    cols = [chunk.labels(), _similarity_texts(chunk.similarities), chunk.record_ids]
+    if groups:
+        if chunk.group_sizes is None or chunk.group_parties is None:
+            raise ValueError("target any's results need group sizes and parties")
+        joined: dict[tuple[str, ...], str] = {}
+        for parties in chunk.group_parties:
+            if parties not in joined:
+                joined[parties] = ";".join(parties)
+        cols += [
+            [str(n) for n in chunk.group_sizes.tolist()],
+            [joined[t] for t in chunk.group_parties],
+        ]
+    text = "".join(cols[2]) + ("".join(joined.values()) if groups else "")
+    if any(ch in text for ch in _NEEDS_QUOTES):
+        out = io.StringIO(newline="")
+        csv.writer(out).writerows(zip(*cols, strict=True))  # quotes what needs quoting
+        return out.getvalue()
+    return "".join(f"{line}\r\n" for line in map(",".join, zip(*cols, strict=True)))
+
+
+def write_match_chunks(
+    results_dir: pathlib.Path, run_id: str, chunks: Iterable[ResolvedMatches], groups: bool = False
+) -> tuple[pathlib.Path, int]:
+    """``write_matches`` of resolved chunks (columns), formatted a chunk at a time; the same file."""
+    count = 0
+    with _private_atomic_file(results_dir, run_id) as fh:
+        csv.writer(fh).writerow(list(GROUP_HEADER if groups else MATCH_HEADER))
+        for chunk in chunks:
+            if len(chunk):
+                fh.write(_csv_lines(chunk, groups))
+                count += len(chunk)
+    return run_dir(results_dir, run_id) / "matches.csv", count
 
 
 def remove_run(results_dir: pathlib.Path, run_id: str) -> None:

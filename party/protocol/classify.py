@@ -132,6 +132,34 @@ class MatchRow:
     record_id: str
 
 
+@dataclass(frozen=True)
+class ResolvedMatches:
+    """A chunk of one party's matches resolved to its own record ids, as columns (one entry per
+    row of its matches.csv, in linkage-id order); target any adds each group's size and the
+    names of its parties (in party order)."""
+
+    linkage_ids: np.ndarray  # (k,) uint64
+    similarities: np.ndarray  # (k,) float64
+    record_ids: list[str]
+    group_sizes: np.ndarray | None = None  # (k,) uint64, target any only
+    group_parties: list[tuple[str, ...]] | None = None  # target any only
+
+    def __len__(self) -> int:
+        return len(self.record_ids)
+
+    def labels(self) -> list[str]:
+        """The printed linkage ids (``linkage_label``)."""
+        return [linkage_label(i) for i in self.linkage_ids.tolist()]
+
+    def match_rows(self) -> list[MatchRow]:
+        return [
+            MatchRow(label, sim, rid)
+            for label, sim, rid in zip(
+                self.labels(), self.similarities.tolist(), self.record_ids, strict=True
+            )
+        ]
+
+
 def linkage_label(linkage_id: int) -> str:
     """The printed form of a linkage id."""
     return f"L{int(linkage_id):08d}"

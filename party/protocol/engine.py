@@ -53,8 +53,8 @@ from party.protocol.classify import (
     Classification,
     MatchRow,
     PartyResults,
+    ResolvedMatches,
     dice,
-    linkage_label,
 )
 from party.protocol.errors import (
     ComparisonCancelled,
@@ -222,6 +222,7 @@ class PartyEngine:
         self._above_count = 0
         self._results_in: RowStore | None = None  # (linkage id, Dice bits, own pseudonym)
         self._last_result_id: int | None = None
+        self._record_id_array: np.ndarray | None = None  # record ids as objects, for resolving
         self._finished = False
         self.timings: dict[str, float] = {}
         self.comparison_stats: ComparisonStats | None = None
@@ -947,20 +948,21 @@ class PartyEngine:
             raise ResultsError("results name pseudonyms this party never issued")
         return self._shared_rows[pos]
 
-    def _match_rows(self, ids: np.ndarray, sims: np.ndarray, rows: np.ndarray) -> list[MatchRow]:
-        rid = self._records.record_ids
-        return [
-            MatchRow(linkage_label(lid), sim, rid[row])
-            for lid, sim, row in zip(ids.tolist(), sims.tolist(), rows.tolist(), strict=True)
-        ]
+    def _record_ids_at(self, rows: np.ndarray) -> list[str]:
+        """The record ids of table rows (one fancy index into an object array kept per run)."""
+        if self._record_id_array is None:
+            self._record_id_array = np.asarray(self._records.record_ids, dtype=object)
+        return self._record_id_array[rows].tolist()  # type: ignore[no-any-return]
 
     def resolve_results(self, results: PartyResults) -> list[MatchRow]:
         """Map this party's pseudonyms in ``results`` back to its record ids (sorted by id)."""
         rows = self._check_results(results)
         order = np.argsort(results.linkage_ids, kind="stable")
-        return self._match_rows(
-            results.linkage_ids[order], results.similarities[order], rows[order]
-        )
+        return ResolvedMatches(
+            results.linkage_ids[order],
+            results.similarities[order],
+            self._record_ids_at(rows[order]),
+        ).match_rows()
 
     def receive_results_chunk(self, results: PartyResults) -> None:
         """Validate one chunk of the results sent to this party (linkage ids strictly increasing
@@ -1007,11 +1009,19 @@ class PartyEngine:
             pseudonyms=rows[:, 2].copy(),
         )
 
-    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[MatchRow]:
-        """MatchRows of result chunks in linkage-id order (result_chunks or received_results)."""
+    def resolved_chunks(self, chunks: Iterable[PartyResults]) -> Iterator[ResolvedMatches]:
+        """Result chunks (result_chunks or received_results) resolved to this party's record ids,
+        chunk by chunk in linkage-id order (what its matches.csv holds)."""
         for results in chunks:
             rows = self._check_results(results)
-            yield from self._match_rows(results.linkage_ids, results.similarities, rows)
+            yield ResolvedMatches(
+                results.linkage_ids, results.similarities, self._record_ids_at(rows)
+            )
+
+    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[MatchRow]:
+        """MatchRows of result chunks in linkage-id order (result_chunks or received_results)."""
+        for resolved in self.resolved_chunks(chunks):
+            yield from resolved.match_rows()
 
     # ----------------------------------------------------------------- memory
     @property

@@ -36,7 +36,7 @@ import numpy as np
 from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import shared_blocks
-from party.protocol.classify import PartyResults, linkage_label
+from party.protocol.classify import PartyResults, ResolvedMatches
 from party.protocol.components import solve_in_budget
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
@@ -303,25 +303,35 @@ class PairEngine(PartyEngine):
             )
         return rows
 
-    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[GroupRow]:  # type: ignore[override]
-        """GroupRows of result chunks in linkage-id order (own record id, group size, parties)."""
-        rid = self._records.record_ids
+    def resolved_chunks(self, chunks: Iterable[PartyResults]) -> Iterator[ResolvedMatches]:
+        """Result chunks resolved to this party's record ids, with each group's size and the
+        names of its parties (in party order), chunk by chunk in linkage-id order."""
         names = self.params.parties
         by_mask: dict[int, tuple[str, ...]] = {}  # few distinct masks: name each once
         for results in chunks:
             rows = self._check_results(results)
             assert isinstance(results, GroupResults)
-            for lid, sim, row, size, mask in zip(
-                results.linkage_ids.tolist(),
-                results.similarities.tolist(),
-                rows.tolist(),
-                results.group_sizes.tolist(),
-                results.group_parties.tolist(),
+            for mask in np.unique(results.group_parties).tolist():
+                if mask not in by_mask:
+                    by_mask[mask] = tuple(names[q] for q in mask_parties(mask, self.parties))
+            yield ResolvedMatches(
+                results.linkage_ids,
+                results.similarities,
+                self._record_ids_at(rows),
+                results.group_sizes,
+                [by_mask[m] for m in results.group_parties.tolist()],
+            )
+
+    def resolved_rows(self, chunks: Iterable[PartyResults]) -> Iterator[GroupRow]:  # type: ignore[override]
+        """GroupRows of result chunks in linkage-id order (own record id, group size, parties)."""
+        for resolved in self.resolved_chunks(chunks):
+            assert resolved.group_sizes is not None and resolved.group_parties is not None
+            for label, sim, rid, size, parties in zip(
+                resolved.labels(),
+                resolved.similarities.tolist(),
+                resolved.record_ids,
+                resolved.group_sizes.tolist(),
+                resolved.group_parties,
                 strict=True,
             ):
-                parties = by_mask.get(mask)
-                if parties is None:
-                    parties = by_mask[mask] = tuple(
-                        names[q] for q in mask_parties(mask, self.parties)
-                    )
-                yield GroupRow(linkage_label(lid), sim, rid[row], size, parties)
+                yield GroupRow(label, sim, rid, size, parties)
