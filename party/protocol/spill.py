@@ -41,7 +41,7 @@ import numpy as np
 
 from party.protocol._numba_blocks import first_of_each_key
 from party.protocol.errors import MemoryBudgetError
-from party.protocol.ring import intersect_sorted_rows
+from party.protocol.ring import intersect_sorted_rows, sort_rows
 
 _U64 = np.dtype("<u8")
 #: At most this many sorted runs are merged at once (more are merged in rounds), so the merge's
@@ -145,7 +145,7 @@ def _sort_unique(rows: np.ndarray, key_columns: int) -> np.ndarray:
     first = first_of_each_key(np.ascontiguousarray(rows), key_columns)
     if not first.all():
         rows = rows[first]
-    return rows[np.lexsort(rows[:, :key_columns].T[::-1])]
+    return rows[sort_rows(rows, key_columns)]
 
 
 def count_at_most(rows: np.ndarray, bound: np.ndarray) -> int:
