@@ -79,16 +79,25 @@ def _first_in_row(pos: np.ndarray, r: int, c: int) -> bool:
 
 
 @jit
-def csr_by_block(pos: np.ndarray, visit: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (starts, rows) of an (n, B) matrix of block positions (-1: none), rows of each block in
-    the order ``visit`` lists them, a row once per block however many columns name it."""
+def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
+    """Rows per block of an (n, B) matrix of block positions (-1: none), a row counted once per
+    block however many columns name it."""
     n, width = pos.shape
-    counts = np.zeros(blocks + 1, dtype=np.int64)
+    counts = np.zeros(blocks, dtype=np.int64)
     for r in range(n):
         for c in range(width):
             if pos[r, c] >= 0 and _first_in_row(pos, r, c):
-                counts[pos[r, c] + 1] += 1
-    starts = np.cumsum(counts)
+                counts[pos[r, c]] += 1
+    return counts
+
+
+@jit
+def csr_by_block(pos: np.ndarray, visit: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (starts, rows) of an (n, B) matrix of block positions (-1: none), rows of each block in
+    the order ``visit`` lists them, a row once per block however many columns name it."""
+    width = pos.shape[1]
+    starts = np.zeros(blocks + 1, dtype=np.int64)
+    starts[1:] = np.cumsum(block_sizes(pos, blocks))
     fill = starts[:-1].copy()
     rows = np.empty(starts[blocks], dtype=np.int64)
     for i in range(visit.shape[0]):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from party.encoding.bits import popcount_rows, slice_bits
-from party.protocol._numba_blocks import strictly_increasing
+from party.protocol._numba_blocks import block_sizes, strictly_increasing
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -246,7 +246,7 @@ class PartyEngine:
         n = digests.shape[0]
         self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
         pos, found = self._lookup.find(digests)  # one lookup of every (record, pass) digest
-        index = block_index_at(np.where(found, pos, -1), common.size)
+        at = np.where(found, pos, -1)
         rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
         order = np.argsort(pseud, kind="stable")
@@ -255,10 +255,11 @@ class PartyEngine:
         out = digests[self._shared_rows].copy()
         out[~found[self._shared_rows]] = 0
         self._digests_out = out
-        self._positions[self.index] = np.where(found, pos, -1)[self._shared_rows].astype(np.int32)
+        self._positions[self.index] = at[self._shared_rows].astype(np.int32)
         self._common = common
         self.timings["blocks"] = time.perf_counter() - t0
-        stats = BlockStats.from_sizes(index.sizes(), n, int(rows.size), self.params.max_block_size)
+        sizes = block_sizes(self._positions[self.index], common.size)
+        stats = BlockStats.from_sizes(sizes, n, int(rows.size), self.params.max_block_size)
         logger.info(
             "party %d: %d common blocks, %d of %d records shared",
             self.index,
