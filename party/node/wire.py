@@ -49,12 +49,19 @@ def _pack(a: np.ndarray, dtype: np.dtype) -> bytes:
     return np.ascontiguousarray(a, dtype=dtype).tobytes()
 
 
-def _unpack(data: bytes, dtype: np.dtype, count: int, field: str) -> np.ndarray:
+def _view(data: bytes, dtype: np.dtype, count: int, field: str) -> np.ndarray:
+    """A read-only array over a chunk field's bytes (no copy); Malformed unless it holds
+    exactly ``count`` elements."""
     if len(data) != count * dtype.itemsize:
         raise Malformed(
             f"chunk field {field} has {len(data)} bytes, expected {count * dtype.itemsize}"
         )
-    out = np.frombuffer(data, dtype=dtype)
+    return np.frombuffer(data, dtype=dtype)
+
+
+def _unpack(data: bytes, dtype: np.dtype, count: int, field: str) -> np.ndarray:
+    """The field as a new native array (``_view``, copied)."""
+    out = _view(data, dtype, count, field)
     return out.astype(np.uint64 if dtype.kind == "u" else np.float64, copy=True)
 
 
@@ -91,7 +98,8 @@ class _Assembler:
     ) -> None:
         out = self.arrays.get(name)
         if out is None:
-            out = self.arrays[name] = np.empty((self.total, *shape_tail), dtype=array.dtype)
+            native = array.dtype.newbyteorder("=")  # chunk fields are little-endian views
+            out = self.arrays[name] = np.empty((self.total, *shape_tail), dtype=native)
         out[self.rows - rows : self.rows] = array.reshape((rows, *shape_tail))
 
     def advance(self, rows: int) -> None:
@@ -178,7 +186,7 @@ async def blocks_from_chunks(
             raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
         n = len(chunk.digests) // 8
         asm.advance(n)
-        asm.add("d", n, _unpack(chunk.digests, _U64, n, "digests"))
+        asm.add("d", n, _view(chunk.digests, _U64, n, "digests"))  # add() copies
 
     await assemble(asm, first, rest, take)
     return asm.array("d", ()).ravel()
@@ -239,9 +247,10 @@ async def share_from_chunks(
         rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
         asm.start(header, chunk.total_rows, 8 * (1 + b + w))
         asm.advance(rows)
-        asm.add("p", rows, _unpack(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-        asm.add("b", rows, _unpack(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
-        asm.add("s", rows, _unpack(chunk.segments, _U64, rows * w, "segments"), (w,))
+        # views of the chunk's bytes: add() copies them into the share's arrays
+        asm.add("p", rows, _view(chunk.pseudonyms, _U64, rows, "pseudonyms"))
+        asm.add("b", rows, _view(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
+        asm.add("s", rows, _view(chunk.segments, _U64, rows * w, "segments"), (w,))
 
     await assemble(asm, first, rest, take)
     assert asm.header is not None
