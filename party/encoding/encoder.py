@@ -365,6 +365,56 @@ def _may_have_blank_lines(p: Path) -> bool:
     return False
 
 
+def locate_csv_problem(
+    text: Iterable[str], source: str, width: int, first_row: int
+) -> EncodeDataError | None:
+    """The first problem the csv module finds in CSV rows (no header; the first is row
+    ``first_row``, blank lines counted): a wrong number of columns or malformed quoting."""
+    rowno = first_row - 1
+    try:
+        for row in csv.reader(text, strict=True):
+            rowno += 1
+            if row and len(row) != width:
+                return EncodeDataError(
+                    f"{source}, row {rowno}: has {len(row)} column(s), the header has {width}"
+                )
+    except csv.Error as exc:
+        return EncodeDataError(f"{source}, row {rowno + 1}: malformed CSV ({exc})")
+    return None
+
+
+@dataclass(frozen=True)
+class CsvLayout:
+    """What to read of a CSV with a given header: ``width`` columns named ``internal`` for
+    pyarrow; ``needed`` maps each input column the encoder reads to its internal name,
+    ``positions`` to its index; ``plain``: columns not worth deduplicating (record ids)."""
+
+    width: int
+    internal: tuple[str, ...]
+    needed: dict[str, str]
+    positions: dict[str, int]
+    plain: frozenset[str]
+
+    def arrow_options(self, block_bytes: int, *, skip_header: bool = True) -> dict[str, Any]:
+        """pyarrow CSV reader options: the needed columns as bytes, RFC 4180 quoting, quoted
+        newlines allowed, empty lines ignored (``_may_have_blank_lines`` routes files with
+        them elsewhere), ``block_bytes`` per block."""
+        return {
+            "read_options": pcsv.ReadOptions(
+                skip_rows=1 if skip_header else 0,
+                column_names=list(self.internal),
+                block_size=block_bytes,
+                use_threads=skip_header,
+            ),
+            "parse_options": pcsv.ParseOptions(newlines_in_values=True, ignore_empty_lines=True),
+            "convert_options": pcsv.ConvertOptions(
+                column_types={name: pa.binary() for name in self.needed.values()},
+                include_columns=list(dict.fromkeys(self.needed.values())),
+                strings_can_be_null=False,
+            ),
+        }
+
+
 @dataclass
 class _Batch:
     """``n`` input rows, column by column. Row numbers are ``first_row + j`` unless ``rownos``
@@ -598,6 +648,42 @@ class Encoder:
         source = str(p)
         report = EncodeReport(source=source)
         t0 = time.perf_counter()
+        layout = self.csv_layout(p, id_column)
+        positions, needed, plain = layout.positions, layout.needed, layout.plain
+
+        def batches() -> Iterator[_Batch]:
+            first = 1
+            try:
+                reader = pcsv.open_csv(p, **layout.arrow_options(block_bytes or CSV_BLOCK_BYTES))
+                for rb in reader:
+                    if rb.num_rows == 0:
+                        continue
+                    yield _Batch(rb.num_rows, first, {}, arrow=rb, arrow_names=needed, plain=plain)
+                    first += rb.num_rows
+            except pa.ArrowException:
+                # pyarrow's message may quote the offending row: find the problem ourselves.
+                problem = self._locate_csv_problem(p, source, layout.width)
+                if problem is not None:
+                    raise problem from None
+                if first != 1:
+                    raise EncodeDataError(
+                        f"{source}, after row {first - 1}: malformed CSV (rejected by the CSV "
+                        "parser)"
+                    ) from None
+                # e.g. a header without a final newline: the exact reader accepts the file
+                yield from self._csv_module_batches(p, source, layout.width, positions)
+
+        if _may_have_blank_lines(p):
+            stream = self._csv_module_batches(p, source, layout.width, positions)
+        else:
+            stream = batches()
+        records = self._encode_stream(stream, source, id_column, report, progress, map_batches)
+        report.seconds = time.perf_counter() - t0
+        return records, report
+
+    def csv_layout(self, p: Path, id_column: str | None) -> CsvLayout:
+        """The CSV's header checked against the schema (and ``id_column``): what to read."""
+        source = str(p)
         header = self._read_header(p, source)
         dup = sorted({h for h in header if header.count(h) > 1})
         if dup:
@@ -610,56 +696,14 @@ class Encoder:
                 + (" or --id-column" if id_column in missing else "")
             )
         width = len(header)
-        internal = [f"c{i}" for i in range(width)]  # header names may repeat or need stripping
-        needed = {c: internal[header.index(c)] for c in dict.fromkeys(wanted)}
-        positions = {c: header.index(c) for c in dict.fromkeys(wanted)}
-        plain = frozenset({id_column} - set(self.columns) if id_column is not None else ())
-
-        def batches() -> Iterator[_Batch]:
-            first = 1
-            try:
-                reader = pcsv.open_csv(
-                    p,
-                    read_options=pcsv.ReadOptions(
-                        skip_rows=1,
-                        column_names=internal,
-                        block_size=block_bytes or CSV_BLOCK_BYTES,
-                        use_threads=True,
-                    ),
-                    parse_options=pcsv.ParseOptions(
-                        newlines_in_values=True, ignore_empty_lines=True
-                    ),
-                    convert_options=pcsv.ConvertOptions(
-                        column_types={name: pa.binary() for name in needed.values()},
-                        include_columns=list(dict.fromkeys(needed.values())),
-                        strings_can_be_null=False,
-                    ),
-                )
-                for rb in reader:
-                    if rb.num_rows == 0:
-                        continue
-                    yield _Batch(rb.num_rows, first, {}, arrow=rb, arrow_names=needed, plain=plain)
-                    first += rb.num_rows
-            except pa.ArrowException:
-                # pyarrow's message may quote the offending row: find the problem ourselves.
-                problem = self._locate_csv_problem(p, source, width)
-                if problem is not None:
-                    raise problem from None
-                if first != 1:
-                    raise EncodeDataError(
-                        f"{source}, after row {first - 1}: malformed CSV (rejected by the CSV "
-                        "parser)"
-                    ) from None
-                # e.g. a header without a final newline: the exact reader accepts the file
-                yield from self._csv_module_batches(p, source, width, positions)
-
-        if _may_have_blank_lines(p):
-            stream = self._csv_module_batches(p, source, width, positions)
-        else:
-            stream = batches()
-        records = self._encode_stream(stream, source, id_column, report, progress, map_batches)
-        report.seconds = time.perf_counter() - t0
-        return records, report
+        internal = tuple(f"c{i}" for i in range(width))  # header names may repeat or need stripping
+        return CsvLayout(
+            width=width,
+            internal=internal,
+            needed={c: internal[header.index(c)] for c in dict.fromkeys(wanted)},
+            positions={c: header.index(c) for c in dict.fromkeys(wanted)},
+            plain=frozenset({id_column} - set(self.columns) if id_column is not None else ()),
+        )
 
     @staticmethod
     def _csv_module_batches(
@@ -713,23 +757,29 @@ class Encoder:
         """The error for a CSV the fast parser rejected, found by re-reading it with the csv
         module (only on this error path; blank lines are counted, as everywhere), or None if
         the csv module finds nothing wrong."""
-        rowno = 0
         try:
             with open(p, newline="", encoding="utf-8-sig", errors="surrogateescape") as fh:
-                reader = csv.reader(fh, strict=True)
-                next(reader, None)
-                for row in reader:
-                    rowno += 1
-                    if row and len(row) != width:
-                        return EncodeDataError(
-                            f"{source}, row {rowno}: has {len(row)} column(s), "
-                            f"the header has {width}"
-                        )
-        except csv.Error as exc:
-            return EncodeDataError(f"{source}, row {rowno + 1}: malformed CSV ({exc})")
+                next(csv.reader(fh, strict=True), None)
+                return locate_csv_problem(fh, source, width, 1)
         except OSError as exc:
             return EncodeDataError(f"{source}: cannot read ({exc.strerror})")
-        return None
+
+    def encode_results(
+        self,
+        results: Iterator[_BatchResult],
+        source: str,
+        id_column: str | None,
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[EncodedRecords, EncodeReport]:
+        """The records and report of ``encode_batch`` results made elsewhere (in input order),
+        checked and assembled as ``encode_csv`` does."""
+        t0 = time.perf_counter()
+        report = EncodeReport(source=source)
+        records = self._encode_stream(
+            iter(()), source, id_column, report, progress, lambda _: results
+        )
+        report.seconds = time.perf_counter() - t0
+        return records, report
 
     # ----------------------------------------------------------------- core
     def encode_batch(self, batch: _Batch, source: str, id_column: str | None) -> _BatchResult:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from party.encoding.blocking import BlockingKeyer
@@ -152,6 +153,7 @@ class SeenValues:
 
     def __init__(self, columns: tuple[str, ...], cap: int = 200_000) -> None:
         self._seen: dict[str, set[bytes]] = {c: set() for c in columns}
+        self._held: dict[str, Any] = {}  # new_in's record: column -> arrow array of values
         self._cap = cap
 
     def new_values(self, batch: _Batch) -> dict[str, list[bytes]]:
@@ -165,6 +167,22 @@ class SeenValues:
                 seen.clear()
             seen.update(new)
             out[column] = sorted(new)
+        return out
+
+    def new_in(self, distinct: dict[str, Any]) -> dict[str, list[bytes]]:
+        """Like ``new_values``, from each column's distinct raw values as an arrow binary array
+        (as a lane that parsed the rows reports them): the set difference runs in C."""
+        out: dict[str, list[bytes]] = {}
+        for column, values in distinct.items():
+            held = self._held.get(column)
+            new = values if held is None else values.filter(pc.invert(pc.is_in(values, held)))
+            if not len(new):
+                continue
+            if held is None or len(held) + len(new) > self._cap:
+                self._held[column] = new
+            else:
+                self._held[column] = pa.concat_arrays([held, new])
+            out[column] = new.to_pylist()
         return out
 
 

@@ -43,17 +43,23 @@ import pickle
 import secrets
 import socket
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import pyarrow.compute as pc
+
 from party.encoding import encoder as encoder_module
-from party.encoding.encoder import Encoder, EncodeReport, _Batch, _BatchResult
+from party.encoding.csv_ranges import CsvRange, read_range, split_ranges
+from party.encoding.encoder import CsvLayout, Encoder, EncodeReport, _Batch, _BatchResult
 from party.encoding.first_sight import (
     SeenValues,
     SightEntries,
@@ -61,6 +67,7 @@ from party.encoding.first_sight import (
     Unit,
     compute_entries,
     install_entries,
+    sight_columns,
     sight_units,
 )
 from party.encoding.records import EncodedRecords
@@ -100,17 +107,22 @@ class EncoderSpec:
 
 @dataclass
 class ParallelStats:
-    """CPU seconds the workers spent on their tasks, in total, on first sight, and per worker
-    (host:pid); ``batches``: batches encoded."""
+    """CPU seconds the workers spent on their tasks, in total, on first sight, on reading their
+    CSV ranges, and per worker (host:pid); ``batches``: batches encoded."""
 
     batches: int = 0
     cpu_seconds: float = 0.0
     first_sight_seconds: float = 0.0
+    reading_seconds: float = 0.0
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
 
-    def add(self, worker: str, cpu: float, *, first_sight: bool = False) -> None:
+    def add(
+        self, worker: str, cpu: float, *, first_sight: bool = False, reading: bool = False
+    ) -> None:
         if first_sight:
             self.first_sight_seconds += cpu
+        elif reading:
+            self.reading_seconds += cpu
         else:
             self.batches += 1
         self.cpu_seconds += cpu
@@ -134,6 +146,8 @@ def _worker_encoder(spec: EncoderSpec) -> Encoder:
 def forget_task(token: str) -> bool:
     """Runs in a lane when a job ends: drop its encoder (secret, memo tables); True if held."""
     with _WORKER_LOCK:
+        for key in [k for k in _HELD if k[0] == token]:
+            del _HELD[key]
         return _WORKER_ENCODERS.pop(token, None) is not None
 
 
@@ -175,6 +189,98 @@ def encode_batch_task(
             install_entries(encoder, pickle.loads(blob))
         result = encoder.encode_batch(batch, source, id_column)
     return result, _worker_name(), time.process_time() - c0
+
+
+_HELD: dict[tuple[str, int], _Batch] = {}  # (job token, range number) -> parsed, not encoded
+
+
+def scan_range_task(
+    spec: EncoderSpec, key: int, path: str, part: CsvRange, layout: CsvLayout, source: str
+) -> tuple[int, dict[str, Any], str, float]:
+    """Runs in a lane: parse one range of the CSV (``csv_ranges``), keep it for
+    ``encode_held_task`` and return its rows and the distinct raw values (arrow binary arrays)
+    of every column with first-sight work, the lane's name and the task's CPU seconds."""
+    c0 = time.process_time()
+    with _WORKER_LOCK:
+        batch = read_range(path, part, layout, source)
+        columns = sight_columns(_worker_encoder(spec)) if batch.n else ()
+        assert batch.arrow is not None or not batch.n
+        distinct = {c: pc.unique(batch.arrow.column(layout.needed[c])) for c in columns}
+        if batch.n:
+            _HELD[(spec.token, key)] = batch
+    return batch.n, distinct, _worker_name(), time.process_time() - c0
+
+
+@dataclass
+class _Handoff:
+    """A range's result without its arrays: those are in the file ``path`` (filters, then
+    digests, raw uint64), the kept rows' ids joined by newlines (a CSV split into ranges has
+    no newline inside a value)."""
+
+    result: _BatchResult
+    path: str
+    filters_shape: tuple[int, int]
+    digests_shape: tuple[int, int]
+    ids: str | None
+
+
+def encode_held_task(
+    spec: EncoderSpec,
+    key: int,
+    entries: list[bytes],
+    source: str,
+    id_column: str | None,
+    out_dir: str,
+) -> tuple[_Handoff, str, float]:
+    """Runs in a lane: install the other lanes' memo entries, encode the range ``key`` this lane
+    parsed, and hand the arrays over in a file of ``out_dir`` (tmpfs where there is one), so
+    the parent maps them instead of unpickling them."""
+    c0 = time.process_time()
+    with _WORKER_LOCK:
+        encoder = _worker_encoder(spec)
+        for blob in entries:
+            install_entries(encoder, pickle.loads(blob))
+        batch = _HELD.pop((spec.token, key))
+        result = encoder.encode_batch(batch, source, id_column)
+        out = os.path.join(out_dir, f"{key}.u64")
+        with open(out, "wb") as fh:
+            fh.write(np.ascontiguousarray(result.filters, dtype=np.uint64).data)
+            fh.write(np.ascontiguousarray(result.digests, dtype=np.uint64).data)
+        ids = None if result.ids is None else "\n".join(result.ids)
+        handoff = _Handoff(
+            replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
+            out,
+            result.filters.shape,
+            result.digests.shape,
+            ids,
+        )
+    return handoff, _worker_name(), time.process_time() - c0
+
+
+_EMPTY = np.zeros((0, 0), dtype=np.uint64)
+
+
+def _take_handoff(handoff: _Handoff) -> _BatchResult:
+    """In the parent: the range's result with its arrays mapped from the lane's file (which is
+    removed; the mapping stays valid until the arrays are dropped)."""
+    nf = math.prod(handoff.filters_shape)
+    nd = math.prod(handoff.digests_shape)
+    data: np.ndarray
+    if nf + nd:
+        data = np.memmap(handoff.path, dtype=np.uint64, mode="r", shape=(nf + nd,))
+    else:
+        data = np.zeros(0, dtype=np.uint64)
+    with contextlib.suppress(OSError):
+        os.unlink(handoff.path)
+    ids = None
+    if handoff.ids is not None:
+        ids = handoff.ids.split("\n") if handoff.result.kept else []
+    return replace(
+        handoff.result,
+        filters=data[:nf].reshape(handoff.filters_shape),
+        digests=data[nf:].reshape(handoff.digests_shape),
+        ids=ids,
+    )
 
 
 def _ready() -> str:
@@ -278,7 +384,7 @@ class _Lanes:
         self.planner = SightPlanner(units, len(self.lanes))
         self.outbox: list[list[bytes]] = [[] for _ in self.lanes]  # entries not yet sent
         self.rows = [0] * len(self.lanes)  # rows given to each lane so far
-        self.results: deque[Future[tuple[_BatchResult, str, float]]] = deque()
+        self.results: deque[Future[tuple[Any, str, float]]] = deque()
 
     def _submit_sight(self, new: dict[str, list[bytes]]) -> list[Future[Any] | None]:
         shares = self.planner.shares(new)
@@ -288,7 +394,9 @@ class _Lanes:
         ]
 
     def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
-        new = self.seen.new_values(batch)
+        return self._first_sight_of(self.seen.new_values(batch))
+
+    def _first_sight_of(self, new: dict[str, list[bytes]]) -> list[Future[Any] | None]:
         if not self.planner.measured and self.lanes[1:]:
             # before any measurement: first sight of a sample of every column, so that the
             # rest of the first batch (most of all first sight) is shared out by measured cost
@@ -326,7 +434,7 @@ class _Lanes:
         result, worker, cpu = self.results.popleft().result()
         if self.stats is not None:
             self.stats.add(worker, cpu)
-        return result
+        return _take_handoff(result) if isinstance(result, _Handoff) else result
 
     def run(self, batches: Iterator[_Batch]) -> Iterator[_BatchResult]:
         window = 2 * len(self.lanes)
@@ -351,6 +459,73 @@ class _Lanes:
                         f.cancel()
 
 
+class _RangeLanes(_Lanes):
+    """The same two steps on lanes that read the CSV themselves (``csv_ranges``): each range is
+    parsed by one lane, which reports its distinct values; the parent keeps only the values no
+    lane was given (``SeenValues.new_in``, in C), shares their first sight out as ``_Lanes``
+    does, and the lane that parsed the range encodes it and hands the arrays over in a file."""
+
+    def __init__(self, *args: Any, path: str, layout: CsvLayout, out_dir: str) -> None:
+        super().__init__(*args)
+        self.path, self.layout, self.out_dir = path, layout, out_dir
+        self.bytes = [0] * len(self.lanes)  # CSV bytes given to each lane so far
+
+    def _scan(self, key: int, part: CsvRange) -> tuple[int, int, Future[Any]]:
+        w = self.bytes.index(min(self.bytes))
+        self.bytes[w] += part.size
+        args = (self.spec, key, self.path, part, self.layout, self.source)
+        return key, w, self.lanes[w].submit(scan_range_task, *args)
+
+    def _encode_range(self, key: int, w: int, sight: list[Future[Any] | None]) -> None:
+        self._collect(sight)
+        entries, self.outbox[w] = self.outbox[w], []
+        self.results.append(
+            self.lanes[w].submit(
+                encode_held_task, self.spec, key, entries, self.source, self.id_column, self.out_dir
+            )
+        )
+
+    def run_ranges(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
+        window = 2 * len(self.lanes)
+        todo = iter(enumerate(ranges))
+        scans: deque[tuple[int, int, Future[Any]]] = deque(
+            self._scan(*kp) for kp in islice(todo, window)
+        )
+        waiting: deque[tuple[int, int, list[Future[Any] | None]]] = deque()
+        try:
+            while scans:
+                key, w, scan = scans.popleft()
+                if (nxt := next(todo, None)) is not None:
+                    scans.append(self._scan(*nxt))
+                try:
+                    n, distinct, worker, cpu = scan.result()
+                except Exception as exc:  # noqa: BLE001 - raised in input order, by _take
+                    while waiting:
+                        self._encode_range(*waiting.popleft())
+                    failed: Future[Any] = Future()
+                    failed.set_exception(exc)
+                    self.results.append(failed)
+                    break
+                if self.stats is not None:
+                    self.stats.add(worker, cpu, reading=True)
+                if not n:
+                    continue
+                waiting.append((key, w, self._first_sight_of(self.seen.new_in(distinct))))
+                if len(waiting) > 1:  # first sight runs one range ahead of the records
+                    self._encode_range(*waiting.popleft())
+                while len(self.results) > window:
+                    yield self._take()
+            while waiting:
+                self._encode_range(*waiting.popleft())
+            while self.results:
+                yield self._take()
+        finally:
+            for fut in self.results:
+                fut.cancel()
+            for _, _, scan in scans:
+                scan.cancel()
+
+
 def encode_csv_parallel(
     encoder: Encoder,
     path: str | Path,
@@ -360,11 +535,16 @@ def encode_csv_parallel(
     progress: Callable[[int], None] | None = None,
     lanes: Sequence[Executor] | None = None,
     stats: ParallelStats | None = None,
+    lanes_read_file: bool | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
     processes (``None``/0: every core) or on ``lanes`` if given (each an executor of one
     worker, e.g. ``party.cluster.dask_lanes``); identical results (module docstring). A file of
-    one CSV block is encoded here, without starting processes."""
+    one CSV block is encoded here, without starting processes.
+
+    ``lanes_read_file``: the lanes run on this machine, read their own ranges of the CSV and
+    hand results over in files (``_RangeLanes``); ``None``: so for this process's own lanes,
+    not for ``lanes`` given. A CSV ``csv_ranges`` cannot split is read by this process."""
     n = resolve_workers(workers)
     seeded_blip = (
         encoder._blip_rng is not None and encoder.schema.hardening.blip_flip_probability is not None
@@ -373,19 +553,36 @@ def encode_csv_parallel(
         if seeded_blip and n > 1:
             log.info("a seeded BLIP generator was injected: encoding in one process")
         return encoder.encode_csv(path, id_column=id_column, progress=progress)
+    if lanes_read_file is None:
+        lanes_read_file = lanes is None or all(isinstance(x, ProcessPoolExecutor) for x in lanes)
     use = start_lanes(n) if lanes is None else list(lanes)
     spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
-    driver = _Lanes(use, encoder, spec, str(Path(path)), id_column, stats)
+    args = (use, encoder, spec, str(Path(path)), id_column, stats)
+    block_bytes = block_bytes_for(path, len(use))
     try:
-        return encoder.encode_csv(
-            path,
-            id_column=id_column,
-            progress=progress,
-            map_batches=driver.run,
-            block_bytes=block_bytes_for(path, len(use)),
-        )
+        ranges = split_ranges(path, block_bytes) if lanes_read_file else None
+        if ranges is None:
+            driver = _Lanes(*args)
+            return encoder.encode_csv(
+                path,
+                id_column=id_column,
+                progress=progress,
+                map_batches=driver.run,
+                block_bytes=block_bytes,
+            )
+        layout = encoder.csv_layout(Path(path), id_column)
+        with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir=_scratch()) as out_dir:
+            ranged = _RangeLanes(*args, path=str(path), layout=layout, out_dir=out_dir)
+            return encoder.encode_results(
+                ranged.run_ranges(ranges), str(Path(path)), id_column, progress
+            )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
         _forget_everywhere(use, spec.token)
+
+
+def _scratch() -> str | None:
+    """Where lanes hand results over: tmpfs (/dev/shm) if there is one, else the temp dir."""
+    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
 
 
 def _forget_everywhere(lanes: Sequence[Executor], token: str) -> None:
