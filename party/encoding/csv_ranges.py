@@ -1,21 +1,22 @@
 """A CSV cut into byte ranges of whole rows, so that worker processes parse their own rows.
 
-``split_ranges`` reads the file once (in blocks, in C: ``bytes.find``/``count``) and cuts the
-rows after the header into ranges of about ``block_bytes`` that end at a line end, each with the
-number of its first row. That is only exact when every line is one row: so a file that contains
-a double quote (a quoted field may hold a newline or a comma), a carriage return other than in a
-CRLF line end, or an empty line (skipped but counted in row numbers; pyarrow would drop it without a trace) is not split
-(``None``): the caller reads it the exact way, in one process (``Encoder.encode_csv``).
-
-``read_range`` runs in a worker: it parses one range with the same pyarrow options as
-``Encoder.encode_csv`` (needed columns as bytes) into a ``_Batch`` numbered from the range's
-first row; a row with a wrong number of columns is an error naming the file and row, found by the
-csv module on that range only.
+``split_ranges`` cuts the lines after the header into ranges of about ``block_bytes`` that end at
+a line end, by seeking (the parent reads a line per range, not the file). Cutting at line ends is
+only exact when every line is one row. ``read_range`` runs in a worker and checks that for its
+range while parsing it with the same pyarrow options as ``Encoder.encode_csv`` (needed columns as
+bytes): a range with a double quote (a quoted value may hold a newline), an empty line (skipped
+but counted in row numbers; pyarrow drops it without a trace) or a lone carriage return (its rows
+differ from its lines) raises ``NotSplittable``, and the caller reads the file the exact way,
+through one process's reader (``Encoder.encode_csv``). A worker does not know its first row
+number until the rows before its range are counted: a parse error it finds names rows from 1;
+the caller locates it again with the true first row (``read_range`` in the caller).
 """
 
 from __future__ import annotations
 
 import io
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,61 +25,65 @@ import pyarrow.csv as pcsv
 
 from party.encoding.encoder import CsvLayout, EncodeDataError, _Batch, locate_csv_problem
 
-_NOT_SPLITTABLE = (b'"', b"\n\n", b"\n\r\n")
-
-
-def _splittable(chunk: bytes) -> bool:
-    """No quote, no empty line, and every carriage return ends a line (CRLF)."""
-    if chunk.startswith((b"\n", b"\r\n")) or any(m in chunk for m in _NOT_SPLITTABLE):
-        return False
-    return b"\r" not in chunk or chunk.count(b"\r") == chunk.count(b"\r\n")
-
 
 @dataclass(frozen=True)
 class CsvRange:
-    """Bytes ``[start, end)`` of the file: whole rows, the first of them row ``first_row``."""
+    """Bytes ``[start, end)`` of the file: whole lines."""
 
     start: int
     end: int
-    first_row: int
 
     @property
     def size(self) -> int:
         return self.end - self.start
 
 
-def split_ranges(path: str | Path, block_bytes: int) -> list[CsvRange] | None:
-    """The file's rows after the header as ranges of about ``block_bytes`` (module docstring),
-    or None if its lines are not all rows (or it cannot be read: the exact reader reports it)."""
+class NotSplittable(Exception):
+    """A range's lines are not all rows (a quote, an empty line, a lone carriage return)."""
+
+
+def split_ranges(path: str | Path, block_bytes: int) -> tuple[list[CsvRange], int] | None:
+    """The file's lines after the header as ranges of about ``block_bytes`` (found by seeking,
+    not reading), and an estimate of its rows (from the first 64 KiB); None if the header is
+    not one plain line (or the file cannot be read: the exact reader reports it)."""
     ranges: list[CsvRange] = []
     try:
         with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
             header = fh.readline()
-            if not header.endswith(b"\n") or not _splittable(header):
+            if not header.endswith(b"\n") or b'"' in header:
                 return None
-            start, row = len(header), 1
-            while chunk := fh.read(block_bytes):
-                if not chunk.endswith(b"\n"):
-                    chunk += fh.readline()  # up to the end of the row (or of the file)
-                if not _splittable(chunk):
-                    return None
-                ranges.append(CsvRange(start, start + len(chunk), row))
-                start += len(chunk)
-                row += chunk.count(b"\n")
+            sample = fh.read(1 << 16)
+            per_byte = sample.count(b"\n") / max(1, len(sample))
+            start = len(header)
+            while start < size:
+                fh.seek(min(size, start + block_bytes))
+                end = min(size, fh.tell() + len(fh.readline()))
+                ranges.append(CsvRange(start, end))
+                start = end
     except OSError:
         return None
-    return ranges
+    return ranges, math.ceil(per_byte * (size - len(header)) * 1.02) + 1
 
 
-def read_range(path: str | Path, part: CsvRange, layout: CsvLayout, source: str) -> _Batch:
-    """Parse one range (in the calling process) into a batch whose columns are still arrow
-    arrays (``_Batch.materialise`` decodes them)."""
+def _lines(data: bytes) -> int:
+    return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
+
+
+def read_range(
+    path: str | Path, part: CsvRange, layout: CsvLayout, source: str, first_row: int
+) -> _Batch:
+    """Parse one range (in the calling process) into a batch numbered from ``first_row``,
+    its columns still arrow arrays (``_Batch.materialise`` decodes them). Raises
+    ``NotSplittable`` if its lines are not all rows (module docstring)."""
     try:
         with open(path, "rb") as fh:
             fh.seek(part.start)
             data = fh.read(part.size)
     except OSError as exc:
         raise EncodeDataError(f"{source}: cannot read ({exc.strerror})") from None
+    if b'"' in data:
+        raise NotSplittable
     block = max(len(data) + 1, 1 << 16)  # the whole range in one pyarrow block
     try:
         table = pcsv.read_csv(
@@ -86,11 +91,13 @@ def read_range(path: str | Path, part: CsvRange, layout: CsvLayout, source: str)
         )
     except pa.ArrowException:
         text = io.StringIO(data.decode("utf-8", "surrogateescape"), newline="")
-        problem = locate_csv_problem(text, source, layout.width, part.first_row)
-        raise problem or EncodeDataError(
-            f"{source}, rows from {part.first_row}: malformed CSV (rejected by the CSV parser)"
-        ) from None
-    batch = table.combine_chunks().to_batches()
-    rb = batch[0] if batch else None
-    n = 0 if rb is None else rb.num_rows
-    return _Batch(n, part.first_row, {}, arrow=rb, arrow_names=layout.needed, plain=layout.plain)
+        problem = locate_csv_problem(text, source, layout.width, first_row)
+        if problem is None or data.count(b"\r") != data.count(b"\r\n"):
+            raise NotSplittable from None  # the exact path tells what is wrong, and where
+        raise problem from None
+    batches = table.combine_chunks().to_batches()
+    n = batches[0].num_rows if batches else 0
+    if n != _lines(data):  # empty lines (dropped by pyarrow) or lone carriage returns
+        raise NotSplittable
+    rb = batches[0] if batches else None
+    return _Batch(n, first_row, {}, arrow=rb, arrow_names=layout.needed, plain=layout.plain)

@@ -304,6 +304,7 @@ class _Column:
     indices: np.ndarray  # (n,) int64
     uniques: list[str]
     _valid: bool | None = None
+    dictionary: Any = None  # from_arrow: the distinct raw values, an arrow binary array
 
     @property
     def valid(self) -> bool:
@@ -332,11 +333,11 @@ class _Column:
             indices = np.arange(len(array), dtype=np.int64)
             values = array
         try:  # valid UTF-8 (checked in C): pyarrow makes the strings, and the column is valid
-            return cls(indices, values.cast(pa.string()).to_pylist(), True)
+            return cls(indices, values.cast(pa.string()).to_pylist(), True, values)
         except pa.ArrowInvalid:
             pass
         uniques = [b.decode("utf-8", "surrogateescape") for b in values.to_pylist()]
-        return cls(indices, uniques)
+        return cls(indices, uniques, None, values)
 
 
 def _combine(cols: list[_Column]) -> tuple[list[Any], np.ndarray]:
@@ -770,13 +771,15 @@ class Encoder:
         source: str,
         id_column: str | None,
         progress: Callable[[int], None] | None = None,
+        rows: int = CHUNK_ROWS,
     ) -> tuple[EncodedRecords, EncodeReport]:
         """The records and report of ``encode_batch`` results made elsewhere (in input order),
-        checked and assembled as ``encode_csv`` does."""
+        checked and assembled as ``encode_csv`` does; ``rows``: the rows expected (an estimate:
+        the output arrays are allocated once for as many and grow if needed)."""
         t0 = time.perf_counter()
         report = EncodeReport(source=source)
         records = self._encode_stream(
-            iter(()), source, id_column, report, progress, lambda _: results
+            iter(()), source, id_column, report, progress, lambda _: results, rows
         )
         report.seconds = time.perf_counter() - t0
         return records, report
@@ -810,11 +813,12 @@ class Encoder:
         report: EncodeReport,
         progress: Callable[[int], None] | None,
         map_batches: BatchMap | None = None,
+        rows: int = CHUNK_ROWS,
     ) -> EncodedRecords:
         t0 = time.perf_counter()
         out_words = bits.words_for(self.schema.output_bits)
         nblock = self.schema.digest_width
-        cap = CHUNK_ROWS
+        cap = max(1, rows)
         filters = np.zeros((cap, out_words), dtype=np.uint64)
         digests = np.zeros((cap, nblock), dtype=np.uint64)
         ids: list[str] = []

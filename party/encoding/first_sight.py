@@ -73,6 +73,7 @@ def _part_memos(encoder: Encoder) -> list[tuple[BlockingKeyer, int, str]]:
 
 
 Unit = tuple[str, Any]  # ("filter", feature name) or ("part", part memo number)
+RawValues = Any  # distinct raw values of a column: list[bytes], or an arrow binary array
 
 
 def sight_units(encoder: Encoder) -> dict[Unit, str]:
@@ -97,7 +98,17 @@ def _all_valid(values: list[str]) -> bool:
     return "".join(values).isascii() or all(map(valid_text, values))
 
 
-def compute_entries(encoder: Encoder, work: dict[Unit, list[bytes]]) -> SightEntries:
+def _decode(raw: RawValues) -> list[str]:
+    """Raw values (bytes, or an arrow binary array) as the encoder decodes a CSV's cells."""
+    if not isinstance(raw, list):
+        try:
+            return list(raw.cast(pa.string()).to_pylist())  # valid UTF-8, checked in C
+        except pa.ArrowInvalid:
+            raw = raw.to_pylist()
+    return [b.decode("utf-8", "surrogateescape") for b in raw]
+
+
+def compute_entries(encoder: Encoder, work: dict[Unit, RawValues]) -> SightEntries:
     """The memo entries of ``work`` (unit -> distinct raw values of its column as bytes, decoded
     here as the encoder decodes a CSV), computed by ``encoder`` (and left in its memo tables),
     with the CPU seconds each unit took."""
@@ -108,7 +119,7 @@ def compute_entries(encoder: Encoder, work: dict[Unit, list[bytes]]) -> SightEnt
         c0 = time.process_time()
         vals = decoded.get(id(raw))
         if vals is None:
-            vals = decoded[id(raw)] = [b.decode("utf-8", "surrogateescape") for b in raw]
+            vals = decoded[id(raw)] = _decode(raw)
         kind, which = unit
         valid = _all_valid(vals)
         if kind == "filter":
@@ -153,7 +164,7 @@ class SeenValues:
 
     def __init__(self, columns: tuple[str, ...], cap: int = 200_000) -> None:
         self._seen: dict[str, set[bytes]] = {c: set() for c in columns}
-        self._held: dict[str, Any] = {}  # new_in's record: column -> arrow array of values
+        self._hashes: dict[str, np.ndarray] = {}  # new_in's record: sorted value hashes
         self._cap = cap
 
     def new_values(self, batch: _Batch) -> dict[str, list[bytes]]:
@@ -169,21 +180,61 @@ class SeenValues:
             out[column] = sorted(new)
         return out
 
-    def new_in(self, distinct: dict[str, Any]) -> dict[str, list[bytes]]:
+    def new_in(self, distinct: dict[str, tuple[Any, np.ndarray]]) -> dict[str, Any]:
         """Like ``new_values``, from each column's distinct raw values as an arrow binary array
-        (as a lane that parsed the rows reports them): the set difference runs in C."""
+        with their ``value_hashes`` (as a lane that parsed the rows reports them); the new
+        values stay arrow arrays (``compute_entries`` decodes them in C). Values are compared
+        by hash, in numpy. Two values with the same hash count as one: the second
+        is not handed out and the lane that meets it computes it itself (a cost, never a
+        different output)."""
         out: dict[str, list[bytes]] = {}
-        for column, values in distinct.items():
-            held = self._held.get(column)
-            new = values if held is None else values.filter(pc.invert(pc.is_in(values, held)))
-            if not len(new):
+        for column, (values, hashes) in distinct.items():
+            held = self._hashes.get(column, _NO_HASHES)
+            at = np.searchsorted(held, hashes)
+            known = np.zeros(hashes.shape, dtype=bool)
+            if held.size:
+                known = held[np.minimum(at, held.size - 1)] == hashes
+            if known.all():
                 continue
-            if held is None or len(held) + len(new) > self._cap:
-                self._held[column] = new
+            fresh = np.unique(hashes[~known])
+            if held.size + fresh.size > self._cap:
+                self._hashes[column] = fresh
             else:
-                self._held[column] = pa.concat_arrays([held, new])
-            out[column] = new.to_pylist()
+                self._hashes[column] = np.insert(held, np.searchsorted(held, fresh), fresh)
+            out[column] = values.filter(pa.array(~known))
         return out
+
+
+_NO_HASHES = np.zeros(0, dtype=np.uint64)
+_HASH_BASE = np.uint64(0x100000001B3)
+_HASH_POWERS = (
+    np.cumprod(np.full(1 << 12, _HASH_BASE, dtype=np.uint64)) * _HASH_BASE
+)  # powers of the base
+
+
+def value_hashes(values: Any) -> np.ndarray:
+    """A 64-bit hash of every value of an arrow binary array, in numpy: a polynomial in the
+    bytes (wrapping) mixed with the length. Not a secret and not collision-resistant: used
+    only to skip values already handed out (``SeenValues.new_in``)."""
+    n = len(values)
+    if n == 0:
+        return _NO_HASHES
+    offsets = np.frombuffer(values.buffers()[1], dtype=np.int32)[
+        values.offset : values.offset + n + 1
+    ]
+    lengths = np.diff(offsets).astype(np.uint64)
+    h = np.zeros(n, dtype=np.uint64)
+    nonempty = np.flatnonzero(lengths)
+    if nonempty.size:
+        data = np.frombuffer(values.buffers()[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
+        starts = offsets[:-1] - offsets[0]
+        pos = np.arange(data.size) - np.repeat(starts, lengths.astype(np.int64))
+        terms = data.astype(np.uint64) * _HASH_POWERS[pos % _HASH_POWERS.size]
+        h[nonempty] = np.add.reduceat(terms, starts[nonempty])
+    h ^= lengths * np.uint64(0x9E3779B97F4A7C15)
+    h *= np.uint64(0xBF58476D1CE4E5B9)
+    h ^= h >> np.uint64(31)
+    return h
 
 
 def _distinct(batch: _Batch, column: str) -> set[bytes]:
@@ -222,14 +273,14 @@ class SightPlanner:
                 self.measured = True
                 self.per_value[unit] = 0.5 * self.per_value[unit] + 0.5 * cpu / count
 
-    def shares(self, new: dict[str, list[bytes]]) -> list[dict[Unit, list[bytes]]]:
+    def shares(self, new: dict[str, RawValues]) -> list[dict[Unit, RawValues]]:
         """One work share per lane: every (unit, new value of its column) exactly once."""
         items = [
             (sum(self.per_value[u] for u in units) * len(new[c]), c, new[c])
             for c, units in self.column_units.items()
             if new.get(c)
         ]
-        out: list[dict[Unit, list[bytes]]] = [{} for _ in range(self.lanes)]
+        out: list[dict[Unit, RawValues]] = [{} for _ in range(self.lanes)]
         target = sum(cost for cost, _, _ in items) / self.lanes
         load = [0.0] * self.lanes
         for cost, column, vals in sorted(items, key=lambda item: -item[0]):  # largest first
@@ -241,12 +292,12 @@ class SightPlanner:
                     take = max(1, round(len(vals) * room / cost))
                 piece = cost * take / len(vals)
                 first = self.column_units[column][0]
+                mine = vals if take == len(vals) else vals[:take]
                 if first in out[w]:  # a second piece of this column for the same lane
-                    out[w][first].extend(vals[:take])
-                else:  # the column's units share one list (decoded once in the lane)
-                    mine = vals if take == len(vals) else vals[:take]
-                    for unit in self.column_units[column]:
-                        out[w][unit] = mine
+                    held = out[w][first]
+                    mine = held + mine if isinstance(held, list) else pa.concat_arrays([held, mine])
+                for unit in self.column_units[column]:  # one list (decoded once in the lane)
+                    out[w][unit] = mine
                 load[w] += piece
                 vals, cost = vals[take:], cost - piece
         return out

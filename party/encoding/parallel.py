@@ -55,12 +55,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow.compute as pc
 
 from party.encoding import encoder as encoder_module
-from party.encoding.csv_ranges import CsvRange, read_range, split_ranges
-from party.encoding.encoder import CsvLayout, Encoder, EncodeReport, _Batch, _BatchResult
+from party.encoding.csv_ranges import CsvRange, NotSplittable, read_range, split_ranges
+from party.encoding.encoder import (
+    CsvLayout,
+    EncodeDataError,
+    Encoder,
+    EncodeReport,
+    _Batch,
+    _BatchResult,
+)
 from party.encoding.first_sight import (
+    RawValues,
     SeenValues,
     SightEntries,
     SightPlanner,
@@ -69,6 +76,7 @@ from party.encoding.first_sight import (
     install_entries,
     sight_columns,
     sight_units,
+    value_hashes,
 )
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
@@ -114,6 +122,7 @@ class ParallelStats:
     cpu_seconds: float = 0.0
     first_sight_seconds: float = 0.0
     reading_seconds: float = 0.0
+    ranges: int = 0  # CSV ranges the lanes read themselves
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
 
     def add(
@@ -123,6 +132,7 @@ class ParallelStats:
             self.first_sight_seconds += cpu
         elif reading:
             self.reading_seconds += cpu
+            self.ranges += 1
         else:
             self.batches += 1
         self.cpu_seconds += cpu
@@ -156,7 +166,7 @@ def _worker_name() -> str:
 
 
 def first_sight_task(
-    work: dict[Unit, list[bytes]], spec: EncoderSpec
+    work: dict[Unit, RawValues], spec: EncoderSpec
 ) -> tuple[bytes, dict[Unit, tuple[int, float]], str, float]:
     """Runs in a lane: the memo entries of one share of first-sight work (first_sight module),
     pickled once here (the parent forwards them to every other lane as they are; b"" if none),
@@ -196,16 +206,20 @@ _HELD: dict[tuple[str, int], _Batch] = {}  # (job token, range number) -> parsed
 
 def scan_range_task(
     spec: EncoderSpec, key: int, path: str, part: CsvRange, layout: CsvLayout, source: str
-) -> tuple[int, dict[str, Any], str, float]:
-    """Runs in a lane: parse one range of the CSV (``csv_ranges``), keep it for
-    ``encode_held_task`` and return its rows and the distinct raw values (arrow binary arrays)
-    of every column with first-sight work, the lane's name and the task's CPU seconds."""
+) -> tuple[int, dict[str, tuple[Any, np.ndarray]], str, float]:
+    """Runs in a lane: parse one range of the CSV (``csv_ranges``; rows numbered from 1 until
+    ``encode_held_task`` knows better), keep it for ``encode_held_task`` and return its rows,
+    the distinct raw values (arrow binary arrays, with ``value_hashes``) of every column with
+    first-sight work, the lane's name and the task's CPU seconds."""
     c0 = time.process_time()
     with _WORKER_LOCK:
-        batch = read_range(path, part, layout, source)
+        batch = read_range(path, part, layout, source, 1)
         columns = sight_columns(_worker_encoder(spec)) if batch.n else ()
-        assert batch.arrow is not None or not batch.n
-        distinct = {c: pc.unique(batch.arrow.column(layout.needed[c])) for c in columns}
+        batch.materialise()
+        distinct = {}
+        for c in columns:
+            values = batch.columns[c].dictionary
+            distinct[c] = (values, value_hashes(values))
         if batch.n:
             _HELD[(spec.token, key)] = batch
     return batch.n, distinct, _worker_name(), time.process_time() - c0
@@ -227,13 +241,14 @@ class _Handoff:
 def encode_held_task(
     spec: EncoderSpec,
     key: int,
+    first_row: int,
     entries: list[bytes],
     source: str,
     id_column: str | None,
     out_dir: str,
 ) -> tuple[_Handoff, str, float]:
     """Runs in a lane: install the other lanes' memo entries, encode the range ``key`` this lane
-    parsed, and hand the arrays over in a file of ``out_dir`` (tmpfs where there is one), so
+    parsed (its first row is row ``first_row`` of the file), and hand the arrays over in a file of ``out_dir`` (tmpfs where there is one), so
     the parent maps them instead of unpickling them."""
     c0 = time.process_time()
     with _WORKER_LOCK:
@@ -241,6 +256,7 @@ def encode_held_task(
         for blob in entries:
             install_entries(encoder, pickle.loads(blob))
         batch = _HELD.pop((spec.token, key))
+        batch.first_row = first_row
         result = encoder.encode_batch(batch, source, id_column)
         out = os.path.join(out_dir, f"{key}.u64")
         with open(out, "wb") as fh:
@@ -261,17 +277,15 @@ _EMPTY = np.zeros((0, 0), dtype=np.uint64)
 
 
 def _take_handoff(handoff: _Handoff) -> _BatchResult:
-    """In the parent: the range's result with its arrays mapped from the lane's file (which is
-    removed; the mapping stays valid until the arrays are dropped)."""
+    """In the parent: the range's result with its arrays read from the lane's file (one read
+    into memory the allocator reuses; mapping the file page by page cost more), then removed."""
     nf = math.prod(handoff.filters_shape)
     nd = math.prod(handoff.digests_shape)
-    data: np.ndarray
-    if nf + nd:
-        data = np.memmap(handoff.path, dtype=np.uint64, mode="r", shape=(nf + nd,))
-    else:
-        data = np.zeros(0, dtype=np.uint64)
-    with contextlib.suppress(OSError):
-        os.unlink(handoff.path)
+    try:
+        data = np.fromfile(handoff.path, dtype=np.uint64, count=nf + nd)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(handoff.path)
     ids = None
     if handoff.ids is not None:
         ids = handoff.ids.split("\n") if handoff.result.kept else []
@@ -386,7 +400,7 @@ class _Lanes:
         self.rows = [0] * len(self.lanes)  # rows given to each lane so far
         self.results: deque[Future[tuple[Any, str, float]]] = deque()
 
-    def _submit_sight(self, new: dict[str, list[bytes]]) -> list[Future[Any] | None]:
+    def _submit_sight(self, new: dict[str, RawValues]) -> list[Future[Any] | None]:
         shares = self.planner.shares(new)
         return [
             lane.submit(first_sight_task, share, self.spec) if share else None
@@ -396,7 +410,7 @@ class _Lanes:
     def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
         return self._first_sight_of(self.seen.new_values(batch))
 
-    def _first_sight_of(self, new: dict[str, list[bytes]]) -> list[Future[Any] | None]:
+    def _first_sight_of(self, new: dict[str, RawValues]) -> list[Future[Any] | None]:
         if not self.planner.measured and self.lanes[1:]:
             # before any measurement: first sight of a sample of every column, so that the
             # rest of the first batch (most of all first sight) is shared out by measured cost
@@ -476,22 +490,24 @@ class _RangeLanes(_Lanes):
         args = (self.spec, key, self.path, part, self.layout, self.source)
         return key, w, self.lanes[w].submit(scan_range_task, *args)
 
-    def _encode_range(self, key: int, w: int, sight: list[Future[Any] | None]) -> None:
+    def _encode_range(
+        self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
+    ) -> None:
         self._collect(sight)
         entries, self.outbox[w] = self.outbox[w], []
-        self.results.append(
-            self.lanes[w].submit(
-                encode_held_task, self.spec, key, entries, self.source, self.id_column, self.out_dir
-            )
-        )
+        args = (self.spec, key, first_row, entries, self.source, self.id_column, self.out_dir)
+        self.results.append(self.lanes[w].submit(encode_held_task, *args))
 
     def run_ranges(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
+        """Results in input order; raises ``NotSplittable`` (before any result if a lane finds
+        it in the first ranges, else mid-way: the caller starts again the exact way)."""
         window = 2 * len(self.lanes)
         todo = iter(enumerate(ranges))
         scans: deque[tuple[int, int, Future[Any]]] = deque(
             self._scan(*kp) for kp in islice(todo, window)
         )
-        waiting: deque[tuple[int, int, list[Future[Any] | None]]] = deque()
+        waiting: deque[tuple[int, int, int, list[Future[Any] | None]]] = deque()
+        row = 1  # the first row of the next range
         try:
             while scans:
                 key, w, scan = scans.popleft()
@@ -499,18 +515,24 @@ class _RangeLanes(_Lanes):
                     scans.append(self._scan(*nxt))
                 try:
                     n, distinct, worker, cpu = scan.result()
-                except Exception as exc:  # noqa: BLE001 - raised in input order, by _take
+                except EncodeDataError:  # named rows from 1: find it again with the true rows
+                    failed: Future[Any] = Future()
+                    try:
+                        read_range(self.path, ranges[key], self.layout, self.source, row)
+                        raise AssertionError("a range failed in a lane, not here")
+                    except EncodeDataError as exc:
+                        failed.set_exception(exc)
                     while waiting:
                         self._encode_range(*waiting.popleft())
-                    failed: Future[Any] = Future()
-                    failed.set_exception(exc)
                     self.results.append(failed)
                     break
                 if self.stats is not None:
                     self.stats.add(worker, cpu, reading=True)
                 if not n:
                     continue
-                waiting.append((key, w, self._first_sight_of(self.seen.new_in(distinct))))
+                new = self.seen.new_in(distinct)
+                waiting.append((key, w, row, self._first_sight_of(new)))
+                row += n
                 if len(waiting) > 1:  # first sight runs one range ahead of the records
                     self._encode_range(*waiting.popleft())
                 while len(self.results) > window:
@@ -524,6 +546,24 @@ class _RangeLanes(_Lanes):
                 fut.cancel()
             for _, _, scan in scans:
                 scan.cancel()
+
+
+class _ProgressOnce:
+    """A progress callback that, when the encoding starts again, does not count rows twice."""
+
+    def __init__(self, progress: Callable[[int], None] | None) -> None:
+        self.progress = progress
+        self.told = 0  # rows reported so far
+        self.seen = 0  # rows of the current attempt
+
+    def restart(self) -> None:
+        self.seen = 0
+
+    def __call__(self, rows: int) -> None:
+        self.seen += rows
+        if self.progress is not None and self.seen > self.told:
+            self.progress(self.seen - self.told)
+            self.told = self.seen
 
 
 def encode_csv_parallel(
@@ -559,23 +599,28 @@ def encode_csv_parallel(
     spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
     args = (use, encoder, spec, str(Path(path)), id_column, stats)
     block_bytes = block_bytes_for(path, len(use))
+    progress_once = _ProgressOnce(progress)
     try:
-        ranges = split_ranges(path, block_bytes) if lanes_read_file else None
-        if ranges is None:
-            driver = _Lanes(*args)
-            return encoder.encode_csv(
-                path,
-                id_column=id_column,
-                progress=progress,
-                map_batches=driver.run,
-                block_bytes=block_bytes,
-            )
-        layout = encoder.csv_layout(Path(path), id_column)
-        with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir=_scratch()) as out_dir:
-            ranged = _RangeLanes(*args, path=str(path), layout=layout, out_dir=out_dir)
-            return encoder.encode_results(
-                ranged.run_ranges(ranges), str(Path(path)), id_column, progress
-            )
+        split = split_ranges(path, block_bytes) if lanes_read_file else None
+        if split is not None:
+            ranges, rows = split
+            layout = encoder.csv_layout(Path(path), id_column)
+            try:
+                with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir=_scratch()) as out:
+                    ranged = _RangeLanes(*args, path=str(path), layout=layout, out_dir=out)
+                    return encoder.encode_results(
+                        ranged.run_ranges(ranges), str(Path(path)), id_column, progress_once, rows
+                    )
+            except NotSplittable:
+                log.info("the CSV has quotes, empty lines or lone carriage returns: read here")
+                progress_once.restart()
+        return encoder.encode_csv(
+            path,
+            id_column=id_column,
+            progress=progress_once,
+            map_batches=_Lanes(*args).run,
+            block_bytes=block_bytes,
+        )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
         _forget_everywhere(use, spec.token)
 
