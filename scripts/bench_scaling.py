@@ -14,8 +14,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   party's CSV (``encode_csv_parallel`` with 1 process, then with W worker processes, alternated,
   best of two each; the persistent workers are started once before, as a node starts them, and
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
-  share, each worker's and the first-sight part) and the comparison step of the three parties
-  (``run_in_process`` with 1 and W kernel threads). Checks that the outputs are identical.
+  share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
+  on idle cores: one process's CPU over the larger of the busiest process and all CPU / cores)
+  and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads). Checks that the outputs are identical.
   Prints wall-clock speedups and the CPU ratio.
 - ``sizes``: for each N (records per party) a fresh subprocess generates the data, encodes the
   three parties (all cores) and runs the protocol in process; it reports encode and protocol
@@ -115,7 +116,17 @@ def start_workers(workers: int) -> float:
 
 def worker_cpu(stats) -> str:  # type: ignore[no-untyped-def]
     per = ", ".join(f"{c:.2f}" for c in sorted(stats.cpu_by_worker.values(), reverse=True))
-    return f"per worker {per}; first sight {stats.first_sight_seconds:.2f} of them"
+    return (
+        f"per worker {per}; first sight {stats.first_sight_seconds:.2f} and reading "
+        f"{stats.reading_seconds:.2f} ({stats.ranges} CSV ranges) of them"
+    )
+
+
+def idle_bound(one: float, parent: float, stats, cores: int) -> float:  # type: ignore[no-untyped-def]
+    """The best speedup ``cores`` idle cores allow for this CPU (arithmetic, not a measurement):
+    no faster than the busiest process, nor than all the CPU spread evenly over the cores."""
+    busiest = max([parent, *stats.cpu_by_worker.values()])
+    return one / max(busiest, (parent + stats.cpu_seconds) / cores)
 
 
 def cmd_cores(args: argparse.Namespace) -> None:
@@ -142,10 +153,12 @@ def cmd_cores(args: argparse.Namespace) -> None:
             same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
             same = same and np.array_equal(r1.block_digests, rw.block_digests)
             (t1, c1, _), (tw, cw, sw) = best[1], best[w]
+            parent = cw - sw.cpu_seconds
             print(
                 f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
-                f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {cw - sw.cpu_seconds:.2f}, "
-                f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process; "
+                f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {parent:.2f}, "
+                f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process "
+                f"(bound on {w} idle cores: {idle_bound(c1, parent, sw, w):.2f}x); "
                 f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"
             )
         if args.encoding_only:
