@@ -13,6 +13,11 @@ candidate sets against the node's survivor capacity (a quarter of the memory bud
 bytes per set). A schema without LSH keys is measured from the column values alone (no filters are
 encoded: ``blocking_recall.digests_of_columns``), so 3 x 1,000,000 takes minutes.
 
+``--pair-dice T ...`` also encodes the filters and prints the distinct candidate pairs (a pair
+found by several passes once) and how many of them have a full-filter Dice >= each T: the matched
+pairs target any's solver receives at s_t = T (``blocking_recall.candidate_pair_dice_counts``; the
+segment filter can only remove some of them). Compare two schemas' fill with ``--schema``.
+
 Example: python scripts/blocking_cost.py --parties 3 --records 1000000 --seed 1
 """
 
@@ -29,10 +34,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
+from party.encoding.bits import popcount_rows  # noqa: E402
 from party.encoding.encoder import Encoder  # noqa: E402
 from party.encoding.records import EncodedRecords  # noqa: E402
 from party.encoding.schema import LinkageSchema, load_schema  # noqa: E402
-from party.synthetic.blocking_recall import blocking_recall, digests_of_columns  # noqa: E402
+from party.synthetic.blocking_recall import (  # noqa: E402
+    blocking_recall,
+    candidate_pair_dice_counts,
+    digests_of_columns,
+)
 from party.synthetic.generator import SyntheticTable, generate  # noqa: E402
 from party.synthetic.simulation import default_schema_path, simulation_secret  # noqa: E402
 
@@ -48,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schema", type=Path, default=None)
     ap.add_argument("--memory-budget-mib", type=int, default=256)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument(
+        "--pair-dice",
+        type=float,
+        nargs="+",
+        default=None,
+        metavar="T",
+        help="encode the filters and count the distinct candidate pairs with Dice >= each T",
+    )
     args = ap.parse_args(argv)
     schema = load_schema(args.schema or default_schema_path())
     t0 = time.perf_counter()
@@ -62,9 +80,11 @@ def main(argv: list[str] | None = None) -> int:
     t_gen = time.perf_counter() - t0
     t0 = time.perf_counter()
     secret = simulation_secret(args.seed)
-    tables = [_blocked(schema, secret, t) for t in ds.tables]
+    full = args.pair_dice is not None
+    tables = [_blocked(schema, secret, t, full) for t in ds.tables]
     t_enc = time.perf_counter() - t0
-    encoded = "encode" if any(b.lsh is not None for b in schema.blocking) else "block digests"
+    lsh = any(b.lsh is not None for b in schema.blocking)
+    encoded = "encode" if lsh or full else "block digests"
     del ds.tables[:]
     t0 = time.perf_counter()
     br = blocking_recall(tables, ds.truth)
@@ -96,19 +116,41 @@ def main(argv: list[str] | None = None) -> int:
         f"all passes: {br.candidate_pairs:,}; survivor capacity of a "
         f"{args.memory_budget_mib} MiB budget: {capacity:,} sets"
     )
+    extra: dict[str, object] = {}
+    if full:
+        t0 = time.perf_counter()
+        distinct, reached = candidate_pair_dice_counts(tables, args.pair_dice)
+        fill = sum(int(popcount_rows(t.filters).sum()) for t in tables) / (
+            schema.output_bits * sum(len(t) for t in tables)
+        )
+        print(
+            f"fill {fill:.4f}; distinct candidate pairs {distinct:,}; with full-filter Dice >= "
+            + ", ".join(f"{t}: {n:,}" for t, n in reached.items())
+            + f" ({time.perf_counter() - t0:.0f} s)"
+        )
+        extra = {
+            "fill": round(fill, 4),
+            "distinct_candidate_pairs": distinct,
+            "pairs_with_dice_at_or_above": {repr(t): n for t, n in reached.items()},
+        }
     load = os.getloadavg()
     print(
         f"generate {t_gen:.0f} s, {encoded} {t_enc:.0f} s, blocking figures {t_blk:.0f} s; "
         f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}"
     )
     if args.json:
-        args.json.write_text(json.dumps(br.as_dict() | {"pass_names": names}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps(br.as_dict() | {"pass_names": names} | extra, indent=2) + "\n"
+        )
     return 0
 
 
-def _blocked(schema: LinkageSchema, secret: bytes, table: SyntheticTable) -> EncodedRecords:
-    """One party's block digests (filters only when LSH keys need them: else 1-word zeros)."""
-    if any(b.lsh is not None for b in schema.blocking):
+def _blocked(
+    schema: LinkageSchema, secret: bytes, table: SyntheticTable, filters: bool
+) -> EncodedRecords:
+    """One party's block digests (filters only when asked or LSH keys need them: else 1-word
+    zeros)."""
+    if filters or any(b.lsh is not None for b in schema.blocking):
         return Encoder(schema, secret).encode_rows(table.rows(), id_column="rec_id")
     n = len(table)
     digests = digests_of_columns(schema, secret, table.columns)

@@ -50,6 +50,7 @@ from party.protocol.any_driver import run_any_in_process  # noqa: E402
 from party.protocol.params import ProtocolParameters  # noqa: E402
 from party.synthetic.blocking_recall import blocking_recall, true_set_dice  # noqa: E402
 from party.synthetic.external import load_folder  # noqa: E402
+from party.synthetic.fill import scale_bits_per_feature  # noqa: E402
 from party.synthetic.generator import generate, write_dataset  # noqa: E402
 from party.synthetic.metrics import evaluate_sets  # noqa: E402
 from party.synthetic.metrics_any import Scores, evaluate_groups  # noqa: E402
@@ -88,6 +89,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--febrl4-schema", type=Path, default=None, help="our FEBRL4 schema (default: shipped)"
     )
     ap.add_argument(
+        "--scale-bits",
+        type=float,
+        default=1.0,
+        help="multiply every bitsPerFeature of our schemas by this factor (a fill sweep; "
+        "party.synthetic.fill.scale_bits_per_feature); 1 = the schemas as they are",
+    )
+    ap.add_argument(
         "--no-other-target",
         action="store_true",
         help=f"skip the other target's column (default target: {DEFAULT_TARGET})",
@@ -101,6 +109,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--ref-python", type=Path, default=ROOT / ".venv-ref" / "bin" / "python")
     ap.add_argument("--no-reference", action="store_true", help="ours only")
+    ap.add_argument(
+        "--reference-from",
+        type=Path,
+        default=None,
+        help="reuse the comparator's output of an earlier run with the same data options "
+        "(its OUT folder: reference-<set>.json) instead of running clkhash + anonlink again",
+    )
     return ap
 
 
@@ -114,7 +129,7 @@ def prepare(name: str, args: argparse.Namespace) -> tuple[Path, int, Path, Path]
     if name == "febrl4":
         if not (folder / "truth.csv").exists():
             _ref(args, ["febrl4", str(folder)])
-        schema = args.febrl4_schema or febrl4_schema_path()
+        schema = scaled(args.febrl4_schema or febrl4_schema_path(), "febrl4", args)
         return folder, 2, schema, REFERENCE / "clkhash-febrl4.json"
     if name not in GENERATED:
         raise SystemExit(f"quality: unknown data set {name!r} (febrl4, p3, p5, p7)")
@@ -131,9 +146,23 @@ def prepare(name: str, args: argparse.Namespace) -> tuple[Path, int, Path, Path]
     return (
         folder,
         parties,
-        args.schema or default_schema_path(),
+        scaled(args.schema or default_schema_path(), name, args),
         REFERENCE / "clkhash-generated.json",
     )
+
+
+def scaled(schema: Path, name: str, args: argparse.Namespace) -> Path:
+    """The schema, or with --scale-bits a copy in OUT/schemas with its bit budgets scaled."""
+    if args.scale_bits == 1.0:
+        return schema
+    try:
+        obj = scale_bits_per_feature(json.loads(schema.read_text()), args.scale_bits)
+    except ValueError as exc:
+        raise SystemExit(f"quality: --scale-bits: {exc}") from None
+    out = args.out / "schemas" / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(obj, indent=2) + "\n")
+    return out
 
 
 def _ref(args: argparse.Namespace, argv: list[str]) -> None:
@@ -215,13 +244,17 @@ def reference(
 ) -> dict[str, Any]:
     ext = load_folder(folder)
     files = [str(p) for p in ext.data_files]
-    _ref(
-        args,
-        ["link", "--schema", str(ref_schema), "--secret", SECRET, "--out", str(out), "--thresholds"]
-        + [repr(t) for t in args.thresholds]
-        + ["--"]
-        + files,
-    )
+    earlier = None if args.reference_from is None else args.reference_from / out.name
+    if earlier is not None:
+        if not earlier.exists():
+            raise SystemExit(f"quality: --reference-from: {earlier} not found")
+        out = earlier
+    else:
+        _ref(
+            args,
+            ["link", "--schema", str(ref_schema), "--secret", SECRET, "--out", str(out)]
+            + ["--thresholds", *(repr(t) for t in args.thresholds), "--", *files],
+        )
     res = json.loads(out.read_text())
     rows: dict[str, Any] = {}
     pairwise: dict[str, Any] = {}

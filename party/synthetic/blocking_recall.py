@@ -90,7 +90,7 @@ class BlockingRecall:
         }
 
 
-def _true_set_rows(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.ndarray:
+def true_set_rows(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.ndarray:
     """(T, P) row index of each true set's record at each party."""
     complete = truth.complete_entities()
     rows = np.zeros((complete.size, len(tables)), dtype=np.int64)
@@ -110,7 +110,7 @@ def _true_set_rows(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.n
 
 def blocking_recall(tables: Sequence[EncodedRecords], truth: GroundTruth) -> BlockingRecall:
     """Blocking quality of P parties' encodings against the ground truth (module docstring)."""
-    rows = _true_set_rows(tables, truth)
+    rows = true_set_rows(tables, truth)
     valid = (rows >= 0).all(axis=1)
     parties = len(tables)
     width = tables[0].block_digests.shape[1]
@@ -201,7 +201,7 @@ def digests_of_columns(
 def true_set_dice(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.ndarray:
     """The full-filter P-way Dice of every true set whose records were all encoded: what the
     protocol would compute with no blocking, so ``(dice >= s_t).sum()`` caps its recall."""
-    rows = _true_set_rows(tables, truth)
+    rows = true_set_rows(tables, truth)
     rows = rows[(rows >= 0).all(axis=1)]
     acc = tables[0].filters[rows[:, 0]].copy()
     total = popcount_rows(acc).astype(np.float64)
@@ -212,4 +212,61 @@ def true_set_dice(tables: Sequence[EncodedRecords], truth: GroundTruth) -> np.nd
     common = popcount_rows(acc).astype(np.float64)
     out = np.zeros(rows.shape[0])
     np.divide(len(tables) * common, total, out=out, where=total > 0)
+    return out
+
+
+def distinct_candidate_pairs(a: EncodedRecords, b: EncodedRecords) -> np.ndarray:
+    """(m, 2) row indices (at a, at b) of every distinct pair sharing a non-zero digest in some
+    pass: the pairs target any compares between two parties, each once however many passes
+    find it."""
+    keys: list[np.ndarray] = []
+    nb = len(b)
+    for c in range(a.block_digests.shape[1]):
+        da, db = a.block_digests[:, c], b.block_digests[:, c]
+        order = np.argsort(db, kind="stable")
+        sorted_b = db[order]
+        rows_a = np.flatnonzero(da != 0)
+        left = np.searchsorted(sorted_b, da[rows_a], side="left")
+        right = np.searchsorted(sorted_b, da[rows_a], side="right")
+        counts = right - left
+        total = int(counts.sum())
+        if total == 0:
+            continue
+        starts = np.cumsum(counts) - counts
+        offsets = np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+        ib = order[np.repeat(left, counts) + offsets]
+        ia = np.repeat(rows_a, counts)
+        keys.append(ia.astype(np.int64) * nb + ib)
+    if not keys:
+        return np.zeros((0, 2), dtype=np.int64)
+    distinct = np.unique(np.concatenate(keys))
+    return np.stack([distinct // nb, distinct % nb], axis=1)
+
+
+def candidate_pair_dice_counts(
+    tables: Sequence[EncodedRecords], thresholds: Sequence[float], chunk: int = 1 << 20
+) -> tuple[int, dict[float, int]]:
+    """(distinct candidate pairs over every two parties, how many of them have a full-filter Dice
+    >= each threshold): the second is the matched-pair input of target any's solver at s_t
+    (before the segment filter, which can only remove pairs)."""
+    total = 0
+    reached = dict.fromkeys(thresholds, 0)
+    for x, a in enumerate(tables):
+        for b in tables[x + 1 :]:
+            pairs = distinct_candidate_pairs(a, b)
+            total += pairs.shape[0]
+            for lo in range(0, pairs.shape[0], chunk):
+                ia, ib = pairs[lo : lo + chunk, 0], pairs[lo : lo + chunk, 1]
+                dice = pair_dice(a.filters[ia], b.filters[ib])
+                for t in thresholds:
+                    reached[t] += int((dice >= t).sum())
+    return total, reached
+
+
+def pair_dice(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Row-wise Dice of two packed arrays of equal shape (0 where both rows are empty)."""
+    common = popcount_rows(a & b).astype(np.float64)
+    total = popcount_rows(a).astype(np.float64) + popcount_rows(b)
+    out = np.zeros(common.shape)
+    np.divide(2 * common, total, out=out, where=total > 0)
     return out
