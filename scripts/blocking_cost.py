@@ -13,10 +13,12 @@ candidate sets against the node's survivor capacity (a quarter of the memory bud
 bytes per set). A schema without LSH keys is measured from the column values alone (no filters are
 encoded: ``blocking_recall.digests_of_columns``), so 3 x 1,000,000 takes minutes.
 
-``--pair-dice T ...`` also encodes the filters and prints the distinct candidate pairs (a pair
-found by several passes once) and how many of them have a full-filter Dice >= each T: the matched
-pairs target any's solver receives at s_t = T (``blocking_recall.candidate_pair_dice_counts``; the
-segment filter can only remove some of them). Compare two schemas' fill with ``--schema``.
+``--pair-dice T ...`` also encodes the filters and prints the fill, the distinct candidate pairs (a
+pair found by several passes once) and how many of them have a full-filter Dice >= each T: the
+matched pairs target any's solver receives at s_t = T (``blocking_recall.candidate_pair_dice_counts``;
+the segment filter can only remove some of them). With ``--scale-bits S ...`` it does so once per
+factor S, the schema's bitsPerFeature scaled by S (``party.synthetic.fill``; the blocks do not
+change), so one run compares encodings on the same records.
 
 Example: python scripts/blocking_cost.py --parties 3 --records 1000000 --seed 1
 """
@@ -28,6 +30,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,12 +40,13 @@ import numpy as np  # noqa: E402
 from party.encoding.bits import popcount_rows  # noqa: E402
 from party.encoding.encoder import Encoder  # noqa: E402
 from party.encoding.records import EncodedRecords  # noqa: E402
-from party.encoding.schema import LinkageSchema, load_schema  # noqa: E402
+from party.encoding.schema import LinkageSchema, load_schema, parse_schema  # noqa: E402
 from party.synthetic.blocking_recall import (  # noqa: E402
     blocking_recall,
     candidate_pair_dice_counts,
     digests_of_columns,
 )
+from party.synthetic.fill import scale_bits_per_feature  # noqa: E402
 from party.synthetic.generator import SyntheticTable, generate  # noqa: E402
 from party.synthetic.simulation import default_schema_path, simulation_secret  # noqa: E402
 
@@ -66,8 +70,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="T",
         help="encode the filters and count the distinct candidate pairs with Dice >= each T",
     )
+    ap.add_argument(
+        "--scale-bits",
+        type=float,
+        nargs="+",
+        default=[1.0],
+        metavar="S",
+        help="with --pair-dice: one count per bitsPerFeature scale factor (default 1)",
+    )
     args = ap.parse_args(argv)
-    schema = load_schema(args.schema or default_schema_path())
+    schema_path = args.schema or default_schema_path()
+    schema = load_schema(schema_path)
     t0 = time.perf_counter()
     ds = generate(
         args.parties,
@@ -80,11 +93,18 @@ def main(argv: list[str] | None = None) -> int:
     t_gen = time.perf_counter() - t0
     t0 = time.perf_counter()
     secret = simulation_secret(args.seed)
-    full = args.pair_dice is not None
-    tables = [_blocked(schema, secret, t, full) for t in ds.tables]
+    tables = [_blocked(schema, secret, t) for t in ds.tables]
     t_enc = time.perf_counter() - t0
-    lsh = any(b.lsh is not None for b in schema.blocking)
-    encoded = "encode" if lsh or full else "block digests"
+    encoded = "encode" if any(b.lsh is not None for b in schema.blocking) else "block digests"
+    extra: dict[str, object] = {}
+    if args.pair_dice is not None:
+        raw = json.loads(schema_path.read_text())
+        for scale in args.scale_bits:
+            label = f"bitsPerFeature x {scale}"
+            scaled = parse_schema(scale_bits_per_feature(raw, scale), label)
+            extra[repr(scale)] = _pair_dice(
+                label, scaled, secret, ds.tables, tables, args.pair_dice
+            )
     del ds.tables[:]
     t0 = time.perf_counter()
     br = blocking_recall(tables, ds.truth)
@@ -116,23 +136,6 @@ def main(argv: list[str] | None = None) -> int:
         f"all passes: {br.candidate_pairs:,}; survivor capacity of a "
         f"{args.memory_budget_mib} MiB budget: {capacity:,} sets"
     )
-    extra: dict[str, object] = {}
-    if full:
-        t0 = time.perf_counter()
-        distinct, reached = candidate_pair_dice_counts(tables, args.pair_dice)
-        fill = sum(int(popcount_rows(t.filters).sum()) for t in tables) / (
-            schema.output_bits * sum(len(t) for t in tables)
-        )
-        print(
-            f"fill {fill:.4f}; distinct candidate pairs {distinct:,}; with full-filter Dice >= "
-            + ", ".join(f"{t}: {n:,}" for t, n in reached.items())
-            + f" ({time.perf_counter() - t0:.0f} s)"
-        )
-        extra = {
-            "fill": round(fill, 4),
-            "distinct_candidate_pairs": distinct,
-            "pairs_with_dice_at_or_above": {repr(t): n for t, n in reached.items()},
-        }
     load = os.getloadavg()
     print(
         f"generate {t_gen:.0f} s, {encoded} {t_enc:.0f} s, blocking figures {t_blk:.0f} s; "
@@ -140,17 +143,51 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.json:
         args.json.write_text(
-            json.dumps(br.as_dict() | {"pass_names": names} | extra, indent=2) + "\n"
+            json.dumps(br.as_dict() | {"pass_names": names, "pair_dice": extra}, indent=2) + "\n"
         )
     return 0
 
 
-def _blocked(
-    schema: LinkageSchema, secret: bytes, table: SyntheticTable, filters: bool
-) -> EncodedRecords:
-    """One party's block digests (filters only when asked or LSH keys need them: else 1-word
-    zeros)."""
-    if filters or any(b.lsh is not None for b in schema.blocking):
+def _pair_dice(
+    label: str,
+    schema: LinkageSchema,
+    secret: bytes,
+    rows: list[SyntheticTable],
+    blocked: list[EncodedRecords],
+    thresholds: list[float],
+) -> dict[str, object]:
+    """Fill and candidate pairs reaching each threshold with this schema's filters (module
+    docstring), printed and returned."""
+    t0 = time.perf_counter()
+    tables = [
+        replace(
+            Encoder(schema, secret).encode_rows(t.rows(), id_column="rec_id"),
+            block_digests=b.block_digests,
+        )
+        for t, b in zip(rows, blocked, strict=True)
+    ]
+    t_enc = time.perf_counter() - t0
+    distinct, reached = candidate_pair_dice_counts(tables, thresholds)
+    fill = sum(int(popcount_rows(t.filters).sum()) for t in tables) / (
+        schema.output_bits * sum(len(t) for t in tables)
+    )
+    print(
+        f"{label}: fill {fill:.4f}; distinct candidate pairs {distinct:,}; with "
+        "full-filter Dice >= "
+        + ", ".join(f"{t}: {n:,}" for t, n in reached.items())
+        + f" (encode {t_enc:.0f} s, count {time.perf_counter() - t0 - t_enc:.0f} s)",
+        flush=True,
+    )
+    return {
+        "fill": round(fill, 4),
+        "distinct_candidate_pairs": distinct,
+        "pairs_with_dice_at_or_above": {repr(t): n for t, n in reached.items()},
+    }
+
+
+def _blocked(schema: LinkageSchema, secret: bytes, table: SyntheticTable) -> EncodedRecords:
+    """One party's block digests (filters only when LSH keys need them: else 1-word zeros)."""
+    if any(b.lsh is not None for b in schema.blocking):
         return Encoder(schema, secret).encode_rows(table.rows(), id_column="rec_id")
     n = len(table)
     digests = digests_of_columns(schema, secret, table.columns)
