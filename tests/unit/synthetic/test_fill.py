@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ def _table(prefix: str, positions: list[list[int]], digests: list[list[int]]) ->
 
 
 def test_scale_bits_per_feature_keeps_ratios_and_other_keys():
-    schema = {
+    schema: dict[str, Any] = {
         "l": 1024,
         "features": [
             {"identifier": "a", "strategy": {"bitsPerFeature": 300}},

@@ -36,3 +36,16 @@ def test_ours_is_the_default_target_and_the_other_target_is_beside_it(tmp_path):
     assert quality.main([*argv, "--no-reference", "--no-other-target"]) == 0
     alone = json.loads((tmp_path / "quality.json").read_text())["p3"]["ours"]
     assert alone["other_target"] == {} and alone["quality"] == got["quality"]
+
+
+def test_scale_bits_writes_a_scaled_copy_and_leaves_the_schema_alone(tmp_path):
+    quality = _script()
+    args = quality.build_parser().parse_args(["--out", str(tmp_path), "--scale-bits", "0.5"])
+    shipped = quality.febrl4_schema_path()
+    got = quality.scaled(shipped, "febrl4", args)
+    assert got == tmp_path / "schemas" / "febrl4.json"
+    want = [f["strategy"]["bitsPerFeature"] for f in json.loads(shipped.read_text())["features"]]
+    have = [f["strategy"]["bitsPerFeature"] for f in json.loads(got.read_text())["features"]]
+    assert have == [max(1, round(b * 0.5)) for b in want] and have != want
+    same = quality.build_parser().parse_args(["--out", str(tmp_path)])
+    assert quality.scaled(shipped, "febrl4", same) == shipped
