@@ -304,6 +304,8 @@ def bench_any(records: int, parties: int) -> None:
 
 def bench_threads(records: int, parties: int, schema: Path | None, workers: int) -> None:
     """The three compute parties' circuit with 1 and ``workers`` threads each, same inputs/keys."""
+    from thread_ceiling import thread_ceiling
+
     from party.mpc.compute import ComputeParty
     from party.mpc.driver import drive
     from party.mpc.inputs import input_shares
@@ -331,6 +333,7 @@ def bench_threads(records: int, parties: int, schema: Path | None, workers: int)
     cpu: dict[int, list[float]] = {}  # process CPU seconds (all threads) of the circuit
     outcomes = {}
     console.print(f"threads: {records:,} records per party, P = {parties}; {_load()}")
+    ceiling_before = thread_ceiling(workers)[1]
     for w in (1, workers, 1, workers):
         cps = [ComputeParty(i, params, keys[i], workers=w) for i in range(3)]
         for sh in shares:
@@ -367,6 +370,7 @@ def bench_threads(records: int, parties: int, schema: Path | None, workers: int)
         f"speedup 1 -> {workers} threads (best of 2, interleaved): circuit {t1 / tw:.2f}x, gate "
         f"layers {g1 / gw:.2f}x; identical classification: {same}; {_load()}"
     )
+    console.print(f"before: {ceiling_before}\nafter:  {thread_ceiling(workers)[1]}")
 
 
 def _sets(run) -> set[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped-def]

@@ -131,6 +131,7 @@ def idle_bound(one: float, parent: float, stats, cores: int) -> float:  # type: 
 
 def cmd_cores(args: argparse.Namespace) -> None:
     import numpy as np
+    from thread_ceiling import thread_ceiling
 
     from party.encoding.parallel import available_cores
     from party.protocol.driver import run_in_process
@@ -165,6 +166,7 @@ def cmd_cores(args: argparse.Namespace) -> None:
             return
         tables = [encode(p, w)[0] for p in csvs]
         warm_up()
+        ceiling_before = thread_ceiling(w)[1]
         times = {}
         sets = {}
         cpu: dict[int, list[float]] = {}
@@ -183,6 +185,7 @@ def cmd_cores(args: argparse.Namespace) -> None:
             f"{min(times[w]):.2f}s ({min(cpu[1]):.2f} vs {min(cpu[w]):.2f} CPU-s); identical "
             f"summed sets: {sets[1] == sets[w]}; {load()}"
         )
+        print(f"before: {ceiling_before}\nafter:  {thread_ceiling(w)[1]}")
 
 
 def run_one(n: int, workers: int) -> dict[str, float]:

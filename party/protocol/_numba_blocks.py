@@ -79,35 +79,40 @@ def _first_in_row(pos: np.ndarray, r: int, c: int) -> bool:
 
 
 @jit
-def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
-    """Rows per block of an (n, B) matrix of block positions (-1: none), a row counted once per
-    block however many columns name it."""
+def csr_count(pos: np.ndarray, lo: int, hi: int, counts: np.ndarray) -> None:
+    """counts[b + 1] += rows of the (n, B) position matrix naming block b, for b in [lo, hi)
+    (a row once per block however many columns name it); other entries are not touched."""
     n, width = pos.shape
-    counts = np.zeros(blocks, dtype=np.int64)
     for r in range(n):
         for c in range(width):
-            if pos[r, c] >= 0 and _first_in_row(pos, r, c):
-                counts[pos[r, c]] += 1
-    return counts
+            b = pos[r, c]
+            if lo <= b < hi and _first_in_row(pos, r, c):
+                counts[b + 1] += 1
 
 
 @jit
-def csr_by_block(pos: np.ndarray, visit: np.ndarray, blocks: int) -> tuple[np.ndarray, np.ndarray]:
-    """CSR (starts, rows) of an (n, B) matrix of block positions (-1: none), rows of each block in
-    the order ``visit`` lists them, a row once per block however many columns name it."""
+def csr_fill(
+    pos: np.ndarray, visit: np.ndarray, lo: int, hi: int, fill: np.ndarray, rows: np.ndarray
+) -> None:
+    """Place the rows of blocks [lo, hi) in the order ``visit`` lists them: row r of block b goes
+    to rows[fill[b]] and fill[b] advances (fill[b] starts at the block's CSR start)."""
     width = pos.shape[1]
-    starts = np.zeros(blocks + 1, dtype=np.int64)
-    starts[1:] = np.cumsum(block_sizes(pos, blocks))
-    fill = starts[:-1].copy()
-    rows = np.empty(starts[blocks], dtype=np.int64)
     for i in range(visit.shape[0]):
         r = visit[i]
         for c in range(width):
             b = pos[r, c]
-            if b >= 0 and _first_in_row(pos, r, c):
+            if lo <= b < hi and _first_in_row(pos, r, c):
                 rows[fill[b]] = r
                 fill[b] += 1
-    return starts, rows
+
+
+@jit
+def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
+    """Rows per block of an (n, B) matrix of block positions (-1: none), a row counted once per
+    block however many columns name it."""
+    counts = np.zeros(blocks + 1, dtype=np.int64)
+    csr_count(pos, 0, blocks, counts)
+    return counts[1:]
 
 
 @jit
@@ -170,46 +175,3 @@ def first_of_each_key(rows: np.ndarray, key_columns: int) -> np.ndarray:
                 break
             slot = (slot + 1) & mask
     return keep
-
-
-@jit
-def _row_less(rows: np.ndarray, a: int, b: int, first: int, last: int) -> bool:
-    """True iff row a < row b lexicographically on columns first..last-1."""
-    for c in range(first, last):
-        x, y = rows[a, c], rows[b, c]
-        if x != y:
-            return bool(x < y)
-    return False
-
-
-@jit
-def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarray:
-    """``order`` (sorting the rows stably by column 0) with each run of equal column-0 values
-    sorted stably by columns 1..key_columns-1: a stable lexicographic order of the rows' keys
-    (insertion sort for short runs, least-significant-column-first merge sorts for long ones)."""
-    n = order.shape[0]
-    i = 0
-    while i < n:
-        v = rows[order[i], 0]
-        j = i + 1
-        while j < n and rows[order[j], 0] == v:
-            j += 1
-        if j - i > 1 and key_columns > 1:
-            if j - i <= 32:
-                for a in range(i + 1, j):
-                    x = order[a]
-                    b = a - 1
-                    while b >= i and _row_less(rows, x, order[b], 1, key_columns):
-                        order[b + 1] = order[b]
-                        b -= 1
-                    order[b + 1] = x
-            else:
-                sub = order[i:j].copy()
-                keys = np.empty(j - i, dtype=np.uint64)
-                for c in range(key_columns - 1, 0, -1):
-                    for t in range(j - i):
-                        keys[t] = rows[sub[t], c]
-                    sub = sub[np.argsort(keys, kind="mergesort")]
-                order[i:j] = sub
-        i = j
-    return order

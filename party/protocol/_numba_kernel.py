@@ -297,3 +297,33 @@ def pack_rows_key(idx, shifts):  # type: ignore[no-untyped-def]
             key |= np.uint64(idx[i, j]) << np.uint64(shifts[j])
         out[i] = key
     return out
+
+
+@_jit
+def plan_blocks(starts, lo, hi, cap, small, first, sizes, fast_sizes, fast_sets, slow):  # type: ignore[no-untyped-def]
+    """Blocks lo..hi-1 of the P parties' CSR ``starts`` (a tuple of (nb + 1,) int64): first[j, b]
+    and sizes[j, b] of party j's rows; a block where every party has rows, none more than ``cap``
+    (cap < 0: no cap) and whose product of sizes is at most ``small`` is fast: fast_sizes[:, b] =
+    its sizes and fast_sets[b] = that product; any other block gets zeros there, and slow[b] is
+    True iff every party has rows in it."""
+    p = sizes.shape[0]
+    for b in range(lo, hi):
+        live = True
+        capped = False
+        sets = 1
+        for j in range(p):
+            a = starts[j][b]
+            n = starts[j][b + 1] - a
+            first[j, b] = a
+            sizes[j, b] = n
+            if n == 0:
+                live = False
+            if cap >= 0 and n > cap:
+                capped = True
+            if sets <= small:  # stop multiplying beyond small (no overflow)
+                sets *= n
+        fast = live and not capped and sets <= small
+        for j in range(p):
+            fast_sizes[j, b] = sizes[j, b] if fast else 0
+        fast_sets[b] = sets if fast else 0
+        slow[b] = live and not fast

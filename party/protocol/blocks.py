@@ -22,13 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.protocol._numba_blocks import (
-    csr_by_block,
+    csr_count,
+    csr_fill,
     digest_table,
     intersect_sorted,
     strictly_increasing,
     table_positions,
 )
 from party.protocol.errors import ProtocolError
+from party.protocol.threads import run_split
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -142,21 +144,25 @@ class BlockIndex:
 
 
 def block_index(
-    digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None = None
+    digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None = None, workers: int = 1
 ) -> BlockIndex:
     """Which rows of an (n, B) digest matrix belong to each common block.
 
     Within a block the rows are ordered by ``keys`` (ties and ``None``: by row index).
     """
     pos, hit = lookup_digests(common, digests)
-    return block_index_at(np.where(hit, pos, -1), common.size, keys)
+    return block_index_at(np.where(hit, pos, -1), common.size, keys, workers)
 
 
 def block_index_at(
-    positions: np.ndarray, blocks: int, keys: np.ndarray | None = None
+    positions: np.ndarray, blocks: int, keys: np.ndarray | None = None, workers: int = 1
 ) -> BlockIndex:
     """``block_index`` from an (n, B) matrix of common-block positions (-1: none), as
-    ``lookup_digests`` finds them; within a block the rows are ordered by ``keys``, then row."""
+    ``lookup_digests`` finds them; within a block the rows are ordered by ``keys``, then row.
+
+    With ``workers`` > 1 each kernel thread counts and places the rows of one range of blocks
+    (every thread reads all positions, each writes only its blocks): the same index as one thread.
+    """
     n = positions.shape[0]
     if keys is None or n < 2:
         visit = np.arange(n, dtype=np.int64)
@@ -167,7 +173,16 @@ def block_index_at(
             if not np.any(k[1:] < k[:-1])
             else np.argsort(k, kind="stable")
         )
-    starts, rows = csr_by_block(np.ascontiguousarray(positions), visit, int(blocks))
+    pos = np.ascontiguousarray(positions)
+    blocks = int(blocks)
+    counts = np.zeros(blocks + 1, dtype=np.int64)
+    run_split(workers, blocks, lambda lo, hi: csr_count(pos, lo, hi, counts), words=pos.size)
+    starts = np.cumsum(counts)
+    rows = np.empty(int(starts[blocks]), dtype=np.int64)
+    fill = starts[:-1].copy()
+    run_split(
+        workers, blocks, lambda lo, hi: csr_fill(pos, visit, lo, hi, fill, rows), words=pos.size
+    )
     return BlockIndex(starts, rows)
 
 

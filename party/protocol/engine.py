@@ -70,6 +70,7 @@ from party.protocol.kernel import (
     compare_block_batch,
     compare_small_blocks,
     iter_block,
+    plan_blocks,
 )
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable, validate_table
@@ -391,20 +392,18 @@ class PartyEngine:
         pseud = [pseud[j] for j in join]
         segs = [segs[j] for j in join]
         indices = [
-            block_index_at(self._positions[join[k]], common.size, keys=pseud[k]) for k in range(p)
+            block_index_at(
+                self._positions[join[k]], common.size, keys=pseud[k], workers=self.workers
+            )
+            for k in range(p)
         ]
         self._lookup = None  # all shares are in: the lookup table is done
-        sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size), join_order=join)
-        nb = int(common.size)
-        live = np.all(sizes > 0, axis=0) if nb else np.zeros(0, dtype=bool)
-        over_cap = np.zeros(nb, dtype=bool) if cap is None else sizes.max(axis=0, initial=0) > cap
         # "fast" blocks: uncapped and small; compared straight from the CSR indices in batches
-        fast = live & ~over_cap & (np.prod(sizes.astype(np.float64), axis=0) <= SMALL_BLOCK_SETS)
-        fast_ids = np.flatnonzero(fast)
-        fast_sets = np.prod(sizes[:, fast_ids], axis=0).astype(np.int64)
-        slow_ids = np.flatnonzero(live & ~fast)
+        blocks = plan_blocks([ix.starts for ix in indices], cap, SMALL_BLOCK_SETS, self.workers)
+        sizes, fast_sets = blocks.sizes, blocks.fast_sets
+        slow_ids = np.flatnonzero(blocks.slow)
         stats.candidate_sets_uncapped = int(fast_sets.sum())
         stats.candidate_sets = int(fast_sets.sum())
         stats.largest_block_sets = int(fast_sets.max(initial=0))
@@ -415,7 +414,7 @@ class PartyEngine:
                 full *= int(sizes[j, blk])
             stats.candidate_sets_uncapped += full
             stats.largest_block_sets = max(stats.largest_block_sets, full)
-            if over_cap[blk]:
+            if cap is not None and int(sizes[:, blk].max()) > cap:
                 stats.sub_blocked_blocks += 1
                 members = [indices[j].members(blk) for j in range(p)]
                 for sub in sub_blocks(members, cap):
@@ -487,20 +486,20 @@ class PartyEngine:
             batch, batch_total = [], 0
 
         try:
+            # batches of consecutive blocks (the others have fast_sizes 0: the kernel skips them)
             cum = np.cumsum(fast_sets)
             lo = 0
-            while lo < fast_ids.size:
+            while lo < cum.size and int(cum[-1]) > (int(cum[lo - 1]) if lo else 0):
                 if cancel is not None and cancel.is_set():
                     raise ComparisonCancelled("comparison cancelled")
                 base = int(cum[lo - 1]) if lo else 0
                 hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
-                ids = fast_ids[lo:hi]
                 rows, c = compare_block_batch(
                     segs,
                     seg_pops,
                     [ix.rows for ix in indices],
-                    np.stack([ix.starts[ids] for ix in indices]),
-                    sizes[:, ids],
+                    blocks.first[:, lo:hi],
+                    blocks.fast_sizes[:, lo:hi],
                     self.segment_bits,
                     self.params.segment_threshold,
                     counts=counts,

@@ -50,7 +50,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows, unpack_rows
 from party.protocol.errors import ComparisonCancelled, ProtocolError
-from party.protocol.threads import thread_pool
+from party.protocol.threads import run_split, thread_pool
 
 logger = logging.getLogger(__name__)
 
@@ -512,6 +512,45 @@ def compare_block_batch(
     idx = np.concatenate([o[0] for o in outs])
     c = np.concatenate([o[1] for o in outs])
     return distinct_sets(idx, c, bound, runs=len(outs)) if distinct else (idx, c)
+
+
+@dataclass(frozen=True)
+class BlockPlan:
+    """Which common blocks the many-blocks path compares (``plan_blocks``); (P, nb) arrays are
+    indexed [party, block]."""
+
+    first: np.ndarray  # (P, nb) int64: position of the block's first row in the party's CSR rows
+    sizes: np.ndarray  # (P, nb) int64: the party's rows in the block
+    fast_sizes: np.ndarray  # (P, nb) int64: sizes of the fast blocks, 0 in every other block
+    fast_sets: np.ndarray  # (nb,) int64: candidate sets of the fast blocks, 0 elsewhere
+    slow: np.ndarray  # (nb,) bool: every party has rows, but the block is not fast
+
+
+def plan_blocks(
+    starts: Sequence[np.ndarray], cap: int | None, small: int, workers: int = 1
+) -> BlockPlan:
+    """Sizes of every block from the parties' CSR ``starts`` ((nb + 1,) each); a block is fast
+    when every party has rows in it, none more than ``cap`` (None: no cap) and it holds at most
+    ``small`` candidate sets. Ranges of blocks go to the kernel threads (same plan as one)."""
+    p = len(starts)
+    nb = int(starts[0].shape[0]) - 1
+    first = np.empty((p, nb), dtype=np.int64)
+    sizes = np.empty((p, nb), dtype=np.int64)
+    fast_sizes = np.empty((p, nb), dtype=np.int64)
+    fast_sets = np.empty(nb, dtype=np.int64)
+    slow = np.empty(nb, dtype=np.bool_)
+    args = tuple(_read_only(s, np.int64) for s in starts)
+    limit = -1 if cap is None else int(cap)
+    assert _numba_kernel is not None
+
+    def run(lo: int, hi: int) -> None:
+        assert _numba_kernel is not None
+        _numba_kernel.plan_blocks(
+            args, lo, hi, limit, int(small), first, sizes, fast_sizes, fast_sets, slow
+        )
+
+    run_split(workers, nb, run, words=p * nb)
+    return BlockPlan(first, sizes, fast_sizes, fast_sets, slow)
 
 
 #: compare_block_batch cuts its blocks into this many ranges per thread (evens out pruning).

@@ -8,6 +8,7 @@ import pathlib
 import numpy as np
 import pytest
 
+from party.protocol import threads as threads_module
 from party.protocol.blocks import block_index, common_blocks, lookup_digests
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
@@ -26,14 +27,16 @@ def _oracle_index(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | No
 
 
 def _check(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None) -> None:
-    ix = block_index(digests, common, keys)
     want = _oracle_index(digests, common, keys)
-    assert ix.starts.shape == (common.size + 1,)
-    assert [ix.members(b).tolist() for b in range(common.size)] == want
+    for workers in (1, 2, 3):  # ranges of blocks on the kernel threads: the same index
+        ix = block_index(digests, common, keys, workers=workers)
+        assert ix.starts.shape == (common.size + 1,)
+        assert [ix.members(b).tolist() for b in range(common.size)] == want
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_block_index_equals_oracle(seed: int) -> None:
+def test_block_index_equals_oracle(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)  # threads even for tiny inputs
     rng = np.random.default_rng(seed)
     n, width = int(rng.integers(0, 60)), int(rng.integers(1, 6))
     pool = rng.choice(np.arange(1, 40, dtype=np.uint64), size=20, replace=False)

@@ -18,6 +18,7 @@ from party.protocol.kernel import (
     compare_block_batch,
     distinct_sets,
     iter_block,
+    plan_blocks,
     split_even,
 )
 from party.protocol.params import ProtocolParameters
@@ -259,3 +260,27 @@ def test_engine_with_workers_gives_the_same_run(threads_always) -> None:
     for a, b in zip(one.metrics.comparison, two.metrics.comparison, strict=True):
         assert a.evaluated_per_stage == b.evaluated_per_stage
         assert a.survived_per_stage == b.survived_per_stage
+
+
+@pytest.mark.parametrize("cap", [None, 0, 2, 5])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_block_plan_equals_its_definition(threads_always, cap, workers) -> None:
+    rng = np.random.default_rng(11 + (cap or 0) + 7 * workers)
+    p, nb, small = 3, 300, 12
+    # sizes 0..6 (0: the party is absent), with boundary products: exactly small, small + 1
+    sizes = rng.integers(0, 7, (p, nb))
+    sizes[:, 0] = (2, 2, 3)  # 12 sets: fast (at small)
+    sizes[:, 1] = (13, 1, 1)  # 13 sets: not fast
+    sizes[:, 2] = (0, 5, 5)  # a party absent: neither fast nor slow
+    starts = [np.concatenate([[0], np.cumsum(s)]).astype(np.int64) for s in sizes]
+    plan = plan_blocks(starts, cap, small, workers=workers)
+    live = np.all(sizes > 0, axis=0)
+    over = np.zeros(nb, dtype=bool) if cap is None else sizes.max(axis=0) > cap
+    fast = live & ~over & (np.prod(sizes, axis=0) <= small)
+    assert np.array_equal(plan.sizes, sizes)
+    assert np.array_equal(plan.first, np.stack([s[:-1] for s in starts]))
+    assert np.array_equal(plan.fast_sets, np.where(fast, np.prod(sizes, axis=0), 0))
+    assert np.array_equal(plan.fast_sizes, np.where(fast, sizes, 0))
+    assert np.array_equal(plan.slow, live & ~fast)
+    if cap is None:
+        assert plan.fast_sets[0] == 12 and plan.slow[1] and not plan.slow[2]
