@@ -16,7 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
+from party.protocol.blocks import (
+    DigestLookup,
+    block_index_at,
+    common_blocks,
+    distinct_digests,
+    sub_blocks,
+)
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.kernel import compare_block_batch, compare_small_blocks, distinct_rows
 from party.protocol.threads import thread_pool
@@ -46,7 +52,17 @@ def candidate_sets(
     )
     each = _per_party(workers)
     common = common_blocks(each(distinct_digests, digests))
-    indices = each(lambda d, k: block_index(d, common, keys=k), digests, pseudonyms)
+    lookup = DigestLookup(common)
+
+    def positions(d: np.ndarray) -> np.ndarray:
+        pos, hit = lookup.find(d)
+        return np.where(hit, pos, -1)
+
+    # digests looked up on the threads one party each, then each index cut into block ranges
+    indices = [
+        block_index_at(pos, common.size, keys=k, workers=workers)
+        for pos, k in zip(each(positions, digests), pseudonyms, strict=True)
+    ]
     if common.size == 0:
         return np.zeros((0, p), dtype=dtype)
     sizes = np.stack([ix.sizes() for ix in indices])  # (P, blocks)

@@ -92,18 +92,19 @@ def csr_count(pos: np.ndarray, lo: int, hi: int, counts: np.ndarray) -> None:
 
 @jit
 def csr_fill(
-    pos: np.ndarray, visit: np.ndarray, lo: int, hi: int, fill: np.ndarray, rows: np.ndarray
+    pos: np.ndarray, visit: np.ndarray, lo: int, hi: int, starts: np.ndarray, rows: np.ndarray
 ) -> None:
-    """Place the rows of blocks [lo, hi) in the order ``visit`` lists them: row r of block b goes
-    to rows[fill[b]] and fill[b] advances (fill[b] starts at the block's CSR start)."""
+    """Place the rows of blocks [lo, hi) in the order ``visit`` lists them: the rows of block b
+    go to rows[starts[b] : starts[b + 1]] (``starts`` from ``csr_count``'s cumulative counts)."""
     width = pos.shape[1]
+    fill = starts[lo:hi].copy()  # next free slot of each block of the range
     for i in range(visit.shape[0]):
         r = visit[i]
         for c in range(width):
             b = pos[r, c]
             if lo <= b < hi and _first_in_row(pos, r, c):
-                rows[fill[b]] = r
-                fill[b] += 1
+                rows[fill[b - lo]] = r
+                fill[b - lo] += 1
 
 
 @jit

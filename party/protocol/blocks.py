@@ -179,9 +179,8 @@ def block_index_at(
     run_split(workers, blocks, lambda lo, hi: csr_count(pos, lo, hi, counts), words=pos.size)
     starts = np.cumsum(counts)
     rows = np.empty(int(starts[blocks]), dtype=np.int64)
-    fill = starts[:-1].copy()
     run_split(
-        workers, blocks, lambda lo, hi: csr_fill(pos, visit, lo, hi, fill, rows), words=pos.size
+        workers, blocks, lambda lo, hi: csr_fill(pos, visit, lo, hi, starts, rows), words=pos.size
     )
     return BlockIndex(starts, rows)
 

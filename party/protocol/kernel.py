@@ -50,7 +50,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows, unpack_rows
 from party.protocol.errors import ComparisonCancelled, ProtocolError
-from party.protocol.threads import run_split, thread_pool
+from party.protocol.threads import run_split, split_range, thread_pool
 
 logger = logging.getLogger(__name__)
 
@@ -464,7 +464,7 @@ def compare_block_batch(
             raise ProtocolError("the numba kernel is not available (numba is not installed)")
         prepared = _numba_batch_inputs(segs, pops, rows_of, starts, sizes, seg_bits, threshold)
         ranges = (
-            split_even(np.ones(nb), workers * BATCH_PIECES_PER_THREAD)
+            split_range(nb, workers * BATCH_PIECES_PER_THREAD)
             if workers > 1 and nb >= PARALLEL_MIN_BLOCKS
             else [(0, nb)]
         )
