@@ -176,3 +176,46 @@ def first_of_each_key(rows: np.ndarray, key_columns: int) -> np.ndarray:
                 break
             slot = (slot + 1) & mask
     return keep
+
+
+@jit
+def _row_less(rows: np.ndarray, a: int, b: int, first: int, last: int) -> bool:
+    """True iff row a < row b lexicographically on columns first..last-1."""
+    for c in range(first, last):
+        x, y = rows[a, c], rows[b, c]
+        if x != y:
+            return bool(x < y)
+    return False
+
+
+@jit
+def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarray:
+    """``order`` (sorting the rows stably by column 0) with each run of equal column-0 values
+    sorted stably by columns 1..key_columns-1: a stable lexicographic order of the rows' keys
+    (insertion sort for short runs, least-significant-column-first merge sorts for long ones)."""
+    n = order.shape[0]
+    i = 0
+    while i < n:
+        v = rows[order[i], 0]
+        j = i + 1
+        while j < n and rows[order[j], 0] == v:
+            j += 1
+        if j - i > 1 and key_columns > 1:
+            if j - i <= 32:
+                for a in range(i + 1, j):
+                    x = order[a]
+                    b = a - 1
+                    while b >= i and _row_less(rows, x, order[b], 1, key_columns):
+                        order[b + 1] = order[b]
+                        b -= 1
+                    order[b + 1] = x
+            else:
+                sub = order[i:j].copy()
+                keys = np.empty(j - i, dtype=np.uint64)
+                for c in range(key_columns - 1, 0, -1):
+                    for t in range(j - i):
+                        keys[t] = rows[sub[t], c]
+                    sub = sub[np.argsort(keys, kind="mergesort")]
+                order[i:j] = sub
+        i = j
+    return order
