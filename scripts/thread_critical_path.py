@@ -1,0 +1,258 @@
+"""Critical-path CPU of the comparison and the mpc3 circuit on W kernel threads: their 1 -> W
+speedup on idle cores, measured from CPU seconds (which a loaded machine inflates far less than it
+stretches wall-clock).
+
+Every piece of work the kernels hand to the pool threads (``run_split`` ranges and the many-blocks
+kernel's block ranges) is timed with ``time.thread_time`` and grouped by parallel region (one call
+of ``run_split`` or ``compare_block_batch`` from the calling thread). Then
+
+    critical = CPU of the calling thread outside regions + sum over regions of the busiest
+               thread's CPU in the region
+
+is the wall-clock the work needs when every thread has a core of its own (memory contention
+aside), and ``T1 / critical`` (T1 = process CPU of the one-thread run) the speedup two idle cores
+would give. The wrappers replace the pool entry points of the kernel modules for the measurement
+only (results are unchanged: the script checks them).
+
+    .venv/bin/python scripts/thread_critical_path.py compare [--records 100000] [--workers 2]
+    .venv/bin/python scripts/thread_critical_path.py mpc3    [--records 200000] [--workers 2]
+
+``compare``: the three parties' ``compare()`` on generated people with the shipped schema (as
+``bench_scaling.py cores``); ``mpc3``: the three compute parties' circuit (as ``bench_mpc.py``
+part 5, schema_large). Runs 1, W, 1, W; prints each run and the best-of-two ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import party.protocol.kernel as kernel_module  # noqa: E402
+import party.protocol.threads as threads_module  # noqa: E402
+
+_MODULES = (
+    "party.protocol.kernel",
+    "party.protocol.blocks",
+    "party.protocol.engine",
+    "party.mpc.gates",
+    "party.mpc.keys",
+    "party.mpc.compute",
+    "party.mpc.candidates",
+)
+
+
+class Tally:
+    """Thread CPU of every pooled piece, by region, and the wrappers that record it."""
+
+    def __init__(self) -> None:
+        self.main = threading.get_ident()
+        self.region = 0
+        self.cpu: dict[tuple[int, int], float] = collections.defaultdict(float)
+        self._lock = threading.Lock()
+        self._inside = False
+
+    def timed(self, fn: Callable[..., Any], region: int) -> Callable[..., Any]:
+        def run(*args: Any) -> Any:
+            c0 = time.thread_time()
+            try:
+                return fn(*args)
+            finally:
+                with self._lock:
+                    self.cpu[(region, threading.get_ident())] += time.thread_time() - c0
+
+        return run
+
+    def install(self) -> None:
+        split, pool, batch = (
+            threads_module.run_split,
+            threads_module.thread_pool,
+            kernel_module.compare_block_batch,
+        )
+        tally = self
+
+        def run_split(workers: int, total: int, fn: Callable[[int, int], None], **kw: Any) -> None:
+            if threading.get_ident() != tally.main or tally._inside:
+                return split(workers, total, fn, **kw)
+            tally.region += 1
+            tally._inside = True
+            try:
+                return split(workers, total, tally.timed(fn, tally.region), **kw)
+            finally:
+                tally._inside = False
+
+        class Pool:
+            def __init__(self, inner: ThreadPoolExecutor) -> None:
+                self.inner = inner
+
+            def submit(self, fn: Callable[..., Any], *args: Any) -> Future[Any]:
+                return self.inner.submit(tally.timed(fn, tally.region), *args)
+
+            def map(self, fn: Callable[..., Any], *its: Any) -> Any:
+                return self.inner.map(tally.timed(fn, tally.region), *its)
+
+        def thread_pool(workers: int) -> Pool:
+            return Pool(pool(workers))
+
+        def compare_block_batch(*args: Any, **kw: Any) -> Any:
+            if threading.get_ident() == tally.main:
+                tally.region += 1
+            return batch(*args, **kw)
+
+        for name in _MODULES:
+            mod = importlib.import_module(name)
+            for attr, fn in (
+                ("run_split", run_split),
+                ("thread_pool", thread_pool),
+                ("compare_block_batch", compare_block_batch),
+            ):
+                if hasattr(mod, attr):
+                    setattr(mod, attr, fn)
+
+    def measure(self, fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+        self.cpu.clear()
+        c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
+        out = fn()
+        main, proc = time.thread_time() - c0, time.process_time() - p0
+        wall = time.perf_counter() - t0
+        regions: dict[int, dict[int, float]] = collections.defaultdict(dict)
+        for (r, t), c in self.cpu.items():
+            regions[r][t] = c
+        in_main = sum(d.get(self.main, 0.0) for d in regions.values())
+        serial = main - in_main
+        critical = serial + sum(max(d.values()) for d in regions.values())
+        return out, {"wall": wall, "cpu": proc, "serial": serial, "critical": critical}
+
+
+def compare_runs(records: int) -> Callable[[int], Callable[[], Any]]:
+    """A factory: workers -> a thunk running the three parties' compare() on fresh engines."""
+    import bench_scaling as bs
+
+    from party.protocol.engine import PartyEngine
+
+    with tempfile.TemporaryDirectory(prefix="critical-path-") as d:
+        tables = [bs.encode(p, 1)[0] for p in bs.make_data(Path(d), records)]
+    params = bs.params()
+
+    def prepare(workers: int) -> Callable[[], Any]:
+        engines = [PartyEngine(i, params, tables[i], workers=workers) for i in range(3)]
+        common = engines[0].common_of([e.block_digests() for e in engines])
+        for e in engines:
+            e.set_common_blocks(common)
+        for e in engines:
+            for share in e.outgoing_shares():
+                engines[share.target].receive_share(share)
+
+        def run() -> Any:
+            # pseudonyms are fresh per engine: compare the counts (bench_scaling checks the sets)
+            return [
+                (s.candidate_sets, s.survivors, s.evaluated_per_stage, s.survived_per_stage)
+                for s in (e.compare() for e in engines)
+            ]
+
+        return run
+
+    return prepare
+
+
+def mpc3_runs(records: int) -> Callable[[int], Callable[[], Any]]:
+    from bench_mpc import SimulationConfig, prepare_encoded
+
+    from party.mpc.compute import ComputeParty
+    from party.mpc.driver import drive, run_keys
+    from party.mpc.inputs import input_shares
+    from party.protocol.blocks import common_blocks
+    from party.protocol.engine import PartyEngine
+    from party.protocol.params import ProtocolParameters
+
+    schema = ROOT / "party" / "synthetic" / "data" / "schema_large.json"
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg = SimulationConfig(
+            parties=3, records=records, seed=3, schema_path=schema, out_dir=Path(tmp)
+        )
+        enc = prepare_encoded(cfg)
+    l_bits = enc.tables[0].filter_bits
+    params = ProtocolParameters(
+        ("p0", "p1", "p2"),
+        l_bits,
+        0.8,
+        0.0,
+        True,
+        mode="mpc3",
+        memory_budget_bytes=2**32,
+        target="all",
+    )
+    engines = [PartyEngine(i, params, enc.tables[i]) for i in range(3)]
+    common = common_blocks([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    shares = [s for e in engines for s in input_shares(e)]
+    keys = run_keys()
+
+    def prepare(workers: int) -> Callable[[], Any]:
+        cps = [ComputeParty(i, params, keys[i], workers=workers) for i in range(3)]
+        for sh in shares:
+            cps[sh.target].receive_input(sh)
+
+        def run() -> Any:
+            out = drive([cp.run() for cp in cps])
+            cls = out[0].classification
+            return cls.candidates.tobytes(), cls.similarities.tobytes()
+
+        return run
+
+    return prepare
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("what", choices=("compare", "mpc3"))
+    ap.add_argument("--records", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args()
+    w = args.workers
+    records = args.records or (100_000 if args.what == "compare" else 200_000)
+    prepare = (compare_runs if args.what == "compare" else mpc3_runs)(records)
+    tally = Tally()
+    tally.install()
+    prepare(1)()  # compile and warm every kernel once, for both paths
+    prepare(w)()
+    best: dict[int, dict[str, float]] = {}
+    outputs = {}
+    print(f"{args.what}: {records:,} records per party, 3 parties; load {os.getloadavg()[0]:.1f}")
+    for k in (1, w, 1, w):
+        run = prepare(k)
+        outputs[k], m = tally.measure(run)
+        print(
+            f"  {k} thread(s): wall {m['wall']:.2f}s, CPU {m['cpu']:.2f}s, serial (calling "
+            f"thread outside pooled work) {m['serial']:.2f}s, critical path {m['critical']:.2f}s; "
+            f"load {os.getloadavg()[0]:.1f}",
+            flush=True,
+        )
+        if k not in best or m["cpu"] < best[k]["cpu"]:
+            best[k] = m
+    t1, crit = best[1]["cpu"], best[w]["critical"]
+    what = "stage counts" if args.what == "compare" else "classification"
+    print(
+        f"{args.what}: speedup 1 -> {w} threads on idle cores, from CPU (best of 2): "
+        f"{t1:.2f} / {crit:.2f} = {t1 / crit:.2f}x; CPU with {w} threads {best[w]['cpu']:.2f} "
+        f"({best[w]['cpu'] / t1:.2f}x of one thread); identical {what}: "
+        f"{outputs[1] == outputs[w]}; load {os.getloadavg()[0]:.1f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
