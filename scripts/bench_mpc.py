@@ -26,7 +26,9 @@ thread (``party.mpc.driver.drive``), so "per CP" figures are the run's figures t
    compute party (``ComputeParty(workers=...)``), on the same input shares and keys, interleaved
    1, N, 1, N, best of two each: whole circuit seconds (candidate enumeration, gate layers,
    classification) and the gate layers alone (``MpcStats.gate_seconds``), the speedups, and the
-   check that both classifications are identical (generated people, ``--threads-schema``):
+   check that both classifications are identical (generated people, ``--threads-schema``), and
+   before and after them the ceiling of ``scripts/thread_ceiling.py`` (what 1 -> N threads of
+   perfectly parallel work give on this machine at the moment):
 
     .venv/bin/python scripts/bench_mpc.py --skip gates,bytes,segments,any --threads-records 200000
 

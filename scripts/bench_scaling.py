@@ -17,7 +17,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
   on idle cores: one process's CPU over the larger of the busiest process and all CPU / cores)
   and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads). Checks that the outputs are identical.
-  Prints wall-clock speedups and the CPU ratio.
+  Prints wall-clock speedups and the CPU ratio, and before and after the comparison runs the
+  ceiling of ``scripts/thread_ceiling.py`` (a perfectly parallel loop, 1 vs W threads, same
+  pool): on a shared machine a process may get one core however many threads it runs.
 - ``sizes``: for each N (records per party) a fresh subprocess generates the data, encodes the
   three parties (all cores) and runs the protocol in process; it reports encode and protocol
   wall-clock and CPU seconds (CPU is the figure that survives a loaded machine) and its peak RSS (all three parties in one process). The exponents are
