@@ -1,30 +1,44 @@
 """Encoding on every core: a CSV's batches encoded by worker processes, assembled in input order.
 
-The parent process reads the CSV exactly as ``Encoder.encode_csv`` does (pyarrow's streaming
-reader, or the csv module for files with blank lines). Each worker ("lane": one process of a
-persistent pool, or one worker of the party's Dask cluster, see ``party.cluster``) holds an
-``Encoder`` built from the same schema and secret. Every batch goes through two steps:
+Each worker ("lane": one process of a persistent pool, or one worker of the party's Dask
+cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema and secret. Lanes
+on this machine read the CSV themselves (``_RangeLanes``, the default for this process's own
+lanes): the parent only cuts the file into byte ranges of whole lines (``csv_ranges``, by
+seeking), and every range goes through three steps:
 
-1. First sight, partitioned (``party.encoding.first_sight``): the parent finds the batch's values
-   no worker has been given yet, cuts them into one share per lane, and each lane computes the
-   value filters and part blocks of its share; the parent forwards every lane's entries to the
-   other lanes with their next task. So each distinct name, date or address is normalised and
-   hashed once in all, not once per worker that meets it.
-2. Records: the batch's rows are cut into one slice per lane; a lane installs the entries it was
-   sent and encodes its slice with ``Encoder.encode_batch`` (its memo tables now warm), returning
-   filters, blocking digests, skip reasons and raw record ids.
+0. Reading: one lane parses the range (pyarrow, the same options as ``Encoder.encode_csv``),
+   keeps it, and reports the distinct raw values of every column with first-sight work with a
+   64-bit hash of each (``first_sight.value_hashes``); the parent keeps the values whose hash no
+   lane was given before (``SeenValues.new_in``: numpy, no Python object per row or value).
+1. First sight, partitioned (``party.encoding.first_sight``): the parent cuts the new values into
+   one share per lane, and each lane computes the value filters and part blocks of its share;
+   the parent forwards every lane's entries to the other lanes with their next task. So each
+   distinct name, date or address is normalised and hashed once in all, not once per worker
+   that meets it.
+2. Records: the lane that read the range installs the entries it was sent and encodes it with
+   ``Encoder.encode_batch`` (its memo tables now warm); filters and blocking digests come back
+   in a file on tmpfs (read once, not unpickled), record ids as one string, skip reasons as
+   they are.
 
-The parent consumes the slices' results strictly in input order and does the only sequential
-work: the record-id checks across batches, the skip counts and the assembly of the output
-arrays. So the records, the report and the first error raised are the same as one process gives,
-bit for bit (``tests/unit/encoding/test_parallel.py``): memo entries are a pure function of the
-value, and a lane that lacks one computes it itself.
+Cutting at line ends is exact only if every line is a row: a lane that finds a quote, an empty
+line or a lone carriage return in its range says so, and the encoding starts again the exact way
+(progress is not counted twice). That way, and always for lanes elsewhere (Dask workers, which
+may not see the file), the parent reads the CSV as ``Encoder.encode_csv`` does (pyarrow's
+streaming reader, or the csv module for files with blank lines) and sends each batch to a lane
+(``_Lanes``: steps 1 and 2, the parent finding each batch's new values).
 
-Memory stays bounded: one batch (at most ``encoder.CSV_BLOCK_BYTES`` of CSV) waits for its first
-sight while at most ``2 * lanes`` slices are in flight. The default lanes are a persistent pool:
-processes started once per process with ``forkserver`` (a node runs gRPC threads, which must not
-be forked), which import the encoder and load its numba loops before their first task
-(``start_lanes``), and are reused by later encodings.
+The parent consumes the results strictly in input order and does the only sequential work: the
+row numbers (a range's first row is known once the rows before it are counted), the record-id
+checks across batches, the skip counts and the assembly of the output arrays (allocated once
+for the rows the file's size suggests). So the records, the report and the first error raised
+are the same as one process gives, bit for bit (``tests/unit/encoding/test_parallel.py``): memo
+entries are a pure function of the value, and a lane that lacks one computes it itself.
+
+Memory stays bounded: at most ``2 * lanes`` ranges (each at most ``encoder.CSV_BLOCK_BYTES`` of
+CSV) are read ahead of their first sight, and at most ``2 * lanes`` results are in flight. The
+default lanes are a persistent pool: processes started once per process with ``forkserver`` (a
+node runs gRPC threads, which must not be forked), which import the encoder and load its numba
+loops before their first task (``start_lanes``), and are reused by later encodings.
 
 Exception: BLIP noise from an injected, seeded generator defines the output by the order in which
 it is drawn, so such an encoder always encodes in one process. With the default CSPRNG noise
