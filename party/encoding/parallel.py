@@ -387,6 +387,7 @@ def _one_batch(path: str | Path) -> bool:
         return True
 
 
+RANGE_BYTES = 1 << 21  # at most, per range a lane reads: the last range decides the tail
 PROBE_VALUES = 1000  # per column: the first batch's sample that measures first-sight costs
 
 
@@ -615,7 +616,7 @@ def encode_csv_parallel(
     block_bytes = block_bytes_for(path, len(use))
     progress_once = _ProgressOnce(progress)
     try:
-        split = split_ranges(path, block_bytes) if lanes_read_file else None
+        split = split_ranges(path, min(block_bytes, RANGE_BYTES)) if lanes_read_file else None
         if split is not None:
             ranges, rows = split
             layout = encoder.csv_layout(Path(path), id_column)
