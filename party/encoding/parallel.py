@@ -70,6 +70,7 @@ from typing import Any
 
 import numpy as np
 
+from party.encoding import bits
 from party.encoding import encoder as encoder_module
 from party.encoding.csv_ranges import CsvRange, NotSplittable, read_range, split_ranges
 from party.encoding.encoder import (
@@ -259,11 +260,12 @@ def encode_held_task(
     entries: list[bytes],
     source: str,
     id_column: str | None,
-    out_dir: str,
-) -> tuple[_Handoff, str, float]:
+    out_dir: str | None,
+) -> tuple[_Handoff | _BatchResult, str, float]:
     """Runs in a lane: install the other lanes' memo entries, encode the range ``key`` this lane
-    parsed (its first row is row ``first_row`` of the file), and hand the arrays over in a file of ``out_dir`` (tmpfs where there is one), so
-    the parent maps them instead of unpickling them."""
+    parsed (its first row is row ``first_row`` of the file), and hand the arrays over in a file
+    of ``out_dir`` (tmpfs), so that the parent reads them instead of unpickling them; with no
+    ``out_dir``, or if the file cannot be written (tmpfs full), the result itself."""
     c0 = time.process_time()
     with _WORKER_LOCK:
         encoder = _worker_encoder(spec)
@@ -272,18 +274,25 @@ def encode_held_task(
         batch = _HELD.pop((spec.token, key))
         batch.first_row = first_row
         result = encoder.encode_batch(batch, source, id_column)
-        out = os.path.join(out_dir, f"{key}.u64")
-        with open(out, "wb") as fh:
-            fh.write(np.ascontiguousarray(result.filters, dtype=np.uint64).data)
-            fh.write(np.ascontiguousarray(result.digests, dtype=np.uint64).data)
-        ids = None if result.ids is None else "\n".join(result.ids)
-        handoff = _Handoff(
-            replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
-            out,
-            result.filters.shape,
-            result.digests.shape,
-            ids,
-        )
+        handoff: _Handoff | _BatchResult = result
+        if out_dir is not None:
+            out = os.path.join(out_dir, f"{key}.u64")
+            try:
+                with open(out, "wb") as fh:
+                    fh.write(np.ascontiguousarray(result.filters, dtype=np.uint64).data)
+                    fh.write(np.ascontiguousarray(result.digests, dtype=np.uint64).data)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    os.unlink(out)
+            else:
+                ids = None if result.ids is None else "\n".join(result.ids)
+                handoff = _Handoff(
+                    replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
+                    out,
+                    result.filters.shape,
+                    result.digests.shape,
+                    ids,
+                )
     return handoff, _worker_name(), time.process_time() - c0
 
 
@@ -494,7 +503,7 @@ class _RangeLanes(_Lanes):
     lane was given (``SeenValues.new_in``, in C), shares their first sight out as ``_Lanes``
     does, and the lane that parsed the range encodes it and hands the arrays over in a file."""
 
-    def __init__(self, *args: Any, path: str, layout: CsvLayout, out_dir: str) -> None:
+    def __init__(self, *args: Any, path: str, layout: CsvLayout, out_dir: str | None) -> None:
         super().__init__(*args)
         self.path, self.layout, self.out_dir = path, layout, out_dir
         self.bytes = [0] * len(self.lanes)  # CSV bytes given to each lane so far
@@ -621,7 +630,10 @@ def encode_csv_parallel(
             ranges, rows = split
             layout = encoder.csv_layout(Path(path), id_column)
             try:
-                with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir=_scratch()) as out:
+                in_flight = (2 * len(use) + 4) * rows // max(1, len(ranges))
+                need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
+                need += 2 * in_flight * 8 * encoder.schema.digest_width
+                with _scratch(need) as out:
                     ranged = _RangeLanes(*args, path=str(path), layout=layout, out_dir=out)
                     return encoder.encode_results(
                         ranged.run_ranges(ranges), str(Path(path)), id_column, progress_once, rows
@@ -640,9 +652,21 @@ def encode_csv_parallel(
         _forget_everywhere(use, spec.token)
 
 
-def _scratch() -> str | None:
-    """Where lanes hand results over: tmpfs (/dev/shm) if there is one, else the temp dir."""
-    return "/dev/shm" if os.access("/dev/shm", os.W_OK) else None
+@contextlib.contextmanager
+def _scratch(need: int) -> Iterator[str | None]:
+    """A private directory (0700) on tmpfs (/dev/shm) for lanes to hand results over, removed
+    with what is left in it when the job ends; None (results pickled) if /dev/shm is missing
+    or has less than ``need`` bytes free (a container's default /dev/shm is 64 MiB)."""
+    try:
+        st = os.statvfs("/dev/shm")
+        room = st.f_bavail * st.f_frsize if os.access("/dev/shm", os.W_OK) else 0
+    except OSError:
+        room = 0
+    if room < need:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir="/dev/shm") as out:
+        yield out
 
 
 def _forget_everywhere(lanes: Sequence[Executor], token: str) -> None:

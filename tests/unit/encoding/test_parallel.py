@@ -307,3 +307,19 @@ def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(tmp_path, small_ba
         assert str(path) in msg and ("row 2200" in msg or "row 2201" in msg)
     else:  # a lone carriage return may be a line end to the parser: the same records then
         _same(expected[0], parallel()[0])
+
+
+def test_without_room_on_tmpfs_results_come_back_pickled(
+    tmp_path, small_batches, pool, monkeypatch
+):
+    import contextlib
+
+    from party.encoding import parallel
+
+    monkeypatch.setattr(parallel, "_scratch", lambda need: contextlib.nullcontext(None))
+    path = _people_csv(tmp_path, 1500, seed=12)
+    ref, got, stats = _encode_both(path, _shipped_schema(), pool, id_column="rec_id")
+    _same(ref[0], got[0])
+    assert stats.ranges > 2
+    with parallel._scratch(1 << 62) as out:  # the real one: no tmpfs has that much room
+        assert out is None
