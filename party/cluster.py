@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import resource
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
@@ -71,7 +72,7 @@ def dask_client(
                     # the workers' periodic callbacks (event-loop tick every 20 ms, system
                     # monitor every 0.5 s, memory monitor every 0.1 s) cost an idle worker 0.25
                     # CPU-s per 10 s of wall-clock; at these intervals 0.035 (measured through
-                    # ``worker_cpu``), which a worker otherwise spends alongside its tasks
+                    # ``worker_usage``), which a worker otherwise spends alongside its tasks
                     "distributed.admin.tick.interval": "1s",
                     "distributed.admin.system-monitor.interval": "5s",
                     "distributed.worker.memory.monitor-interval": "1s",
@@ -126,24 +127,27 @@ def dask_lanes(client: Any) -> list[Executor]:
 
 
 @dataclass(frozen=True)
-class WorkerCpu:
-    """CPU seconds of one worker process: all its threads, and those that ran tasks (the rest
-    is Dask's event loop: receiving arguments, sending results, heartbeats, monitors)."""
+class WorkerUsage:
+    """One worker process: CPU seconds of all its threads and of those that ran tasks (the rest
+    is Dask's event loop: receiving arguments, sending results, heartbeats, monitors), and its
+    peak resident memory in bytes. ``after - before``: the CPU in between, the later peak."""
 
     process: float
     tasks: float
+    peak_rss: int = 0
 
-    def __sub__(self, other: WorkerCpu) -> WorkerCpu:
-        return WorkerCpu(self.process - other.process, self.tasks - other.tasks)
+    def __sub__(self, other: WorkerUsage) -> WorkerUsage:
+        return WorkerUsage(self.process - other.process, self.tasks - other.tasks, self.peak_rss)
 
 
 TASK_THREAD_NAME = "Dask-Default-Threads"  # in the names of distributed's task threads
 
 
-def worker_cpu() -> WorkerCpu:
-    """Runs on a worker: its process CPU so far and its task threads' share (Linux
-    ``/proc/self/task``; elsewhere the task share is reported as 0)."""
+def worker_usage() -> WorkerUsage:
+    """Runs on a worker: its process CPU so far, its task threads' share (Linux
+    ``/proc/self/task``; elsewhere the task share is reported as 0) and its peak RSS."""
     times = os.times()
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
     names = {t.native_id: t.name for t in threading.enumerate()}
     tasks = 0.0
     with contextlib.suppress(OSError):
@@ -154,7 +158,7 @@ def worker_cpu() -> WorkerCpu:
             with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/stat") as fh:
                 after_name = fh.read().rsplit(")", 1)[1].split()  # fields 3.. of stat(5)
                 tasks += (int(after_name[11]) + int(after_name[12])) / tick  # utime, stime
-    return WorkerCpu(times.user + times.system, tasks)
+    return WorkerUsage(times.user + times.system, tasks, peak)
 
 
 def encode_csv_on_workers(
@@ -166,17 +170,17 @@ def encode_csv_on_workers(
     id_column: str | None = None,
     progress: Callable[[int], None] | None = None,
     stats: ParallelStats | None = None,
-    cpu_by_worker: dict[str, WorkerCpu] | None = None,
+    usage_by_worker: dict[str, WorkerUsage] | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """Encode a CSV on this machine's cores (``cluster`` None) or on the party's Dask cluster;
-    the same records and report as ``encoder.encode_csv`` either way. ``cpu_by_worker`` (Dask
-    only) receives each worker's CPU during the encoding, by worker address."""
+    the same records and report as ``encoder.encode_csv`` either way. ``usage_by_worker``
+    (Dask only) receives each worker's CPU during the encoding and its peak RSS, by address."""
     if cluster is None:
         return encode_csv_parallel(
             encoder, path, workers=workers, id_column=id_column, progress=progress, stats=stats
         )
     with dask_client(cluster, workers) as client:
-        before: dict[str, WorkerCpu] = {} if cpu_by_worker is None else client.run(worker_cpu)
+        before: dict[str, WorkerUsage] = {} if usage_by_worker is None else client.run(worker_usage)
         out = encode_csv_parallel(
             encoder,
             path,
@@ -186,7 +190,7 @@ def encode_csv_on_workers(
             lanes=dask_lanes(client),
             stats=stats,
         )
-        if cpu_by_worker is not None:
-            after: dict[str, WorkerCpu] = client.run(worker_cpu)
-            cpu_by_worker.update({w: after[w] - before[w] for w in after if w in before})
+        if usage_by_worker is not None:
+            after: dict[str, WorkerUsage] = client.run(worker_usage)
+            usage_by_worker.update({w: after[w] - before[w] for w in after if w in before})
         return out

@@ -268,7 +268,7 @@ def cmd_sizes(args: argparse.Namespace) -> None:
 def cmd_cluster(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from party.cluster import WorkerCpu, encode_csv_on_workers
+    from party.cluster import WorkerUsage, encode_csv_on_workers
     from party.config import ClusterConfig
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import ParallelStats
@@ -278,7 +278,7 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         ref, t1, c1, _ = encode(path, 1)
         k = args.cluster_workers
         stats = ParallelStats()
-        whole: dict[str, WorkerCpu] = {}
+        whole: dict[str, WorkerUsage] = {}
         t0 = time.perf_counter()
         got, _ = encode_csv_on_workers(
             Encoder(schema(), SECRET),
@@ -287,7 +287,7 @@ def cmd_cluster(args: argparse.Namespace) -> None:
             cluster=ClusterConfig("local"),
             id_column="rec_id",
             stats=stats,
-            cpu_by_worker=whole,
+            usage_by_worker=whole,
         )
         wall = time.perf_counter() - t0
         same = got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
@@ -308,7 +308,8 @@ def cmd_cluster(args: argparse.Namespace) -> None:
             f"  whole worker process during the encoding {', '.join(f'{c.process:.2f}' for c in proc)}"
             f" s (task threads {', '.join(f'{c.tasks:.2f}' for c in proc)}; the rest is Dask's "
             f"event loop): worst / ideal {proc[0].process / ideal:.2f}, total / one process "
-            f"{sum(c.process for c in proc) / c1:.2f}; {load()}"
+            f"{sum(c.process for c in proc) / c1:.2f}; peak RSS per worker "
+            f"{', '.join(f'{c.peak_rss / 2**20:.0f}' for c in proc)} MiB; {load()}"
         )
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from party.cluster import ClusterError, WorkerCpu, dask_client, encode_csv_on_workers
+from party.cluster import ClusterError, WorkerUsage, dask_client, encode_csv_on_workers
 from party.config import ClusterConfig
 from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder
@@ -31,7 +31,7 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     schema = parse_schema(json.loads(SHIPPED.read_text()))
     ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
     stats = ParallelStats()
-    cpu: dict[str, WorkerCpu] = {}
+    cpu: dict[str, WorkerUsage] = {}
     got, report = encode_csv_on_workers(
         Encoder(schema, SECRET),
         path,
@@ -39,7 +39,7 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
         cluster=ClusterConfig("local"),
         id_column="rec_id",
         stats=stats,
-        cpu_by_worker=cpu,
+        usage_by_worker=cpu,
     )
     assert len(cpu) == 2 and all(c.process >= c.tasks >= 0 for c in cpu.values())
     assert all(a.startswith("tls://") for a in cpu) and sum(c.process for c in cpu.values()) > 0

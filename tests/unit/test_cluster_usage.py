@@ -1,4 +1,4 @@
-"""``party.cluster.worker_cpu``: a worker's CPU in total and in its task threads (by name)."""
+"""``party.cluster.worker_usage``: a worker's CPU in total and in its task threads (by name), its peak RSS."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from party.cluster import TASK_THREAD_NAME, WorkerCpu, worker_cpu
+from party.cluster import TASK_THREAD_NAME, WorkerUsage, worker_usage
 
 
 def _burn(seconds: float) -> None:
@@ -19,20 +19,21 @@ def _burn(seconds: float) -> None:
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
 def test_task_threads_are_counted_apart_from_the_rest_of_the_process() -> None:
-    before = worker_cpu()
-    _burn(0.3)  # the main thread: process CPU, not task CPU
+    before = worker_usage()
+    _burn(0.2)  # the main thread: process CPU, not task CPU
     done = threading.Event()
 
     def run_task() -> None:  # burns, then stays alive until the reading below
-        _burn(0.3)
+        _burn(0.2)
         done.set()
         time.sleep(0.5)
 
     task = threading.Thread(target=run_task, name=f"0-{TASK_THREAD_NAME}-1-0")
     task.start()
     done.wait()
-    during = worker_cpu() - before  # read while the task thread is still alive
+    during = worker_usage() - before  # read while the task thread is still alive
     task.join()
-    assert 0.2 <= during.tasks <= 0.45
-    assert during.process >= during.tasks + 0.2
-    assert WorkerCpu(2.0, 1.0) - WorkerCpu(0.5, 0.25) == WorkerCpu(1.5, 0.75)
+    assert 0.15 <= during.tasks <= 0.35
+    assert during.process >= during.tasks + 0.15
+    assert WorkerUsage(2.0, 1.0, 9) - WorkerUsage(0.5, 0.25, 5) == WorkerUsage(1.5, 0.75, 9)
+    assert during.peak_rss > 2**20
