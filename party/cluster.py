@@ -143,11 +143,21 @@ class WorkerUsage:
 TASK_THREAD_NAME = "Dask-Default-Threads"  # in the names of distributed's task threads
 
 
+def _peak_rss() -> int:
+    """This process's peak resident memory in bytes: ``VmHWM`` (Linux; ``ru_maxrss`` would
+    include the peak of the process that spawned a worker), else ``ru_maxrss``."""
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
 def worker_usage() -> WorkerUsage:
     """Runs on a worker: its process CPU so far, its task threads' share (Linux
     ``/proc/self/task``; elsewhere the task share is reported as 0) and its peak RSS."""
     times = os.times()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    peak = _peak_rss()
     names = {t.native_id: t.name for t in threading.enumerate()}
     tasks = 0.0
     with contextlib.suppress(OSError):
