@@ -199,6 +199,9 @@ def encode_csv_on_workers(
             progress=progress,
             lanes=dask_lanes(client),
             stats=stats,
+            # the embedded cluster's workers share this machine: they read their own byte
+            # ranges of the CSV and hand their arrays back in files (tmpfs), not through Dask
+            lanes_read_file=cluster.embedded,
         )
         if usage_by_worker is not None:
             after: dict[str, WorkerUsage] = client.run(worker_usage)
