@@ -279,7 +279,7 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         k = args.cluster_workers
         stats = ParallelStats()
         whole: dict[str, WorkerUsage] = {}
-        t0 = time.perf_counter()
+        t0, p0 = time.perf_counter(), self_cpu()
         got, _ = encode_csv_on_workers(
             Encoder(schema(), SECRET),
             path,
@@ -289,7 +289,7 @@ def cmd_cluster(args: argparse.Namespace) -> None:
             stats=stats,
             usage_by_worker=whole,
         )
-        wall = time.perf_counter() - t0
+        wall, parent = time.perf_counter() - t0, self_cpu() - p0
         same = got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
         same = same and np.array_equal(got.block_digests, ref.block_digests)
         ideal = c1 / k
@@ -301,7 +301,8 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         )
         print(
             f"{k}-worker LocalCluster: {wall:.2f}s wall (with cluster start), {stats.batches} "
-            f"batches; identical output: {same}\n"
+            f"batches; identical output: {same}; this process (the node: client, cluster "
+            f"start, planning, assembly) {parent:.2f} CPU-s\n"
             f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in per)} s (first sight "
             f"{stats.first_sight_seconds:.2f} of them): worst / ideal {per[0] / ideal:.2f}, "
             f"total / one process {sum(per) / c1:.2f}\n"
