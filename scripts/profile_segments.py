@@ -4,9 +4,10 @@
 Generates P x N people (``party.synthetic.generate``), encodes them with the shipped schema (cached
 in ``--out``), then runs what the nodes run, step by step, for every party: block digests, their
 wire round trip (serialised and parsed protobuf chunks), the common blocks, the segment shares and
-their wire round trip, validation, the comparison, the ring (three hops, wire included), the results
-and their resolution to record ids. ``--code DIR`` imports the project from another checkout (e.g. a
-``git worktree`` of an earlier commit) so two versions are measured on the same encodings.
+their wire round trip, validation, the comparison, the ring (three hops, wire included), the results,
+their resolution to record ids and each party's matches.csv (under ``--out``/results). ``--code DIR``
+imports the project from another checkout (e.g. a ``git worktree`` of an earlier commit) so two
+versions are measured on the same encodings.
 
 Example: python scripts/profile_segments.py --records 300000 --out /tmp/prof300k
 """
@@ -84,7 +85,8 @@ def _round_trip(chunks: Iterator[Any], cls: Any) -> list[Any]:
     return [cls.FromString(c.SerializeToString()) for c in chunks]
 
 
-async def run_steps(tables: list[Any], bits: int, steps: Steps) -> dict[str, int]:
+async def run_steps(tables: list[Any], bits: int, steps: Steps, out: Path) -> dict[str, int]:
+    from party.node import results as result_files
     from party.node import wire
     from party.protocol.engine import PartyEngine
     from party.protocol.params import ProtocolParameters
@@ -156,10 +158,17 @@ async def run_steps(tables: list[Any], bits: int, steps: Steps) -> dict[str, int
             async for c in wire.results_chunks(chunks[0], _stream(chunks[1:]), max_rows=bound):
                 engines[j].receive_results_chunk(wire.party_results(j, c))
             engines[j].results_end()
-    with steps("resolve to record ids"):
-        resolved = sum(1 for _ in engines[0].resolved_rows(engines[0].result_chunks(0)))
-        for j in range(1, p):
-            resolved += sum(1 for _ in engines[j].resolved_rows(engines[j].received_results()))
+    with steps("resolve + write results"):  # what the nodes do: resolved chunks to matches.csv
+        resolved = 0
+        for j in range(p):
+            own = engines[0].result_chunks(0) if j == 0 else engines[j].received_results()
+            folder = out / "results" / f"party-{j}"
+            if hasattr(result_files, "write_match_chunks"):
+                chunks = engines[j].resolved_chunks(own)
+                resolved += result_files.write_match_chunks(folder, ref.run_id, chunks)[1]
+            else:  # an older checkout (--code): rows written one by one
+                rows = engines[j].resolved_rows(own)
+                resolved += result_files.write_matches(folder, ref.run_id, rows)[1]
     stats = engines[0].comparison_stats
     assert stats is not None
     for e in engines:
@@ -185,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     tables, bits = encoded_tables(args.records, args.parties, args.seed, args.out)
     steps = Steps()
-    counts = asyncio.run(run_steps(tables, bits, steps))
+    counts = asyncio.run(run_steps(tables, bits, steps, args.out))
     print(f"{'step':24s} {'wall s':>8s} {'CPU s':>8s}")
     for name, wall in steps.wall.items():
         print(f"{name:24s} {wall:8.2f} {steps.cpu[name]:8.2f}")
