@@ -54,7 +54,7 @@ def table_positions(keys: np.ndarray, vals: np.ndarray, needles: np.ndarray) -> 
     while (1 << bits) < keys.shape[0]:
         bits += 1
     shift = np.uint64(64 - bits)
-    out = np.full(needles.shape[0], -1, dtype=np.int64)
+    out = np.full(needles.shape[0], -1, dtype=np.int32)  # the table holds < 2^31 digests
     for i in range(needles.shape[0]):
         k = needles[i]
         if k == 0:

@@ -63,13 +63,17 @@ class DigestLookup:
             raise ProtocolError(f"{self.size} digests are more than a lookup table holds (2^31)")
         self._keys, self._vals = digest_table(np.ascontiguousarray(haystack, dtype=np.uint64))
 
+    def positions(self, needles: np.ndarray) -> np.ndarray:
+        """int32 array shaped like ``needles``: each needle's index in the haystack, -1 where it
+        does not occur (zero never does)."""
+        flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
+        return table_positions(self._keys, self._vals, flat).reshape(np.shape(needles))
+
     def find(self, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(pos, hit) for each needle: ``hit`` iff it occurs in the haystack, at index ``pos``
         (0 where not hit). Zero is never hit."""
-        flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
-        found = table_positions(self._keys, self._vals, flat)
-        hit = found >= 0
-        return np.maximum(found, 0).reshape(np.shape(needles)), hit.reshape(np.shape(needles))
+        found = self.positions(needles)
+        return np.maximum(found, 0), found >= 0
 
 
 def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -150,8 +154,7 @@ def block_index(
 
     Within a block the rows are ordered by ``keys`` (ties and ``None``: by row index).
     """
-    pos, hit = lookup_digests(common, digests)
-    return block_index_at(np.where(hit, pos, -1), common.size, keys, workers)
+    return block_index_at(DigestLookup(common).positions(digests), common.size, keys, workers)
 
 
 def block_index_at(
@@ -224,13 +227,14 @@ class BlockStats:
         nz = sizes[sizes > 0]
         if nz.size == 0:
             return cls(int(sizes.size), records, in_blocks, 0, 0.0, 0.0, 0.0, 0)
+        median, p99 = np.percentile(nz, [50, 99])  # one partition for both
         return cls(
             common_blocks=int(sizes.size),
             records=records,
             records_in_common_blocks=in_blocks,
             largest_block=int(nz.max()),
             mean_block=float(nz.mean()),
-            median_block=float(np.median(nz)),
-            p99_block=float(np.percentile(nz, 99)),
+            median_block=float(median),
+            p99_block=float(p99),
             blocks_over_cap=0 if cap is None else int(np.count_nonzero(nz > cap)),
         )

@@ -246,8 +246,8 @@ class PartyEngine:
         digests = self._records.block_digests
         n = digests.shape[0]
         self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
-        pos, found = self._lookup.find(digests)  # one lookup of every (record, pass) digest
-        at = np.where(found, pos, -1)
+        at = self._lookup.positions(digests)  # one lookup of every (record, pass) digest
+        found = at >= 0
         rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
         order = np.argsort(pseud, kind="stable")
@@ -256,7 +256,7 @@ class PartyEngine:
         out = digests[self._shared_rows].copy()
         out[~found[self._shared_rows]] = 0
         self._digests_out = out
-        self._positions[self.index] = at[self._shared_rows].astype(np.int32)
+        self._positions[self.index] = at[self._shared_rows]
         self._common = common
         self.timings["blocks"] = time.perf_counter() - t0
         sizes = block_sizes(self._positions[self.index], common.size)

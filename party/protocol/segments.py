@@ -168,9 +168,10 @@ def validate_share(
     if n and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
     lookup = common if isinstance(common, DigestLookup) else DigestLookup(common)
-    pos, found = lookup.find(d)
+    at = lookup.positions(d)
+    found = at >= 0
     if not np.array_equal(found, d != 0):
         raise ShareError(f"share from party {src}: a row names a block that is not common")
     if n and not np.all(found.any(axis=1)):
         raise ShareError(f"share from party {src}: a row belongs to no common block")
-    return np.where(found, pos, -1).astype(np.int32)
+    return at
