@@ -85,7 +85,7 @@ def _round_trip(chunks: Iterator[Any], cls: Any) -> list[Any]:
     return [cls.FromString(c.SerializeToString()) for c in chunks]
 
 
-async def run_steps(tables: list[Any], bits: int, steps: Steps, out: Path) -> dict[str, int]:
+async def run_steps(tables: list[Any], bits: int, steps: Steps, out_dir: Path) -> dict[str, int]:
     from party.node import results as result_files
     from party.node import wire
     from party.protocol.engine import PartyEngine
@@ -162,7 +162,7 @@ async def run_steps(tables: list[Any], bits: int, steps: Steps, out: Path) -> di
         resolved = 0
         for j in range(p):
             own = engines[0].result_chunks(0) if j == 0 else engines[j].received_results()
-            folder = out / "results" / f"party-{j}"
+            folder = out_dir / "results" / f"party-{j}"
             if hasattr(result_files, "write_match_chunks"):
                 chunks = engines[j].resolved_chunks(own)
                 resolved += result_files.write_match_chunks(folder, ref.run_id, chunks)[1]
