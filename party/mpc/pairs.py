@@ -37,14 +37,19 @@ from party.mpc.gates import Round
 from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
 from party.protocol.classify import dice
-from party.protocol.components import SOLVER_BYTES_PER_PAIR, solve_in_budget
+from party.protocol.components import (
+    SOLVER_BYTES_PER_PAIR,
+    array_chunks,
+    known_keys,
+    solve_streamed,
+)
 from party.protocol.errors import MemoryBudgetError, ProtocolError
 from party.protocol.pair_engine import PairEngine
 from party.protocol.pairwise import pair_candidates
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.solver import Group, solve_groups
-from party.protocol.spill import LocalGauge
+from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
 
@@ -87,20 +92,46 @@ def solve_pair_groups(outcome: PairOutcome, params: ProtocolParameters) -> list[
     return solve_groups(outcome.pairs(), params.min_parties, params.solver, params.match_threshold)
 
 
-def solve_pair_rows(outcome: PairOutcome, params: ProtocolParameters) -> list[np.ndarray]:
+def solve_pair_rows(
+    outcome: PairOutcome, params: ProtocolParameters, spill_dir: str | None = None
+) -> list[np.ndarray]:
     """Compute party 0 of a networked run: per data party, the result rows of the groups
-    (``components.group_result_rows`` columns), solved one batch of connected components at a time
-    within half the budget (``party.protocol.components``); MemoryBudgetError before solving."""
-    rows, _ = solve_in_budget(
-        lambda: (outcome.ends, outcome.similarities),
-        int(outcome.ends.shape[0]),
-        params.party_count,
-        params.min_parties,
-        params.solver,
-        params.match_threshold,
-        LocalGauge(params.memory_budget_bytes // 2),
-    )
-    return rows
+    (``components.group_result_rows`` columns), solved from the matched pairs one batch of connected
+    components at a time within half the budget (``party.protocol.components``; its stores hold a
+    quarter of the budget and spill to a private folder under ``spill_dir`` beyond it);
+    MemoryBudgetError before a batch too large for the budget is built."""
+    p = params.party_count
+    folder = SpillFolder(spill_dir)
+    stores_gauge = LocalGauge(params.memory_budget_bytes // 4)
+
+    def new_store(width: int, name: str, key_columns: int | None) -> RowStore:
+        return RowStore(
+            width,
+            gauge=stores_gauge,
+            folder=folder,
+            key_columns=key_columns,
+            name=name,
+            merge_bytes=params.memory_budget_bytes // 8,
+        )
+
+    try:
+        stores, _ = solve_streamed(
+            array_chunks(outcome.ends, outcome.similarities),
+            known_keys(outcome.ends, p),
+            params.min_parties,
+            params.solver,
+            params.match_threshold,
+            new_store,
+            LocalGauge(params.memory_budget_bytes // 2),
+        )
+        rows = []
+        for store in stores:
+            parts = list(store.chunks(1 << 16))
+            rows.append(np.concatenate(parts) if parts else np.zeros((0, 5), dtype=np.uint64))
+            store.close()
+        return rows
+    finally:
+        folder.close()
 
 
 class PairComputeParty(ComputeParty):

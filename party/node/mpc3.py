@@ -217,7 +217,9 @@ async def execute(
     enter(S.STAGE_SUMMING)
     if st.cp_index == 0:
         assert outcome is not None
-        return await _deliver_results(node, run, await asyncio.to_thread(_results_of, run, outcome))
+        return await _deliver_results(
+            node, run, await asyncio.to_thread(_results_of, node, run, outcome)
+        )
     if not data_party:
         return None
     what = f"results from {st.compute_names[0]}"
@@ -395,7 +397,7 @@ def _step(gen: Any, incoming: bytes | None) -> tuple[bool, Any]:
         return True, stop.value
 
 
-def _results_of(run: Run, outcome: Any) -> list[Any]:
+def _results_of(node: PartyNode, run: Run, outcome: Any) -> list[Any]:
     """Compute party 0: every data party's results, by party index (PartyResults of the matched
     sets; target any: GroupResults of the groups solved from the matched pairs)."""
     from party.mpc.pairs import solve_pair_rows
@@ -404,7 +406,7 @@ def _results_of(run: Run, outcome: Any) -> list[Any]:
 
     p = run.params
     if p.target == "any":
-        rows = solve_pair_rows(outcome, p)
+        rows = solve_pair_rows(outcome, p, str(node.spill_dir()))
         return [group_results(rows[j], j) for j in range(p.party_count)]
     cls = outcome.classification
     lids = np.asarray(cls.linkage_ids, dtype=np.uint64)

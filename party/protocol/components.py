@@ -1,42 +1,59 @@
-"""Target any's group solver run one batch of connected components at a time, from arrays.
+"""Target any's group solver run from a stream of matched pairs, one batch of components at a time.
 
 The solver (``party.protocol.solver``) only ever merges the two ends of a matched pair, and its rules
 only look at pairs and groups inside one connected component of the matched-pair graph, so solving
-the components separately (in any batches of whole components) gives the same groups. Here the
-pairs stay in numpy arrays; only one batch of components at a time becomes the solver's Python
-objects, so memory follows the largest component instead of the run's matched pairs. The result is
-``group_result_rows(solve_groups(all pairs), P)``: per party, its rows in linkage-id order, linkage
-ids numbered by each group's smallest member ``(party, key)``.
+the components separately (in any batches of whole components) gives the same groups. Memory stays
+bounded however many pairs matched: the pairs are read as a stream of chunks (from the ring's
+spilling store, or a compute party's arrays) three times and never held together:
+
+1. union-find over the records (one int64 per record that can be in a pair: the run's pseudonyms,
+   sorted per party, give each record a node number) finds every pair's component;
+2. the pairs go, with their component's label (its smallest node), into a sorted ``RowStore``
+   (in memory within the gauge, spilled to the run's folder and merged by streaming beyond it), so
+   they come back grouped by component;
+3. whole components are handed to the solver in batches of about ``BATCH_PAIRS`` pairs (only one
+   batch at a time becomes the solver's Python objects, ``SOLVER_BYTES_PER_PAIR`` each, reserved on
+   the gauge first); each party's result rows go to a store, and once every group is known the
+   linkage ids are renumbered by each group's smallest member ``(party, key)`` into a sorted store.
+
+The result equals ``group_result_rows(solve_groups(all pairs), P)``: per party, its rows in
+linkage-id order. A component too large for the budget fails with MemoryBudgetError naming
+memory_budget_mib before its objects are built.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
 from party.numba_jit import jit
-from party.protocol.errors import MemoryBudgetError
+from party.protocol.errors import MemoryBudgetError, ProtocolError
 from party.protocol.solver import Group, solve_groups
-from party.protocol.spill import LocalGauge
+from party.protocol.spill import MemoryGauge, RowStore
 
-#: Bytes per matched pair of the arrays held while solving (ends and Dice 40, node ids 16, component
-#: labels and order 16, unique-node temporaries 32, result rows of up to two members 80, and margin;
-#: tracemalloc peak of the whole solve of 678,647 pairs in batches of 65,537: 229 per pair in all).
-ARRAY_BYTES_PER_PAIR = 224
 #: Bytes per matched pair of the solver's Python objects for one batch of components (tuples,
 #: dictionaries and groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
 SOLVER_BYTES_PER_PAIR = 1400
+#: Bytes per node (record) of the union-find arrays (parent, root).
+NODE_BYTES = 16
+#: Bytes per group of the renumbering arrays (smallest member (party, key), rank).
+GROUP_BYTES = 24
 #: Matched pairs per batch of whole components handed to the solver (a larger component is one batch).
 BATCH_PAIRS = 1 << 16
+#: Rows read from a store at a time.
+CHUNK_ROWS = 1 << 15
 
 RESULT_COLUMNS = 5  # linkage id, similarity bits, pseudonym, group size, party mask
+_LABELLED = 6  # component label, party a, key a, party b, key b, Dice bits
+
+PairChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
+NewStore = Callable[[int, str, "int | None"], RowStore]
 
 
 @jit
-def _roots(a: np.ndarray, b: np.ndarray, nodes: int) -> np.ndarray:  # pragma: no cover - compiled
-    """Union-find over the edges (a[i], b[i]): each node's root, the smallest node of its component."""
-    parent = np.arange(nodes)
+def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Union-find: join the components of nodes a[i] and b[i]; a root is its component's smallest node."""
     for i in range(a.shape[0]):
         x = a[i]
         while parent[x] != x:
@@ -50,123 +67,181 @@ def _roots(a: np.ndarray, b: np.ndarray, nodes: int) -> np.ndarray:  # pragma: n
             parent[y] = x
         elif y < x:
             parent[x] = y
-    for i in range(nodes):
-        x = i
-        while parent[x] != x:
-            x = parent[x]
-        parent[i] = x
-    return parent
 
 
-def component_batches(
-    ends: np.ndarray, batch_pairs: int = BATCH_PAIRS
-) -> tuple[np.ndarray, list[int]]:
-    """The pairs' order grouped by component, and cut points (into that order) of batches of whole
-    components of about ``batch_pairs`` pairs; ``ends`` is (k, 4): party a, key a, party b, key b."""
-    k = int(ends.shape[0])
-    if k == 0:
-        return np.zeros(0, dtype=np.int64), [0]
-    both = np.concatenate([ends[:, 0:2], ends[:, 2:4]])
-    _, node = np.unique(both, axis=0, return_inverse=True)
-    node = node.reshape(-1).astype(np.int64)
-    roots = _roots(node[:k], node[k:], int(node.max()) + 1)
-    label = roots[node[:k]]
-    order = np.argsort(label, kind="stable")
-    starts = np.flatnonzero(np.diff(label[order])) + 1
-    cuts = [0]
-    for s in starts.tolist():
-        if s - cuts[-1] >= batch_pairs:
-            cuts.append(s)
-    cuts.append(k)
-    return order, cuts
+@jit
+def _flatten(parent: np.ndarray) -> None:  # pragma: no cover - compiled
+    """Point every node straight at its root (roots are smaller than their members)."""
+    for i in range(parent.shape[0]):
+        parent[i] = parent[parent[i]]
 
 
-def largest_batch(cuts: list[int]) -> int:
-    """Pairs in the largest batch of ``component_batches``."""
-    return max((b - a for a, b in zip(cuts[:-1], cuts[1:], strict=True)), default=0)
+class _Nodes:
+    """Node numbers of records: party q's sorted keys ``known[q]`` are nodes offset[q] + position."""
+
+    def __init__(self, known: Sequence[np.ndarray]) -> None:
+        self.known = [np.asarray(k, dtype=np.uint64) for k in known]
+        sizes = np.array([k.size for k in self.known], dtype=np.int64)
+        self.offset = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        self.count = int(self.offset[-1])
+
+    def of(self, party: np.ndarray, key: np.ndarray) -> np.ndarray:
+        out = np.empty(party.shape[0], dtype=np.int64)
+        for q, keys in enumerate(self.known):
+            at = party == q
+            if not np.any(at):
+                continue
+            want = key[at]
+            pos = np.minimum(np.searchsorted(keys, want), max(keys.size - 1, 0))
+            if keys.size == 0 or not np.array_equal(keys[pos], want):
+                raise ProtocolError(f"a matched pair names a record party {q} never shared")
+            out[at] = self.offset[q] + pos
+        if np.any((party < 0) | (party >= len(self.known))):
+            raise ProtocolError("a matched pair names a party outside the run")
+        return out
 
 
-def solve_in_budget(
-    load: Callable[[], tuple[np.ndarray, np.ndarray]],
-    pairs: int,
-    parties: int,
+def known_keys(ends: np.ndarray, parties: int) -> list[np.ndarray]:
+    """Per party, the sorted distinct keys it has in the pairs ``ends`` ((k, 4) uint64)."""
+    out = []
+    for q in range(parties):
+        keys = [ends[ends[:, 0] == q, 1], ends[ends[:, 2] == q, 3]]
+        out.append(np.unique(np.concatenate(keys)))
+    return out
+
+
+def array_chunks(ends: np.ndarray, similarities: np.ndarray, rows: int = CHUNK_ROWS) -> PairChunks:
+    """A re-readable chunk source over in-memory matched pairs."""
+
+    def chunks() -> Iterable[tuple[np.ndarray, np.ndarray]]:
+        for lo in range(0, ends.shape[0], rows):
+            yield ends[lo : lo + rows], similarities[lo : lo + rows]
+
+    return chunks
+
+
+def solve_streamed(
+    pair_chunks: PairChunks,
+    known: Sequence[np.ndarray],
     min_parties: int,
     solver: str,
     match_threshold: float | None,
-    gauge: LocalGauge,
-) -> tuple[list[np.ndarray], int]:
-    """``solve_group_rows`` of the ``pairs`` matched pairs that ``load()`` returns (ends, Dice),
-    with ``ARRAY_BYTES_PER_PAIR`` per pair reserved on ``gauge`` before loading them and
-    ``SOLVER_BYTES_PER_PAIR`` per pair of the largest batch before solving; MemoryBudgetError,
-    naming the counts, when the gauge refuses either. Both are released at the end."""
+    new_store: NewStore,
+    gauge: MemoryGauge,
+    batch_pairs: int = BATCH_PAIRS,
+) -> tuple[list[RowStore], int]:
+    """Per party, a finished store of its (k_q, 5) result rows in linkage-id order (the columns of
+    ``group_result_rows``), and the number of groups (module docstring). ``pair_chunks()`` yields
+    (ends (k, 4) uint64: party a, key a, party b, key b; Dice (k,) float64) and is read three times;
+    ``known[q]`` holds every key of party q that a pair can name, sorted; ``new_store(width, name,
+    key_columns)`` makes the spilling stores; ``gauge`` is charged for the union-find arrays, each
+    batch's solver objects and the renumbering arrays."""
+    parties = len(known)
+    nodes = _Nodes(known)
     held = 0
 
-    def reserve(nbytes: int, largest: int | None) -> None:
+    def reserve(nbytes: int, what: str) -> None:
         nonlocal held
         if not gauge.try_reserve(nbytes):
-            batch = (
-                "" if largest is None else f" (largest batch of connected components: {largest})"
-            )
             raise MemoryBudgetError(
-                f"solving the groups of {pairs} matched pairs{batch} needs about "
-                f"{(held + nbytes) // 2**20 + 1} MiB, more than the party's memory budget leaves "
-                "the solver (half of it, less what other runs hold): raise the party's "
-                "memory_budget_mib (or s_t)"
+                f"solving the groups needs about {(held + nbytes) // 2**20 + 1} MiB for {what}, "
+                "more than the party's memory budget leaves the solver (half of it, less what "
+                "other runs hold): raise the party's memory_budget_mib (or s_t)"
             )
         held += nbytes
 
+    labelled: RowStore | None = None
+    unranked: list[RowStore] = []
     try:
-        reserve(ARRAY_BYTES_PER_PAIR * pairs, None)
-        ends, similarities = load()
-        batches = component_batches(ends)
-        largest = largest_batch(batches[1])
-        reserve(SOLVER_BYTES_PER_PAIR * largest, largest)
-        return solve_group_rows(
-            ends, similarities, parties, min_parties, solver, match_threshold, batches
-        )
+        reserve(NODE_BYTES * nodes.count, f"the union-find over {nodes.count} records")
+        parent = np.arange(nodes.count, dtype=np.int64)
+        for ends, _ in pair_chunks():
+            a = nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])
+            b = nodes.of(ends[:, 2].astype(np.int64), ends[:, 3])
+            _union(parent, a, b)
+        _flatten(parent)
+        labelled = new_store(_LABELLED, "pairs-by-component", _LABELLED - 1)
+        for ends, sims in pair_chunks():
+            rows = np.empty((ends.shape[0], _LABELLED), dtype=np.uint64)
+            rows[:, 0] = parent[nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])]
+            rows[:, 1:5] = ends
+            rows[:, 5] = np.asarray(sims, dtype=np.float64).view(np.uint64)
+            labelled.append(rows)
+        labelled.finish()
+        del parent
+        gauge.release(NODE_BYTES * nodes.count)
+        held -= NODE_BYTES * nodes.count
+
+        unranked = [new_store(RESULT_COLUMNS, f"groups-unranked-{q}", None) for q in range(parties)]
+        firsts: list[np.ndarray] = []
+        count = 0
+
+        def solve(batch: np.ndarray) -> None:
+            nonlocal count, held
+            k = int(batch.shape[0])
+            reserve(SOLVER_BYTES_PER_PAIR * k, f"a batch of connected components of {k} pairs")
+            try:
+                groups = solve_groups(
+                    (
+                        (a, ka, b, kb, s)
+                        for a, ka, b, kb, s in zip(
+                            batch[:, 1].tolist(),
+                            batch[:, 2].tolist(),
+                            batch[:, 3].tolist(),
+                            batch[:, 4].tolist(),
+                            batch[:, 5].view(np.float64).tolist(),
+                            strict=True,
+                        )
+                    ),
+                    min_parties,
+                    solver,
+                    match_threshold,
+                )
+                for q, table in enumerate(group_result_rows(groups, parties, first_id=count)):
+                    unranked[q].append(table)
+                firsts.append(np.array([g.members[0] for g in groups], np.uint64).reshape(-1, 2))
+                count += len(groups)
+            finally:
+                gauge.release(SOLVER_BYTES_PER_PAIR * k)
+                held -= SOLVER_BYTES_PER_PAIR * k
+
+        pending = np.zeros((0, _LABELLED), dtype=np.uint64)
+        for rows in labelled.chunks(min(CHUNK_ROWS, batch_pairs)):
+            pending = np.concatenate([pending, rows]) if pending.shape[0] else rows
+            while pending.shape[0] >= batch_pairs:
+                # whole components up to the one holding the batch_pairs-th pair; the last
+                # component read may continue in the next chunk: it waits for it
+                cut = int(np.searchsorted(pending[:, 0], pending[batch_pairs - 1, 0], "right"))
+                if cut == pending.shape[0]:
+                    break
+                solve(pending[:cut])
+                pending = pending[cut:]
+        if pending.shape[0]:
+            solve(pending)
+        labelled.close()
+
+        reserve(GROUP_BYTES * count, f"numbering {count} groups")
+        first = np.concatenate(firsts) if firsts else np.zeros((0, 2), dtype=np.uint64)
+        firsts.clear()
+        rank = np.empty(count, dtype=np.uint64)
+        rank[np.lexsort((first[:, 1], first[:, 0]))] = np.arange(count, dtype=np.uint64)
+        del first
+        out = []
+        for q in range(parties):
+            store = new_store(RESULT_COLUMNS, f"groups-{q}", 1)
+            for rows in unranked[q].finish().chunks(CHUNK_ROWS):
+                rows = rows.copy()
+                rows[:, 0] = rank[rows[:, 0].astype(np.int64)]
+                store.append(rows)
+            unranked[q].close()
+            out.append(store.finish())
+        return out, count
     finally:
         gauge.release(held)
-
-
-def solve_group_rows(
-    ends: np.ndarray,
-    similarities: np.ndarray,
-    parties: int,
-    min_parties: int,
-    solver: str,
-    match_threshold: float | None,
-    batches: tuple[np.ndarray, list[int]] | None = None,
-) -> tuple[list[np.ndarray], int]:
-    """Per party, the (k_q, 5) uint64 result rows of the solved groups in linkage-id order (the
-    columns of ``pair_engine.group_result_rows``), and the number of groups."""
-    order, cuts = batches if batches is not None else component_batches(ends)
-    rows: list[list[np.ndarray]] = [[] for _ in range(parties)]
-    firsts: list[tuple[int, int]] = []
-    for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-        pick = order[lo:hi]
-        part = ends[pick].tolist()
-        sims = similarities[pick].tolist()
-        groups = solve_groups(
-            ((a, ka, b, kb, s) for (a, ka, b, kb), s in zip(part, sims, strict=True)),
-            min_parties,
-            solver,
-            match_threshold,
-        )
-        for q, table in enumerate(group_result_rows(groups, parties, first_id=len(firsts))):
-            rows[q].append(table)
-        firsts.extend(g.members[0] for g in groups)
-    count = len(firsts)
-    first = np.array(firsts, dtype=np.uint64).reshape(-1, 2)
-    rank = np.empty(count, dtype=np.uint64)
-    rank[np.lexsort((first[:, 1], first[:, 0]))] = np.arange(count, dtype=np.uint64)
-    out = []
-    for q in range(parties):
-        table = (
-            np.concatenate(rows[q]) if rows[q] else np.zeros((0, RESULT_COLUMNS), dtype=np.uint64)
-        )
-        table[:, 0] = rank[table[:, 0].astype(np.int64)]
-        out.append(table[np.argsort(table[:, 0], kind="stable")])
-    return out, count
+        if labelled is not None:
+            labelled.close()
+        for store in unranked:
+            store.close()
 
 
 def group_result_rows(groups: Sequence[Group], parties: int, first_id: int = 0) -> list[np.ndarray]:

@@ -37,7 +37,7 @@ from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
-from party.protocol.components import solve_in_budget
+from party.protocol.components import solve_streamed
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
     ComparisonCancelled,
@@ -198,46 +198,36 @@ class PairEngine(PartyEngine):
         party's results; returns (pairs summed, matched pairs, rows of all parties' results)."""
         summed, matched_count, _ = super().ring_finish_end()
         assert self._matches is not None
-        p = self.parties
         # The solver works after the comparison, in the half of the budget the comparison used,
-        # one batch of connected components at a time (party.protocol.components).
-        per_party, group_count = solve_in_budget(
-            self._matched_arrays,
-            self._matches.rows,
-            p,
+        # from the matches store, one batch of connected components at a time
+        # (party.protocol.components); its stores spill like the ring's.
+        self._group_rows, group_count = solve_streamed(
+            self._matched_chunks,
+            self._known,
             self.params.min_parties,
             self.params.solver,
             self.params.match_threshold,
+            self._store,
             LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer),
         )
-        self._group_rows = []
-        for q in range(p):
-            store = self._store(self.RESULT_COLUMNS, f"groups-{q}")
-            if per_party[q].shape[0]:
-                store.append(per_party[q])
-            self._group_rows.append(store.finish())
         self.group_count = group_count
         logger.info(
             "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, group_count
         )
         return summed, matched_count, sum(s.rows for s in self._group_rows)
 
-    def _matched_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """The matched pairs as (k, 4) uint64 ends (party a, pseudonym, party b, pseudonym; a < b)
-        and their (k,) Dice."""
+    def _matched_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """The matched pairs chunk by chunk: (k, 4) uint64 ends (party a, pseudonym, party b,
+        pseudonym; a < b) and their (k,) Dice."""
         assert self._matches is not None
         p = self.parties
-        ends, sims = [np.zeros((0, 4), dtype=np.uint64)], [np.zeros(0, dtype=np.float64)]
         for rows in self._matches.chunks(self._chunk_rows(p + 1)):
             member = rows[:, :p] != 0
             a = np.argmax(member, axis=1)
             b = p - 1 - np.argmax(member[:, ::-1], axis=1)
             at = np.arange(rows.shape[0])
-            ends.append(
-                np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
-            )
-            sims.append(rows[:, p].view(np.float64).copy())
-        return np.concatenate(ends), np.concatenate(sims)
+            ends = np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
+            yield ends, rows[:, p].view(np.float64).copy()
 
     # ----------------------------------------------------------------- results
     def result_count(self, party: int) -> int:

@@ -1,17 +1,23 @@
-"""The component-batched solver gives exactly the whole-run solver's result rows."""
+"""The streamed, component-batched solver gives exactly the whole-run solver's result rows, within
+its memory gauge (spilling its stores), and refuses a batch the budget cannot hold."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from party.protocol.components import (
-    component_batches,
+    SOLVER_BYTES_PER_PAIR,
+    array_chunks,
     group_result_rows,
-    largest_batch,
-    solve_group_rows,
+    known_keys,
+    solve_streamed,
 )
+from party.protocol.errors import MemoryBudgetError, ProtocolError
 from party.protocol.solver import SOLVERS, solve_groups
+from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 
 def _pairs(
@@ -40,31 +46,127 @@ def _whole(ends: np.ndarray, sims: np.ndarray, p: int, m: int, solver: str) -> l
     return group_result_rows(solve_groups(pairs, m, solver, 0.8), p)
 
 
+class _Stores:
+    """Spilling stores in a private folder, within a gauge of ``memory`` bytes."""
+
+    def __init__(self, parent: Path, memory: int) -> None:
+        self.folder = SpillFolder(parent)
+        self.gauge = LocalGauge(memory)
+        self.made: list[RowStore] = []
+
+    def __call__(self, width: int, name: str, key_columns: int | None) -> RowStore:
+        store = RowStore(
+            width,
+            gauge=self.gauge,
+            folder=self.folder,
+            key_columns=key_columns,
+            name=name,
+            merge_bytes=4096,
+        )
+        self.made.append(store)
+        return store
+
+
+def _solve(
+    ends: np.ndarray,
+    sims: np.ndarray,
+    p: int,
+    m: int,
+    solver: str,
+    stores: _Stores,
+    batch_pairs: int,
+    chunk: int,
+    gauge: LocalGauge | None = None,
+) -> tuple[list[np.ndarray], int]:
+    out, count = solve_streamed(
+        array_chunks(ends, sims, chunk),
+        known_keys(ends, p),
+        m,
+        solver,
+        0.8,
+        stores,
+        gauge or LocalGauge(1 << 30),
+        batch_pairs,
+    )
+    got = []
+    for store in out:
+        parts = list(store.chunks(5))
+        got.append(np.concatenate(parts) if parts else np.zeros((0, 5), np.uint64))
+        store.close()
+    return got, count
+
+
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("seed", range(6))
-def test_batches_of_components_equal_the_whole_run(solver: str, seed: int) -> None:
+def test_batches_of_components_equal_the_whole_run(solver: str, seed: int, tmp_path: Path) -> None:
     rng = np.random.default_rng(seed)
     p = int(rng.integers(2, 6))
     ends, sims = _pairs(rng, p, records=int(rng.integers(5, 60)), k=int(rng.integers(1, 400)))
     for m in (2, p):
         want = _whole(ends, sims, p, m, solver)
-        for batch_pairs in (1, 7, 1 << 16):  # one component per batch .. everything in one
-            batches = component_batches(ends, batch_pairs)
-            got, count = solve_group_rows(ends, sims, p, m, solver, 0.8, batches)
+        for batch_pairs, chunk, memory in ((1, 3, 0), (7, 50, 2048), (1 << 16, 1 << 15, 1 << 30)):
+            # one component per batch, every store spilled .. everything in one batch, in memory
+            stores = _Stores(tmp_path, memory)
+            got, count = _solve(ends, sims, p, m, solver, stores, batch_pairs, chunk)
             assert count == len({int(x) for t in want for x in t[:, 0]})
             for q in range(p):
                 np.testing.assert_array_equal(got[q], want[q])
+            if memory == 0 and ends.shape[0] > 1:
+                assert stores.folder.bytes_written > 0  # the pairs went through the disk
+            assert stores.gauge.held == 0  # every store released its bytes
+            stores.folder.close()
 
 
-def test_batches_hold_whole_components() -> None:
-    # components {0:1, 1:2, 0:3} (3 pairs) and {0:5, 1:6} (1 pair), listed interleaved
-    ends = np.array([[0, 1, 1, 2], [0, 5, 1, 6], [0, 3, 1, 2], [0, 1, 1, 9]], dtype=np.uint64)
-    order, cuts = component_batches(ends, batch_pairs=1)
-    assert cuts == [0, 3, 4]
-    assert sorted(order[:3].tolist()) == [0, 2, 3] and order[3] == 1
-    assert largest_batch(cuts) == 3
+def test_the_pairs_are_never_all_in_memory(tmp_path: Path) -> None:
+    # 3 parties x 30,000 records, 6,000 pairs in small components; the solver's gauge sees at most
+    # one batch of 64 pairs (plus the union-find), never the whole run's pairs
+    rng = np.random.default_rng(7)
+    ends, sims = _pairs(rng, 3, records=30000, k=6000)
+    stores = _Stores(tmp_path, 0)
+    gauge = LocalGauge(1 << 30)
+    got, _ = _solve(ends, sims, 3, 2, "guarded", stores, 64, 100, gauge)
+    nodes = sum(k.size for k in known_keys(ends, 3))
+    assert gauge.peak < 16 * nodes + SOLVER_BYTES_PER_PAIR * 64 * 20 < SOLVER_BYTES_PER_PAIR * 6000
+    want = _whole(ends, sims, 3, 2, "guarded")
+    for q in range(3):
+        np.testing.assert_array_equal(got[q], want[q])
+    assert gauge.held == 0 and stores.gauge.held == 0
+    stores.folder.close()
 
 
-def test_no_pairs() -> None:
-    got, count = solve_group_rows(np.zeros((0, 4), np.uint64), np.zeros(0), 3, 2, "guarded", 0.8)
+def test_a_batch_larger_than_the_budget_is_refused_by_name(tmp_path: Path) -> None:
+    # one component of 200 pairs cannot be split: it needs 200 * SOLVER_BYTES_PER_PAIR
+    keys = np.arange(1, 201, dtype=np.uint64)
+    ends = np.stack(
+        [np.zeros(200, np.uint64), np.ones(200, np.uint64), np.ones(200, np.uint64), keys], 1
+    )
+    sims = np.full(200, 0.9)
+    stores = _Stores(tmp_path, 1 << 20)
+    gauge = LocalGauge(SOLVER_BYTES_PER_PAIR * 100)
+    with pytest.raises(MemoryBudgetError, match="memory_budget_mib") as err:
+        _solve(ends, sims, 2, 2, "guarded", stores, 10, 16, gauge)
+    assert "200 pairs" in str(err.value)
+    assert gauge.held == 0 and stores.gauge.held == 0  # everything released on the way out
+    assert all(not s._files for s in stores.made)  # noqa: SLF001 - the stores' files are gone
+    stores.folder.close()
+
+
+def test_a_pair_naming_an_unknown_record_is_refused(tmp_path: Path) -> None:
+    ends = np.array([[0, 5, 1, 6]], dtype=np.uint64)
+    with pytest.raises(ProtocolError, match="never shared"):
+        solve_streamed(
+            array_chunks(ends, np.array([0.9])),
+            [np.array([5], np.uint64), np.array([7], np.uint64)],
+            2,
+            "guarded",
+            0.8,
+            _Stores(tmp_path, 1 << 20),
+            LocalGauge(1 << 30),
+        )
+
+
+def test_no_pairs(tmp_path: Path) -> None:
+    got, count = _solve(
+        np.zeros((0, 4), np.uint64), np.zeros(0), 3, 2, "guarded", _Stores(tmp_path, 0), 8, 8
+    )
     assert count == 0 and [g.shape for g in got] == [(0, 5)] * 3
