@@ -20,6 +20,7 @@ import functools
 import hmac
 import json
 import logging
+import os
 import pathlib
 import resource
 import threading
@@ -679,7 +680,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     )
                     if run.engine is None or run.aborted:
                         raise RunAborted(run.reason or f"run {run.run_id} was aborted")
-                    await self._engine(run, run.engine.receive_share, share)
+                    # the engine owns the share's reserved bytes now (freed after its comparison)
+                    await self._engine(run, run.engine.receive_share, share, nbytes)
                 except BaseException:
                     run.shares_seen.discard(share.source)
                     raise
@@ -1113,6 +1115,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             add[was] = add.get(was, 0.0) + now - clock["t"]
             add[f"cpu.{was}"] = add.get(f"cpu.{was}", 0.0) + cpu - clock["cpu"]
             clock["name"], clock["t"], clock["cpu"] = name or was, now, cpu
+            log_memory(run, was)
 
         def enter(stage: common_pb2.Stage | None) -> None:
             switch(None if stage is None else STAGE_NAMES[stage])
@@ -1196,6 +1199,24 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.peers.close()
+
+
+def log_memory(run: Run, stage: str) -> None:
+    """Log the node's resident set (now and peak) and the run's accounted structures at the end
+    of ``stage`` (sizes only, never contents)."""
+    held = getattr(run.engine, "resident_bytes", None)
+    parts = held() if callable(held) else {}
+    with open("/proc/self/statm", encoding="ascii") as fh:
+        rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    log.info(
+        "run %s memory after %s: rss %d MiB (peak %d MiB); %s",
+        run.run_id,
+        stage,
+        rss // 2**20,
+        peak // 2**20,
+        ", ".join(f"{k} {v // 2**20} MiB" for k, v in parts.items()) or "no engine",
+    )
 
 
 def cpu_seconds() -> float:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import os
 import pathlib
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -58,6 +59,7 @@ from party.protocol.classify import (
 )
 from party.protocol.errors import (
     ComparisonCancelled,
+    MemoryBudgetError,
     ProtocolError,
     ResultsError,
     RingError,
@@ -142,8 +144,12 @@ class PartyEngine:
     inject edge-case masks; ``kernel`` picks the comparison kernel ("numba" or "numpy");
     ``workers`` is the number of kernel threads (the results do not depend on it).
 
-    Memory: the comparison's working set stays within about half of ``memory_budget_bytes``;
-    survivors, masks, the ring's output and the matches are kept in row stores
+    Memory: the run's resident structures (encodings, pseudonyms, block positions, received
+    segments: ``resident_bytes()``) are reserved on ``memory`` (the node's buffer account) while they
+    are held, and those only the comparison needs are freed when it ends; what they leave of
+    ``memory_budget_bytes`` is the comparison's working budget (``working_budget()``, at least a
+    quarter of the budget, else MemoryBudgetError naming memory_budget_mib), of which its working
+    set stays within about half; survivors, masks, the ring's output and the matches are kept in row stores
     (``party.protocol.spill``) that hold at most a quarter of it in memory, also charged to
     ``memory`` (the node's buffer account) when given, and spill the rest to a private folder
     under ``spill_dir`` (default: the system temporary folder), at most ``spill_limit_bytes``
@@ -196,6 +202,11 @@ class PartyEngine:
         self.kernel = kernel
         self.workers = max(1, int(workers))  # kernel threads; results do not depend on it
         self._x = popcount_rows(records.filters)
+        self._memory = memory
+        self._held: dict[str, int] = {}  # bytes of resident structures reserved on ``memory``
+        self._hold("record ids and 1-bit counts", _ids_bytes(records.record_ids) + self._x.nbytes)
+        self._hold("encodings", records.filters.nbytes + records.block_digests.nbytes)
+        self._filters_freed = False
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
         self._lookup: DigestLookup | None = None  # hash table of the common blocks
@@ -258,6 +269,11 @@ class PartyEngine:
         self._digests_out = out
         self._positions[self.index] = at[self._shared_rows]
         self._common = common
+        self._hold("pseudonyms", self._pseudonyms.nbytes + self._shared_rows.nbytes)
+        self._hold(
+            "own block digests and positions",
+            self._digests_out.nbytes + self._positions[self.index].nbytes,
+        )
         self.timings["blocks"] = time.perf_counter() - t0
         sizes = block_sizes(self._positions[self.index], common.size)
         stats = BlockStats.from_sizes(sizes, n, int(rows.size), self.params.max_block_size)
@@ -293,30 +309,42 @@ class PartyEngine:
         )
 
     def _segment(self, j: int) -> np.ndarray:
+        if self._filters_freed:
+            raise StateError("this party's filters were freed when its comparison ended")
         a = j * self.segment_bits
-        filters = self._records.filters[self._shared_rows]
-        return slice_bits(filters, a, a + self.segment_bits)
+        rows = self._shared_rows
+        step = max(1, CHUNK_BYTES * 16 // max(1, self._records.filters.shape[1] * 8))
+        words = -(-self.segment_bits // 64)
+        out = np.empty((rows.size, words), dtype=np.uint64)
+        for lo in range(0, rows.size, step):  # a chunk of the filters at a time, not all of them
+            part = self._records.filters[rows[lo : lo + step]]
+            out[lo : lo + step] = slice_bits(part, a, a + self.segment_bits)
+        return out
 
     # ----------------------------------------------------------------- segment exchange
     def outgoing_shares(self) -> list[SegmentShare]:
         """One share per other party j: segment j of every record in a common block."""
         if self._common is None:
             raise StateError("set_common_blocks must be called before outgoing_shares")
+        # the pseudonyms and digests are the same for every target: read-only views, not copies
+        pseudonyms, digests = _read_only(self._pseudonyms), _read_only(self._digests_out)
         return [
             SegmentShare(
                 source=self.index,
                 target=j,
                 segment_bits=self.segment_bits,
-                pseudonyms=self._pseudonyms.copy(),
-                block_digests=self._digests_out.copy(),
+                pseudonyms=pseudonyms,
+                block_digests=digests,
                 segments=self._segment(j),
             )
             for j in range(self.parties)
             if j != self.index
         ]
 
-    def receive_share(self, share: SegmentShare) -> None:
-        """Validate and store the share another party sent this party."""
+    def receive_share(self, share: SegmentShare, held_bytes: int = 0) -> None:
+        """Validate and store the share another party sent this party. ``held_bytes``: bytes the
+        caller already reserved on the engine's ``memory`` gauge for this share; the engine now owns
+        them and releases them when it frees the share (after the comparison, or at close)."""
         if self._common is None:
             raise StateError("set_common_blocks must be called before receive_share")
         if self._survivors is not None:
@@ -332,17 +360,19 @@ class PartyEngine:
         if int(share.source) in self._shares:
             raise StateError(f"party {self.index} already has the share of party {share.source}")
         self._shares[int(share.source)] = share
+        self._held["received segments"] = self._held.get("received segments", 0) + held_bytes
+        self._hold("received block positions", self._positions[int(share.source)].nbytes)
 
     # ----------------------------------------------------------------- comparison
     def _ready_to_compare(self) -> np.ndarray:
         """The common blocks, once everything compare needs is there (else StateError)."""
         if self._common is None:
             raise StateError("set_common_blocks must be called before compare")
+        if self._survivors is not None:
+            raise StateError("compare already ran for this run")
         missing = [j for j in range(self.parties) if j != self.index and j not in self._shares]
         if missing:
             raise StateError(f"party {self.index} is missing the shares of parties {missing}")
-        if self._survivors is not None:
-            raise StateError("compare already ran for this run")
         return self._common
 
     def _party_columns(self) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
@@ -445,7 +475,7 @@ class PartyEngine:
                 progress(done, total)
 
         counts = StageCounts.zeros(p)
-        budget = self.params.memory_budget_bytes
+        budget = self.working_budget()
         store = self._survivor_store()
         if progress is not None:
             progress(0, total)
@@ -563,6 +593,7 @@ class PartyEngine:
         """Keep the survivors (sorted, distinct), complete and log the comparison's stats."""
         self._survivors = store.finish()
         self._positions.clear()  # the comparison is done (a cancelled one may run again)
+        self._free_comparison_inputs()
         stats.survivors = store.rows
         stats.spilled_bytes = self._folder.bytes_written
         stats.seconds = time.perf_counter() - t0
@@ -1024,6 +1055,62 @@ class PartyEngine:
             yield from resolved.match_rows()
 
     # ----------------------------------------------------------------- memory
+    def _hold(self, what: str, nbytes: int) -> None:
+        """Reserve ``nbytes`` of a resident structure on ``memory`` (MemoryBudgetError naming
+        memory_budget_mib when the node's budget cannot hold it)."""
+        if self._memory is not None and nbytes and not self._memory.try_reserve(nbytes):
+            raise MemoryBudgetError(
+                f"party {self.index}: the run's {what} need {nbytes // 2**20 + 1} MiB, more than "
+                f"the party's memory budget has left after {self._held_total() // 2**20} MiB of "
+                "this run's other resident data (encodings, pseudonyms, received segments) and "
+                "what other runs hold: raise the party's memory_budget_mib"
+            )
+        self._held[what] = self._held.get(what, 0) + nbytes
+
+    def _let_go(self, what: str) -> None:
+        nbytes = self._held.pop(what, 0)
+        if self._memory is not None and nbytes:
+            self._memory.release(nbytes)
+
+    def _held_total(self) -> int:
+        return sum(self._held.values())
+
+    def resident_bytes(self) -> dict[str, int]:
+        """The run's resident structures held now, by name, in bytes (what ``memory`` is charged
+        for them), and ``row stores in memory`` (survivors, masks, ring, matches, results)."""
+        out = {k: v for k, v in self._held.items() if v}
+        out["row stores in memory"] = self._gauge.held
+        return out
+
+    def working_budget(self) -> int:
+        """``memory_budget_bytes`` less the run's resident structures: what the comparison sizes
+        its working set (about half of it) and the in-memory stores (a quarter) from;
+        MemoryBudgetError naming memory_budget_mib when that is under a quarter of the budget."""
+        budget = self.params.memory_budget_bytes
+        left = budget - self._held_total()
+        if left < budget // 4:
+            raise MemoryBudgetError(
+                f"party {self.index}: the run's resident data ("
+                + ", ".join(f"{k} {v // 2**20} MiB" for k, v in self._held.items() if v)
+                + f") leave {max(left, 0) // 2**20} MiB of the memory budget "
+                f"({budget // 2**20} MiB) for the comparison, less than the quarter it needs: "
+                "raise the party's memory_budget_mib"
+            )
+        self._gauge.limit_bytes = min(self._gauge.limit_bytes, left // 4)
+        return left
+
+    def _free_comparison_inputs(self) -> None:
+        """After the comparison: drop what only it needed (the received segments and digests, this
+        party's filters, block digests and positions), releasing their bytes."""
+        self._shares.clear()  # the pseudonyms stay in self._known
+        self._let_go("received segments")
+        self._let_go("received block positions")
+        self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
+        self._let_go("own block digests and positions")
+        self._records = _RecordIds(self._records.record_ids, self._records.filter_bits)
+        self._filters_freed = True
+        self._let_go("encodings")
+
     @property
     def memory_held(self) -> int:
         """Bytes this engine's stores hold in memory (survivors, masks, ring, matches, results)."""
@@ -1044,6 +1131,35 @@ class PartyEngine:
         self._shares.clear()
         self._positions.clear()
         self._lookup = None
+        for what in list(self._held):
+            self._let_go(what)
+
+
+@dataclass(frozen=True)
+class _RecordIds:
+    """What the engine keeps of a party's table once its comparison ended: the record ids."""
+
+    record_ids: tuple[str, ...]
+    filter_bits: int
+
+    @property
+    def filters(self) -> np.ndarray:
+        raise StateError("this party's filters were freed when its comparison ended")
+
+    @property
+    def block_digests(self) -> np.ndarray:
+        raise StateError("this party's block digests were freed when its comparison ended")
+
+
+def _ids_bytes(ids: tuple[str, ...]) -> int:
+    """Bytes of a tuple of record id strings (the tuple and every string object)."""
+    return sys.getsizeof(ids) + sum(map(sys.getsizeof, ids))
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    view = a.view()
+    view.flags.writeable = False
+    return view
 
 
 def _empty_ring(hop: int, parties: int) -> RingMessage:

@@ -131,15 +131,17 @@ class PairEngine(PartyEngine):
         p = self.parties
         pseud, digs, segs = self._party_columns()
         cap = self.params.max_block_size
-        plans = {
-            (a, b): PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap) for a, b in party_pairs(p)
-        }
-        total = sum(plan.total for plan in plans.values())
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
-        stats.candidate_sets = total
-        stats.candidate_sets_uncapped = sum(plan.uncapped for plan in plans.values())
-        stats.largest_block_sets = max((plan.largest for plan in plans.values()), default=0)
-        budget = self.params.memory_budget_bytes
+        # one pair of parties' block indexes at a time (each is 8 bytes per record and pass):
+        # counted in a first pass, rebuilt for the comparison
+        for a, b in party_pairs(p):
+            plan = PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap)
+            stats.candidate_sets += plan.total
+            stats.candidate_sets_uncapped += plan.uncapped
+            stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
+        del plan
+        total = stats.candidate_sets
+        budget = self.working_budget()
         words = -(-self.segment_bits // 64)
         # per pair in a piece: two gathered segments, their AND, indices, the kept row
         piece = max(4096, (budget // 4) // (24 * words + 8 * (p + 8)))
@@ -148,7 +150,8 @@ class PairEngine(PartyEngine):
         if progress is not None:
             progress(0, total)
         try:
-            for (a, b), plan in plans.items():
+            for a, b in party_pairs(p):
+                plan = PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap)
                 for rows in plan.pieces(piece):
                     if cancel is not None and cancel.is_set():
                         raise ComparisonCancelled("comparison cancelled")
