@@ -38,7 +38,6 @@ from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
 from party.protocol.classify import dice
 from party.protocol.components import (
-    SOLVER_BYTES_PER_PAIR,
     array_chunks,
     known_keys,
     solve_streamed,
@@ -54,6 +53,9 @@ from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 MatchedPair = tuple[int, int, int, int, float]  # (party a, pseudonym, party b, pseudonym, Dice)
 
 
+#: Bytes per matched pair of the Python solver's objects (``solve_groups``: tuples, dictionaries,
+#: groups; tracemalloc peak on 100,000 pairs: 1,341), what the in-process run's solve needs.
+PYTHON_SOLVER_BYTES_PER_PAIR = 1400
 #: Bytes a compute party holds per matched pair until the run ends (4 uint64 + 1 float64).
 MATCHED_PAIR_BYTES = 40
 
@@ -81,12 +83,12 @@ class PairOutcome:
 def solve_pair_groups(outcome: PairOutcome, params: ProtocolParameters) -> list[Group]:
     """The groups of a run's matched pairs (at the compute party that delivers the results);
     MemoryBudgetError, before solving, when the solver's working set exceeds half the budget
-    (``SOLVER_BYTES_PER_PAIR``, as at the segment mode's ring initiator)."""
+    (``PYTHON_SOLVER_BYTES_PER_PAIR``)."""
     k = int(outcome.ends.shape[0])
-    if SOLVER_BYTES_PER_PAIR * k > params.memory_budget_bytes // 2:
+    if PYTHON_SOLVER_BYTES_PER_PAIR * k > params.memory_budget_bytes // 2:
         raise MemoryBudgetError(
             f"solving the groups of {k} matched pairs needs about "
-            f"{SOLVER_BYTES_PER_PAIR * k // 2**20 + 1} MiB, more than half of the memory budget: "
+            f"{PYTHON_SOLVER_BYTES_PER_PAIR * k // 2**20 + 1} MiB, more than half of the memory budget: "
             "raise the party's memory_budget_mib (or s_t)"
         )
     return solve_groups(outcome.pairs(), params.min_parties, params.solver, params.match_threshold)
@@ -96,7 +98,7 @@ def solve_pair_rows(
     outcome: PairOutcome, params: ProtocolParameters, spill_dir: str | None = None
 ) -> list[np.ndarray]:
     """Compute party 0 of a networked run: per data party, the result rows of the groups
-    (``components.group_result_rows`` columns), solved from the matched pairs one batch of connected
+    (``components`` result-row columns), solved from the matched pairs one batch of connected
     components at a time within half the budget (``party.protocol.components``; its stores hold a
     quarter of the budget and spill to a private folder under ``spill_dir`` beyond it);
     MemoryBudgetError before a batch too large for the budget is built."""

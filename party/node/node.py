@@ -20,7 +20,6 @@ import functools
 import hmac
 import json
 import logging
-import os
 import pathlib
 import resource
 import threading
@@ -37,7 +36,7 @@ from google.protobuf.message import Message
 from party.config import PartyConfig
 from party.encoding.schema import LinkageSchema, load_schema, parse_schema
 from party.errors import PprlError
-from party.node import mpc3, wire
+from party.node import heap, mpc3, wire
 from party.node.budget import BufferBudget
 from party.node.errors import (
     AlreadyExists,
@@ -1202,19 +1201,19 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
 
 def log_memory(run: Run, stage: str) -> None:
-    """Log the node's resident set (now and peak) and the run's accounted structures at the end
-    of ``stage`` (sizes only, never contents)."""
+    """At the end of ``stage``: give freed heap pages back to the OS, then log the node's resident
+    set (before and after, and the peak) and the run's accounted structures (sizes only)."""
     held = getattr(run.engine, "resident_bytes", None)
     parts = held() if callable(held) else {}
-    with open("/proc/self/statm", encoding="ascii") as fh:
-        rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    before = heap.rss_bytes()
+    heap.trim()
     log.info(
-        "run %s memory after %s: rss %d MiB (peak %d MiB); %s",
+        "run %s memory after %s: rss %d MiB (%d MiB before returning free heap; peak %d MiB); %s",
         run.run_id,
         stage,
-        rss // 2**20,
-        peak // 2**20,
+        heap.rss_bytes() // 2**20,
+        before // 2**20,
+        heap.peak_rss_bytes() // 2**20,
         ", ".join(f"{k} {v // 2**20} MiB" for k, v in parts.items()) or "no engine",
     )
 

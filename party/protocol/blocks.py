@@ -69,6 +69,11 @@ class DigestLookup:
         flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
         return table_positions(self._keys, self._vals, flat).reshape(np.shape(needles))
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the hash table."""
+        return int(self._keys.nbytes + self._vals.nbytes)
+
     def find(self, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(pos, hit) for each needle: ``hit`` iff it occurs in the haystack, at index ``pos``
         (0 where not hit). Zero is never hit."""

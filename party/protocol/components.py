@@ -11,13 +11,15 @@ spilling store, or a compute party's arrays) three times and never held together
 2. the pairs go, with their component's label (its smallest node), into a sorted ``RowStore``
    (in memory within the gauge, spilled to the run's folder and merged by streaming beyond it), so
    they come back grouped by component;
-3. whole components are handed to the solver in batches of about ``BATCH_PAIRS`` pairs (only one
-   batch at a time becomes the solver's Python objects, ``SOLVER_BYTES_PER_PAIR`` each, reserved on
-   the gauge first); each party's result rows go to a store, and once every group is known the
-   linkage ids are renumbered by each group's smallest member ``(party, key)`` into a sorted store.
+3. whole components are handed to the solver in batches of about ``BATCH_PAIRS`` pairs (the
+   solver's rules compiled over arrays, ``party.protocol._numba_groups``: ``SOLVER_BYTES_PER_PAIR``
+   per pair of the batch, reserved on the gauge first); each party's result rows go to a store,
+   and once every group is known the linkage ids are renumbered by each group's smallest member
+   ``(party, key)`` into a sorted store.
 
-The result equals ``group_result_rows(solve_groups(all pairs), P)``: per party, its rows in
-linkage-id order. A component too large for the budget fails with MemoryBudgetError naming
+The result equals what ``solve_groups`` gives for all pairs at once, as result rows: per party,
+columns linkage id (groups numbered by their smallest member), similarity (float64 bits), the
+party's member key, group size, party bit mask, in linkage-id order. A component too large for the budget fails with MemoryBudgetError naming
 memory_budget_mib before its objects are built.
 """
 
@@ -28,13 +30,14 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from party.numba_jit import jit
+from party.protocol._numba_groups import solve_batch
 from party.protocol.errors import MemoryBudgetError, ProtocolError
-from party.protocol.solver import Group, solve_groups
 from party.protocol.spill import MemoryGauge, RowStore
 
-#: Bytes per matched pair of the solver's Python objects for one batch of components (tuples,
-#: dictionaries and groups; tracemalloc peak of solve_groups on 100,000 pairs: 1,341).
-SOLVER_BYTES_PER_PAIR = 1400
+#: Bytes per matched pair of the compiled solver's arrays for one batch of components (edges,
+#: adjacency, groups, result rows; tracemalloc peak of a 200,000-pair batch: 146 bytes per pair
+#: with 0.4 records per pair, 269 with 2 records per pair, the most a batch can have).
+SOLVER_BYTES_PER_PAIR = 320
 #: Bytes per node (record) of the union-find arrays (parent, root).
 NODE_BYTES = 16
 #: Bytes per group of the renumbering arrays (smallest member (party, key), rank).
@@ -45,7 +48,7 @@ BATCH_PAIRS = 1 << 16
 CHUNK_ROWS = 1 << 15
 
 RESULT_COLUMNS = 5  # linkage id, similarity bits, pseudonym, group size, party mask
-_LABELLED = 6  # component label, party a, key a, party b, key b, Dice bits
+_LABELLED = 4  # component label, node a, node b, Dice bits
 
 PairChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 NewStore = Callable[[int, str, "int | None"], RowStore]
@@ -99,6 +102,57 @@ class _Nodes:
         if np.any((party < 0) | (party >= len(self.known))):
             raise ProtocolError("a matched pair names a party outside the run")
         return out
+
+    def party_key(self, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(party, key) of node numbers."""
+        party = np.searchsorted(self.offset, node, side="right") - 1
+        key = np.empty(node.shape[0], dtype=np.uint64)
+        for q, keys in enumerate(self.known):
+            at = party == q
+            key[at] = keys[node[at] - self.offset[q]]
+        return party, key
+
+    def group_rows(
+        self,
+        batch: np.ndarray,
+        min_parties: int,
+        solver: str,
+        match_threshold: float | None,
+        first_id: int,
+    ) -> tuple[list[np.ndarray], np.ndarray]:
+        """Solve one batch of whole components (rows of the labelled store): per party its
+        result rows (linkage ids from ``first_id`` in group order), and each group's smallest
+        member as (k, 2) uint64 (party, key)."""
+        a = batch[:, 1].astype(np.int64)
+        b = batch[:, 2].astype(np.int64)
+        local = np.sort(np.concatenate([a, b]))
+        local = local[np.concatenate([[True], local[1:] != local[:-1]])]
+        party_of, key_of = self.party_key(local)
+        members, starts, similarity = solve_batch(
+            np.searchsorted(local, a),
+            np.searchsorted(local, b),
+            batch[:, 3].view(np.float64),
+            party_of,
+            min_parties,
+            solver,
+            match_threshold,
+        )
+        sizes = np.diff(starts)
+        groups = int(sizes.size)
+        bits = np.left_shift(np.uint64(1), party_of[members].astype(np.uint64))
+        masks = np.bitwise_or.reduceat(bits, starts[:-1]) if groups else bits
+        gid = np.repeat(np.arange(groups, dtype=np.uint64), sizes) + np.uint64(first_id)
+        rows = np.empty((members.size, RESULT_COLUMNS), dtype=np.uint64)
+        rows[:, 0] = gid
+        rows[:, 1] = np.repeat(similarity, sizes).view(np.uint64)
+        rows[:, 2] = key_of[members]
+        rows[:, 3] = np.repeat(sizes, sizes).astype(np.uint64)
+        rows[:, 4] = np.repeat(masks, sizes)
+        member_party = party_of[members]
+        tables = [rows[member_party == q] for q in range(len(self.known))]
+        heads = members[starts[:-1]]
+        first = np.stack([party_of[heads].astype(np.uint64), key_of[heads]], axis=1)
+        return tables, first.reshape(-1, 2)
 
 
 def known_keys(ends: np.ndarray, parties: int) -> list[np.ndarray]:
@@ -162,10 +216,13 @@ def solve_streamed(
         _flatten(parent)
         labelled = new_store(_LABELLED, "pairs-by-component", _LABELLED - 1)
         for ends, sims in pair_chunks():
+            a = nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])
+            b = nodes.of(ends[:, 2].astype(np.int64), ends[:, 3])
             rows = np.empty((ends.shape[0], _LABELLED), dtype=np.uint64)
-            rows[:, 0] = parent[nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])]
-            rows[:, 1:5] = ends
-            rows[:, 5] = np.asarray(sims, dtype=np.float64).view(np.uint64)
+            rows[:, 0] = parent[a]
+            rows[:, 1] = np.minimum(a, b)  # node order is (party, key) order
+            rows[:, 2] = np.maximum(a, b)
+            rows[:, 3] = np.asarray(sims, dtype=np.float64).view(np.uint64)
             labelled.append(rows)
         labelled.finish()
         del parent
@@ -181,26 +238,11 @@ def solve_streamed(
             k = int(batch.shape[0])
             reserve(SOLVER_BYTES_PER_PAIR * k, f"a batch of connected components of {k} pairs")
             try:
-                groups = solve_groups(
-                    (
-                        (a, ka, b, kb, s)
-                        for a, ka, b, kb, s in zip(
-                            batch[:, 1].tolist(),
-                            batch[:, 2].tolist(),
-                            batch[:, 3].tolist(),
-                            batch[:, 4].tolist(),
-                            batch[:, 5].view(np.float64).tolist(),
-                            strict=True,
-                        )
-                    ),
-                    min_parties,
-                    solver,
-                    match_threshold,
-                )
-                for q, table in enumerate(group_result_rows(groups, parties, first_id=count)):
-                    unranked[q].append(table)
-                firsts.append(np.array([g.members[0] for g in groups], np.uint64).reshape(-1, 2))
-                count += len(groups)
+                tables, first = nodes.group_rows(batch, min_parties, solver, match_threshold, count)
+                for q in range(parties):
+                    unranked[q].append(tables[q])
+                firsts.append(first)
+                count += int(first.shape[0])
             finally:
                 gauge.release(SOLVER_BYTES_PER_PAIR * k)
                 held -= SOLVER_BYTES_PER_PAIR * k
@@ -242,26 +284,3 @@ def solve_streamed(
             labelled.close()
         for store in unranked:
             store.close()
-
-
-def group_result_rows(groups: Sequence[Group], parties: int, first_id: int = 0) -> list[np.ndarray]:
-    """Per party q, the result rows of the groups it is in, in list order: (k_q, 5) uint64 columns
-    linkage id (``first_id`` + the group's index), similarity (float64 bits), q's member pseudonym,
-    group size, party bit mask."""
-    per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
-    for gid, g in enumerate(groups, start=first_id):
-        mask = sum(1 << p for p in set(g.parties))
-        for q, key in g.members:
-            per_party[q].append((gid, g.similarity, key, len(g.members), mask))
-    out = []
-    for rows in per_party:
-        table = np.zeros((len(rows), RESULT_COLUMNS), dtype=np.uint64)
-        if rows:
-            gid_, sim_, key_, size_, mask_ = zip(*rows, strict=True)
-            table[:, 0] = gid_
-            table[:, 1] = np.array(sim_, dtype=np.float64).view(np.uint64)
-            table[:, 2] = np.array(key_, dtype=np.uint64)
-            table[:, 3] = size_
-            table[:, 4] = np.array(mask_, dtype=np.uint64)
-        out.append(table)
-    return out

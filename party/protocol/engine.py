@@ -257,6 +257,7 @@ class PartyEngine:
         digests = self._records.block_digests
         n = digests.shape[0]
         self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
+        self._hold("common-block lookup table", self._lookup.nbytes)
         at = self._lookup.positions(digests)  # one lookup of every (record, pass) digest
         found = at >= 0
         rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
@@ -269,7 +270,10 @@ class PartyEngine:
         self._digests_out = out
         self._positions[self.index] = at[self._shared_rows]
         self._common = common
-        self._hold("pseudonyms", self._pseudonyms.nbytes + self._shared_rows.nbytes)
+        self._hold(
+            "pseudonyms and common blocks",
+            self._pseudonyms.nbytes + self._shared_rows.nbytes + common.nbytes,
+        )
         self._hold(
             "own block digests and positions",
             self._digests_out.nbytes + self._positions[self.index].nbytes,
@@ -399,6 +403,8 @@ class PartyEngine:
                 segs.append(sh.segments[order])
                 self._positions[j] = self._positions[j][order]
         self._known = pseud
+        self._lookup = None  # all shares are in: the lookup table is done
+        self._let_go("common-block lookup table")
         return pseud, digs, segs
 
     def compare(
@@ -427,7 +433,6 @@ class PartyEngine:
             )
             for k in range(p)
         ]
-        self._lookup = None  # all shares are in: the lookup table is done
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size), join_order=join)
         # "fast" blocks: uncapped and small; compared straight from the CSR indices in batches

@@ -82,7 +82,7 @@ def mask_parties(mask: int, parties: int) -> tuple[int, ...]:
 
 
 def group_results(rows: np.ndarray, party: int) -> GroupResults:
-    """GroupResults of party ``party`` from its result rows (``components.group_result_rows`` columns)."""
+    """GroupResults of party ``party`` from its result rows (``components`` result-row columns)."""
     return GroupResults(
         party=party,
         linkage_ids=rows[:, 0].copy(),

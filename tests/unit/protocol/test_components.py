@@ -11,12 +11,11 @@ import pytest
 from party.protocol.components import (
     SOLVER_BYTES_PER_PAIR,
     array_chunks,
-    group_result_rows,
     known_keys,
     solve_streamed,
 )
 from party.protocol.errors import MemoryBudgetError, ProtocolError
-from party.protocol.solver import SOLVERS, solve_groups
+from party.protocol.solver import SOLVERS, Group, solve_groups
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 
@@ -37,6 +36,23 @@ def _pairs(
     ends = ends[np.sort(first)]
     sims = rng.choice([0.8, 0.81, 0.815, 0.82, 0.85, 0.9, 0.95, 1.0], size=ends.shape[0])
     return ends, sims
+
+
+def group_result_rows(groups: list[Group], parties: int) -> list[np.ndarray]:
+    """Per party q, the result rows of the groups it is in, in group order (the linkage id):
+    linkage id, similarity bits, q's key, group size, party bit mask."""
+    per_party: list[list[tuple[int, float, int, int, int]]] = [[] for _ in range(parties)]
+    for gid, g in enumerate(groups):
+        mask = sum(1 << p for p in set(g.parties))
+        for q, key in g.members:
+            per_party[q].append((gid, g.similarity, key, len(g.members), mask))
+    out = []
+    for rows in per_party:
+        table = np.zeros((len(rows), 5), dtype=np.uint64)
+        for i, (gid, sim, key, size, mask) in enumerate(rows):
+            table[i] = (gid, np.float64(sim).view(np.uint64), key, size, mask)
+        out.append(table)
+    return out
 
 
 def _whole(ends: np.ndarray, sims: np.ndarray, p: int, m: int, solver: str) -> list[np.ndarray]:
