@@ -33,8 +33,9 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     register = 30.0                   # interval of re-registration with the coordinator
 
     [limits]                          # optional
-    memory_budget_mib = 1024          # working memory of a run (kept candidate sets may use a
-                                      #   quarter of it and spill beyond; target any's solver half)
+    memory_budget_mib = 3072          # the node's memory for its runs: resident data (encodings,
+                                      #   received segments, indexes) and, from what they leave,
+                                      #   comparison, row stores (spill beyond) and solver
     workers = 0                       # processes for encoding, threads for comparison
                                       #   (0: every core this node may use)
 
@@ -217,7 +218,7 @@ class PartyConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     audit_policy: Mapping[str, Any] | None = None  # None: no gate ([audit] default_policy = false)
     audit_policy_origin: str = "[audit.policy]"  # or "default policy", with PPRL_AUDIT_* overrides
-    memory_budget_mib: int = 1024
+    memory_budget_mib: int = 3072  # 3 x 1,000,000 records fit (docs/scaling.md, "Memory")
     trusted_peers: frozenset[str] = frozenset()
     workers: int = 0  # 0: every core this node may use
     cluster: ClusterConfig | None = None  # None: worker processes/threads on this machine

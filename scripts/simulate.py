@@ -32,6 +32,7 @@ from rich.progress import (  # noqa: E402
 )
 from rich.table import Table  # noqa: E402
 
+from party.config import PartyConfig  # noqa: E402
 from party.errors import PprlError  # noqa: E402
 from party.protocol.params import DEFAULT_MIN_PARTIES, DEFAULT_TARGET, TARGETS  # noqa: E402
 from party.protocol.solver import SOLVERS  # noqa: E402
@@ -110,8 +111,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--memory-budget-mib",
         type=int,
-        default=1024,
-        help="the engine's memory budget per party (in-process engines, the party nodes via "
+        default=PartyConfig.memory_budget_mib,
+        help="the engine's memory budget per party (default: the node's, [limits] memory_budget_mib) (in-process engines, the party nodes via "
         "PPRL_MEMORY_BUDGET_MIB, and the networked mode's local reference and oracle)",
     )
     ap.add_argument("--timeout", type=float, default=1800.0, help="networked run timeout (s)")

@@ -73,7 +73,9 @@ class SimulationConfig:
     segment_threshold: float | None = None  # None: s_t - DEFAULT_SEGMENT_MARGIN
     one_to_one: bool = True
     max_block_size: int | None = None
-    memory_budget_mib: int = 1024  # the engine's memory budget per party (ProtocolParameters)
+    memory_budget_mib: int = (
+        3072  # as PartyConfig's default; the engine's memory budget per party (ProtocolParameters)
+    )
     schema_path: Path | None = None  # None: the shipped party/synthetic/data/schema.json
     data_dir: Path | None = None  # external dataset folder (party CSVs + a truth CSV)
     party_files: tuple[str, ...] | None = None  # names in data_dir, in party order (None: found)

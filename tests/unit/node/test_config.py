@@ -121,7 +121,7 @@ def test_example_config_parses() -> None:
 
 
 def test_memory_budget_from_file_and_environment(folder: pathlib.Path) -> None:
-    assert load_party_config(folder / "party.toml", env={}).memory_budget_mib == 1024
+    assert load_party_config(folder / "party.toml", env={}).memory_budget_mib == 3072
     (folder / "party.toml").write_text(GOOD + "[limits]\nmemory_budget_mib = 4096\n")
     assert load_party_config(folder / "party.toml", env={}).memory_budget_mib == 4096
     cfg = load_party_config(folder / "party.toml", env={"PPRL_MEMORY_BUDGET_MIB": "1024"})
