@@ -35,7 +35,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows
 from party.protocol.any_driver import GroupRow
-from party.protocol.blocks import shared_blocks
+from party.protocol.blocks import block_index_at, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
 from party.protocol.components import solve_streamed
 from party.protocol.engine import ComparisonStats, PartyEngine
@@ -129,29 +129,43 @@ class PairEngine(PartyEngine):
         common = self._ready_to_compare()
         t0 = time.perf_counter()
         p = self.parties
-        pseud, digs, segs = self._party_columns()
+        pseud, _, segs = self._party_columns()
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
-        # one pair of parties' block indexes at a time (each is 8 bytes per record and pass):
-        # counted in a first pass, rebuilt for the comparison
+
+        def plan_of(a: int, b: int) -> PairPlan:
+            # the two parties' records by the run's blocks (their positions, found when the
+            # shares arrived): a block the two do not share holds no pair
+            n = int(common.size)
+            return PairPlan.from_indexes(
+                block_index_at(self._positions[a], n, keys=pseud[a]),
+                block_index_at(self._positions[b], n, keys=pseud[b]),
+                cap,
+            )
+
+        # one pair of parties' block indexes at a time (8 bytes per record and pass, 8 per
+        # block): counted in a first pass, rebuilt for the comparison
+        plan_bytes = 0
         for a, b in party_pairs(p):
-            plan = PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap)
+            plan = plan_of(a, b)
             stats.candidate_sets += plan.total
             stats.candidate_sets_uncapped += plan.uncapped
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
-        del plan
+            plan_bytes = max(plan_bytes, plan.nbytes)
+            del plan
         total = stats.candidate_sets
         budget = self.working_budget()
         words = -(-self.segment_bits // 64)
-        # per pair in a piece: two gathered segments, their AND, indices, the kept row
-        piece = max(4096, (budget // 4) // (24 * words + 8 * (p + 8)))
+        # per pair in a piece: two gathered segments, their AND, indices, the kept row; in what
+        # the working budget leaves beside one plan
+        piece = max(4096, max(0, budget - plan_bytes) // 4 // (24 * words + 8 * (p + 8)))
         store = self._survivor_store()
         done = kept_total = 0
         if progress is not None:
             progress(0, total)
         try:
             for a, b in party_pairs(p):
-                plan = PairPlan(digs[a], digs[b], pseud[a], pseud[b], cap)
+                plan = plan_of(a, b)
                 for rows in plan.pieces(piece):
                     if cancel is not None and cancel.is_set():
                         raise ComparisonCancelled("comparison cancelled")

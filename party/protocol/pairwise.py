@@ -21,7 +21,13 @@ from collections.abc import Iterator
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol.blocks import block_index, common_blocks, distinct_digests, sub_blocks
+from party.protocol.blocks import (
+    BlockIndex,
+    block_index,
+    common_blocks,
+    distinct_digests,
+    sub_blocks,
+)
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -43,12 +49,24 @@ class PairPlan:
         keys_b: np.ndarray,
         cap: int | None,
     ) -> None:
-        self.cap = cap
         common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
-        self.index_a = block_index(digests_a, common, keys_a)
-        self.index_b = block_index(digests_b, common, keys_b)
+        self._plan(
+            block_index(digests_a, common, keys_a), block_index(digests_b, common, keys_b), cap
+        )
+
+    @classmethod
+    def from_indexes(cls, index_a: BlockIndex, index_b: BlockIndex, cap: int | None) -> PairPlan:
+        """The plan of two parties' block indexes over the same blocks (e.g. the run's blocks
+        shared by two or more parties: those the two do not share hold no pair)."""
+        plan = cls.__new__(cls)
+        plan._plan(index_a, index_b, cap)
+        return plan
+
+    def _plan(self, index_a: BlockIndex, index_b: BlockIndex, cap: int | None) -> None:
+        self.cap = cap
+        self.index_a, self.index_b = index_a, index_b
         na, nb = self.index_a.sizes(), self.index_b.sizes()
-        self.whole = np.ones(common.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
+        self.whole = np.ones(na.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
         self.na, self.nb = na, nb
         self.total = int((na[self.whole] * nb[self.whole]).sum())
         #: pairs of all two-party blocks, and of the largest, before sub-blocking
@@ -56,6 +74,12 @@ class PairPlan:
         self.largest = int((na * nb).max(initial=0))
         for sub_a, sub_b in self._sub_blocks():
             self.total += int(sub_a.size) * int(sub_b.size)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the plan's arrays (the two block indexes and per-block sizes)."""
+        arrays = (self.index_a.rows, self.index_a.starts, self.index_b.rows, self.index_b.starts)
+        return sum(int(x.nbytes) for x in arrays) + 3 * int(self.na.nbytes)
 
     def _sub_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for blk in np.flatnonzero(~self.whole).tolist():
