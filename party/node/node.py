@@ -996,6 +996,11 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
         # off the event loop: at 1M records the intersection takes seconds (heartbeats must go on)
         await self._engine(run, lambda: engine.set_common_blocks(engine.common_of(sets)))
+        # the peers' digest sets did their work: free them and the bytes reserved for them (an
+        # empty set stays, so a repeated stream is still refused)
+        for j in run.others:
+            self.budget.release(run.run_id, run.blocks_in[j].nbytes)
+            run.blocks_in[j] = np.zeros(0, dtype=np.uint64)
         run.event("common").set()
 
     async def _segments(
