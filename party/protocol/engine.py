@@ -1115,6 +1115,9 @@ class PartyEngine:
         self._records = _RecordIds(self._records.record_ids, self._records.filter_bits)
         self._filters_freed = True
         self._let_go("encodings")
+        # the stores' share of memory grows back with what the freed structures leave
+        budget = self.params.memory_budget_bytes
+        self._gauge.limit_bytes = min(budget // 4, max(0, budget - self._held_total()) // 4)
 
     @property
     def memory_held(self) -> int:
