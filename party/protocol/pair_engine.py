@@ -138,8 +138,8 @@ class PairEngine(PartyEngine):
             # shares arrived): a block the two do not share holds no pair
             n = int(common.size)
             return PairPlan.from_indexes(
-                block_index_at(self._positions[a], n, keys=pseud[a]),
-                block_index_at(self._positions[b], n, keys=pseud[b]),
+                block_index_at(self._positions[a], n, keys=pseud[a], workers=self.workers),
+                block_index_at(self._positions[b], n, keys=pseud[b], workers=self.workers),
                 cap,
             )
 
