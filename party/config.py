@@ -218,9 +218,7 @@ class PartyConfig:
     timeouts: Timeouts = field(default_factory=Timeouts)
     audit_policy: Mapping[str, Any] | None = None  # None: no gate ([audit] default_policy = false)
     audit_policy_origin: str = "[audit.policy]"  # or "default policy", with PPRL_AUDIT_* overrides
-    memory_budget_mib: int = (
-        3072  # resident data of 1M records ~1.5 GiB (docs/scaling.md, "Memory")
-    )
+    memory_budget_mib: int = 3072  # what it must hold: docs/scaling.md, "Memory"
     trusted_peers: frozenset[str] = frozenset()
     workers: int = 0  # 0: every core this node may use
     cluster: ClusterConfig | None = None  # None: worker processes/threads on this machine
