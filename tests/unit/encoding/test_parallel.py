@@ -226,7 +226,13 @@ def _encode_both(path: Path, schema: Any, pool: Any, **kw: Any) -> tuple[Any, An
     ref = Encoder(schema, SECRET).encode_csv(path, **kw)
     stats = ParallelStats()
     got = encode_csv_parallel(
-        Encoder(schema, SECRET), path, workers=2, lanes=pool, stats=stats, **kw
+        Encoder(schema, SECRET),
+        path,
+        workers=2,
+        lanes=pool,
+        stats=stats,
+        lanes_read_file=True,
+        **kw,
     )
     return ref, got, stats
 
@@ -246,7 +252,12 @@ def test_lanes_read_their_own_ranges_identical(
     assert stats.ranges > 4 and stats.reading_seconds > 0  # the lanes parsed the rows
     # default ids (row numbers) and progress: every row once
     got2, _ = encode_csv_parallel(
-        Encoder(_shipped_schema(), SECRET), path, workers=2, lanes=pool, progress=ticks.append
+        Encoder(_shipped_schema(), SECRET),
+        path,
+        workers=2,
+        lanes=pool,
+        progress=ticks.append,
+        lanes_read_file=True,
     )
     _same(Encoder(_shipped_schema(), SECRET).encode_csv(path)[0], got2)
     assert sum(ticks) == 2500
@@ -270,6 +281,7 @@ def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_batch
         lanes=pool,
         stats=stats,
         progress=ticks.append,
+        lanes_read_file=True,
     )
     _same(ref, got)
     assert stats.ranges > 0  # the lanes started on ranges, then found the quote
@@ -296,7 +308,12 @@ def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(tmp_path, small_ba
 
     def parallel() -> Any:
         return encode_csv_parallel(
-            Encoder(schema, SECRET), path, id_column="rec_id", workers=2, lanes=pool
+            Encoder(schema, SECRET),
+            path,
+            id_column="rec_id",
+            workers=2,
+            lanes=pool,
+            lanes_read_file=True,
         )
 
     try:
