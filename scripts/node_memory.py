@@ -100,6 +100,7 @@ def main() -> None:
     ap.add_argument("--s-t", type=float, default=0.8)
     args = ap.parse_args()
 
+    from party.protocol.driver import ring_in_process
     from party.protocol.kernel import warm_up
     from party.protocol.pair_engine import PairEngine
     from party.protocol.params import ProtocolParameters
@@ -164,18 +165,9 @@ def main() -> None:
     stats = step("comparison, party 0 alone", lambda: engines[0].compare())
     step("comparison, parties 1..P-1", lambda: [e.compare() for e in engines[1:]])
 
-    def ring() -> tuple[int, int, int]:
-        _, stream = engines[0].ring_start_chunks()
-        for e in engines[1:]:
-            for chunk in stream:
-                e.ring_step_feed(chunk)
-            e.ring_step_end()
-            stream = e.ring_out_chunks()
-        for chunk in stream:
-            engines[0].ring_finish_feed(chunk)
-        return engines[0].ring_finish_end()
-
-    summed, matched, _ = step("ring, Dice and groups (party 0 solves)", ring)  # type: ignore[misc]
+    summed, matched, _ = step(  # type: ignore[misc]
+        "ring, Dice and groups (party 0 solves)", lambda: ring_in_process(engines)
+    )
 
     def results() -> int:
         count = sum(1 for _ in engines[0].resolved_rows(engines[0].result_chunks(0)))

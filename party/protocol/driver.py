@@ -108,15 +108,7 @@ def run_in_process(
         # Ring and results stream chunk by chunk, as over the network: no party holds a whole
         # message, and survivors, masks, ring output and matches spill beyond the budget.
         t0 = time.perf_counter()
-        _, stream = engines[0].ring_start_chunks()
-        for e in engines[1:]:
-            for chunk in stream:
-                e.ring_step_feed(chunk)
-            e.ring_step_end()
-            stream = e.ring_out_chunks()
-        for chunk in stream:
-            engines[0].ring_finish_feed(chunk)
-        engines[0].ring_finish_end()
+        ring_in_process(engines)
         classification = engines[0].classification()
         steps["ring_and_classify"] = time.perf_counter() - t0
 
@@ -141,6 +133,20 @@ def run_in_process(
         classification=classification,
         pseudonyms=pseudonyms,
     )
+
+
+def ring_in_process(engines: Sequence[PartyEngine]) -> tuple[int, int, int]:
+    """The ring among the engines of one process, chunk by chunk as over the network (engines[0]
+    initiates); returns the initiator's ``ring_finish_end()`` counts."""
+    _, stream = engines[0].ring_start_chunks()
+    for e in engines[1:]:
+        for chunk in stream:
+            e.ring_step_feed(chunk)
+        e.ring_step_end()
+        stream = e.ring_out_chunks()
+    for chunk in stream:
+        engines[0].ring_finish_feed(chunk)
+    return engines[0].ring_finish_end()
 
 
 def _bind(fn: Callable[[int, int, int], None], party: int) -> Callable[[int, int], None]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from party.protocol.driver import run_in_process
+from party.protocol.driver import ring_in_process, run_in_process
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.pair_engine import PairEngine
 from party.protocol.params import ProtocolParameters
@@ -72,15 +72,7 @@ def test_resident_structures_are_counted_freed_after_the_comparison_and_at_the_e
     assert accounts[1].held == sum(after.values())
     with pytest.raises(Exception, match="freed"):
         engines[1].outgoing_shares()  # the filters are gone: a clear error, not stale data
-    _, stream = engines[0].ring_start_chunks()
-    for e in engines[1:]:
-        for chunk in stream:
-            e.ring_step_feed(chunk)
-        e.ring_step_end()
-        stream = e.ring_out_chunks()
-    for chunk in stream:
-        engines[0].ring_finish_feed(chunk)
-    engines[0].ring_finish_end()
+    ring_in_process(engines)
     assert engines[0].group_count > 0  # pairs matched, so the solver and its stores ran
     for e in engines:
         e.close()
