@@ -79,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         help="with --pair-dice: one count per bitsPerFeature scale factor (default 1)",
     )
     args = ap.parse_args(argv)
+    if args.scale_bits is not None and any(not f > 0 for f in args.scale_bits):
+        ap.error("--scale-bits: every factor must be positive")
     schema_path = args.schema or default_schema_path()
     schema = load_schema(schema_path)
     t0 = time.perf_counter()

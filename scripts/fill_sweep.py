@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from party.errors import PprlError  # noqa: E402
 from party.synthetic.fill import scale_bits_per_feature, separation  # noqa: E402
 from party.synthetic.generator import generate, write_dataset  # noqa: E402
 from party.synthetic.simulation import SimulationConfig, prepare_encoded  # noqa: E402
@@ -44,6 +45,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args(argv)
+    if any(not scale > 0 for scale in args.scales):
+        ap.error("--scales: every factor must be positive")
+    if args.data is not None and not args.data.is_dir():
+        ap.error(f"--data: {args.data} is not a folder")
+    try:
+        return sweep(args)
+    except (PprlError, OSError, ValueError) as exc:  # JSONDecodeError is a ValueError
+        print(f"fill_sweep: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def sweep(args: argparse.Namespace) -> int:
+    """Encode the data once per scale factor and print (and with --json write) the figures."""
     base = json.loads(args.schema.read_text())
     if args.l:
         base["l"] = args.l
@@ -58,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         else:
             data_dir = args.data
             parties = len([p for p in data_dir.glob("*.csv") if p.name != "truth.csv"])
+            if parties < 2:
+                raise ValueError(f"--data: {data_dir} holds fewer than two party CSVs")
         for scale in args.scales:
             path = work / f"schema-{scale}.json"
             path.write_text(json.dumps(scale_bits_per_feature(base, scale)))

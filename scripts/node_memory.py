@@ -99,6 +99,10 @@ def main() -> None:
     ap.add_argument("--budget-mib", type=int, default=1024)
     ap.add_argument("--s-t", type=float, default=0.8)
     args = ap.parse_args()
+    if args.parties < 2 or args.records < 1 or args.budget_mib < 1:
+        ap.error("--parties must be at least 2, --records and --budget-mib at least 1")
+    if not 0.0 < args.s_t <= 1.0:
+        ap.error("--s-t must be in (0, 1]")
 
     from party.protocol.driver import ring_in_process
     from party.protocol.kernel import warm_up

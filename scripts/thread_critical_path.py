@@ -222,6 +222,10 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
     args = ap.parse_args()
+    if args.records is not None and args.records < 1:
+        ap.error("--records must be at least 1")
+    if args.workers < 2:
+        ap.error("--workers must be at least 2 (it is compared with one thread)")
     w = args.workers
     records = args.records or (100_000 if args.what == "compare" else 200_000)
     prepare = (compare_runs if args.what == "compare" else mpc3_runs)(records)
