@@ -1,26 +1,84 @@
-"""The group solver's merge loop over arrays, compiled: ``party.protocol.solver``'s rules, exactly.
+"""The group solver's per-record state and merge scan, compiled: ``party.protocol.solver``'s rules.
 
-``solve_batch`` is ``solver.solve_groups`` for matched pairs given as node numbers whose order is
-the ``(party, key)`` order of the records (so the pair's smaller end, the tie-breaks and a group's
-smallest member follow node order), with about 100 bytes per pair instead of the Python solver's
-~1.4 KB: edges sorted by (descending Dice, smaller end, larger end), adjacency in CSR form (each
-node's matched partners sorted, searched by bisection for "is this cross pair matched"), groups as
-linked lists of nodes with a party bit mask. A group's similarity is the correctly rounded mean of
-its matched internal pairs, as ``math.fsum(...) / count`` (sums of one or two values are exact
-float additions; longer sums use ``math.fsum``). Tested equal to ``solve_groups`` on random pairs
-with ties and weak-band Dice for every rule (tests/unit/protocol/test_components.py).
+The matched pairs are given as node numbers whose order is the records' ``(party, key)`` order (so
+a pair's smaller end, the tie-breaks and a group's smallest member follow node order), and they
+arrive in the solver's visiting order (descending Dice, smaller end, larger end) one chunk at a
+time (``party.protocol.components`` reads them from a sorted, spilling store). What is kept in
+memory is per record only, plus, for the rules that look at a record's other pairs, its matched
+partners (``ADJACENCY_BYTES_PER_PAIR``):
+
+- ``GroupState``: each node's group (a node standing for it), the group's members as a linked list
+  (next, tail), its size and party bit mask; ``merge_chunk`` visits a chunk of pairs and merges as
+  ``solve_groups`` does (the ``guarded`` weak band, ``weakest-link``/``majority`` cross pairs);
+- the partners in CSR form (``count_degrees``, ``fill_partners``, ``sort_partners``), each node's
+  partners increasing, searched by bisection for "is this cross pair matched".
+
+Tested equal to ``solve_groups`` on random pairs with ties and weak-band Dice for every rule, every
+chunk size and every store spilled (tests/unit/protocol/test_components.py).
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 
 from party.numba_jit import jit
 from party.protocol.solver import SOLVERS
 
-_RULE = {name: i for i, name in enumerate(SOLVERS)}  # guarded, weakest-link, majority, greedy
+#: The rule's number in the compiled loop: guarded, weakest-link, majority, greedy.
+RULE = {name: i for i, name in enumerate(SOLVERS)}
+#: Bytes per node of the state kept during the scan (group, next, tail, size: int32; party mask:
+#: uint64; partner offsets: int64) and of the linkage-id numbering (int64), with the temporary
+#: fill cursor of the partner lists (int64).
+NODE_BYTES = 4 * 4 + 8 + 8 + 8 + 8
+#: Bytes per matched pair of the partner lists (each pair is in both ends' lists, as int32).
+ADJACENCY_BYTES_PER_PAIR = 8
+
+
+class GroupState:
+    """Per-node state of the merge scan over ``n`` nodes (``party_bit[v]`` = 1 << party of v)."""
+
+    def __init__(self, party_bit: np.ndarray) -> None:
+        n = int(party_bit.shape[0])
+        self.group = np.arange(n, dtype=np.int32)
+        self.nxt = np.full(n, -1, dtype=np.int32)
+        self.tail = np.arange(n, dtype=np.int32)
+        self.size = np.ones(n, dtype=np.int32)
+        self.mask = party_bit.astype(np.uint64)
+
+
+def needs_partners(solver: str) -> bool:
+    """Whether the rule looks at a record's other matched pairs (all but greedy do)."""
+    return solver != "greedy"
+
+
+@jit
+def count_degrees(starts: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:  # pragma: no cover
+    """starts[v + 1] += the number of pairs of node v (prefix-summed into CSR offsets later)."""
+    for i in range(a.shape[0]):
+        starts[a[i] + 1] += 1
+        starts[b[i] + 1] += 1
+
+
+@jit
+def fill_partners(
+    cursor: np.ndarray, partners: np.ndarray, a: np.ndarray, b: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Append each pair's other end to both ends' partner lists (``cursor``: next free slot)."""
+    for i in range(a.shape[0]):
+        x, y = a[i], b[i]
+        partners[cursor[x]] = y
+        cursor[x] += 1
+        partners[cursor[y]] = x
+        cursor[y] += 1
+
+
+@jit
+def sort_partners(starts: np.ndarray, partners: np.ndarray) -> None:  # pragma: no cover
+    """Sort each node's partner list in place."""
+    for v in range(starts.shape[0] - 1):
+        lo, hi = starts[v], starts[v + 1]
+        if hi - lo > 1:
+            partners[lo:hi] = np.sort(partners[lo:hi])
 
 
 @jit
@@ -38,23 +96,22 @@ def _is_linked(
 
 
 @jit
-def _merge_loop(  # pragma: no cover - compiled
+def merge_chunk(  # pragma: no cover - compiled
     a: np.ndarray,
     b: np.ndarray,
     sims: np.ndarray,
-    party_bit: np.ndarray,
     starts: np.ndarray,
     partners: np.ndarray,
+    group: np.ndarray,
+    nxt: np.ndarray,
+    tail: np.ndarray,
+    size: np.ndarray,
+    mask: np.ndarray,
     rule: int,
     strong: float,
-) -> np.ndarray:
-    """Visit the (sorted) edges and merge as the solver does; return each node's group (a node)."""
-    n = party_bit.shape[0]
-    group = np.arange(n)
-    nxt = np.full(n, -1, dtype=np.int64)
-    tail = np.arange(n)
-    size = np.ones(n, dtype=np.int64)
-    mask = party_bit.copy()
+) -> None:
+    """Visit a chunk of pairs (in the solver's order, continuing the previous chunk) and merge as
+    the solver does, updating the per-node state."""
     for i in range(a.shape[0]):
         x, y, sim = a[i], b[i], sims[i]
         ga, gb = group[x], group[y]
@@ -98,70 +155,39 @@ def _merge_loop(  # pragma: no cover - compiled
         tail[ga] = tail[gb]
         size[ga] += size[gb]
         mask[ga] |= mask[gb]
-    return group
 
 
-def solve_batch(
+@jit
+def number_groups(
+    group: np.ndarray, size: np.ndarray, keep_size: int, label: np.ndarray
+) -> int:  # pragma: no cover - compiled
+    """label[g] = the linkage id of group g (kept groups of at least ``keep_size`` members,
+    numbered by their smallest node), -1 for the others; returns the number of groups."""
+    count = 0
+    for v in range(group.shape[0]):
+        g = group[v]
+        if size[g] >= keep_size and label[g] < 0:
+            label[g] = count
+            count += 1
+    return count
+
+
+@jit
+def inner_pairs(  # pragma: no cover - compiled
     a: np.ndarray,
     b: np.ndarray,
     sims: np.ndarray,
-    party_of: np.ndarray,
-    min_parties: int,
-    solver: str,
-    match_threshold: float | None,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Groups of the matched pairs (a[i], b[i], sims[i]) over nodes 0..n-1 (a < b; node order is
-    the records' (party, key) order; ``party_of[node]``): (members, starts, similarity) with
-    group g's members ``members[starts[g]:starts[g + 1]]`` increasing, groups ordered by their
-    smallest member, as ``solve_groups`` returns them."""
-    from party.protocol.solver import _strong_level, check_solver
-
-    check_solver(solver)
-    strong = _strong_level(solver, match_threshold)
-    n = int(party_of.shape[0])
-    order = np.lexsort((b, a, -sims))
-    ea, eb, es = a[order], b[order], sims[order]
-    # CSR adjacency: each node's partners, increasing
-    ends = np.concatenate([a, b])
-    others = np.concatenate([b, a])
-    by = np.lexsort((others, ends))
-    partners = others[by]
-    starts = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(ends, minlength=n), out=starts[1:])
-    del ends, others, by
-    party_bit = np.left_shift(np.uint64(1), party_of.astype(np.uint64))
-    strong_value = -math.inf if strong == -math.inf else float(strong)
-    group = _merge_loop(ea, eb, es, party_bit, starts, partners, _RULE[solver], strong_value)
-    del ea, eb, es, partners, starts
-    size = np.bincount(group, minlength=n)
-    nodes = np.flatnonzero(size[group] >= max(2, min_parties))
-    # members by group, increasing within it; then groups ordered by their smallest member
-    nodes = nodes[np.lexsort((nodes, group[nodes]))]
-    g = group[nodes]
-    first = np.flatnonzero(np.concatenate([[True], g[1:] != g[:-1]])) if nodes.size else nodes
-    label = np.repeat(nodes[first], np.diff(np.append(first, nodes.size)))
-    order = np.lexsort((nodes, label))
-    members, label = nodes[order], label[order]
-    first = (
-        np.flatnonzero(np.concatenate([[True], label[1:] != label[:-1]])) if members.size else first
-    )
-    starts_out = np.append(first, members.size).astype(np.int64)
-    groups = int(first.size)
-    counts = np.diff(starts_out)
-    # similarity: mean Dice of the matched internal pairs
-    gid = np.full(n, -1, dtype=np.int64)
-    gid[members] = np.repeat(np.arange(groups), counts)
-    inner = (gid[a] >= 0) & (gid[a] == gid[b])
-    pg, ps = gid[a][inner], sims[inner]
-    po = np.argsort(pg, kind="stable")
-    pg, ps = pg[po], ps[po]
-    k = np.bincount(pg, minlength=groups)
-    total = np.zeros(groups, dtype=np.float64)
-    np.add.at(total, pg, ps)  # exact where a group has one or two inner pairs
-    many = np.flatnonzero(k >= 3)
-    if many.size:
-        at = np.concatenate([[0], np.cumsum(k)])
-        for gi in many.tolist():
-            total[gi] = math.fsum(ps[at[gi] : at[gi + 1]].tolist())
-    similarity = total / np.maximum(k, 1)
-    return members, starts_out, similarity
+    group: np.ndarray,
+    label: np.ndarray,
+    out_id: np.ndarray,
+    out_sim: np.ndarray,
+    at: int,
+) -> int:
+    """Append (linkage id, Dice) of every pair inside a kept group from ``at``; return the end."""
+    for i in range(a.shape[0]):
+        g = group[a[i]]
+        if g == group[b[i]] and label[g] >= 0:
+            out_id[at] = label[g]
+            out_sim[at] = sims[i]
+            at += 1
+    return at

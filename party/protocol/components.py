@@ -1,82 +1,70 @@
-"""Target any's group solver run from a stream of matched pairs, one batch of components at a time.
+"""Target any's group solver run from a stream of matched pairs, in memory per record, not per pair.
 
-The solver (``party.protocol.solver``) only ever merges the two ends of a matched pair, and its rules
-only look at pairs and groups inside one connected component of the matched-pair graph, so solving
-the components separately (in any batches of whole components) gives the same groups. Memory stays
-bounded however many pairs matched: the pairs are read as a stream of chunks (from the ring's
-spilling store, or a compute party's arrays) three times and never held together:
+The solver (``party.protocol.solver``) visits the matched pairs by descending Dice, ties by the
+pair's smaller end, then its larger end, and decides each merge from the state of the two groups
+(and, for every rule but greedy, the other matched pairs of their records). Memory stays bounded
+by the records, however many pairs matched and however large one connected component grows:
 
-1. union-find over the records (one int64 per record that can be in a pair: the run's pseudonyms,
-   sorted per party, give each record a node number) finds every pair's component;
-2. the pairs go, with their component's label (its smallest node), into a sorted ``RowStore``
-   (in memory within the gauge, spilled to the run's folder and merged by streaming beyond it), so
-   they come back grouped by component;
-3. whole components are handed to the solver in batches of about ``BATCH_PAIRS`` pairs (the
-   solver's rules compiled over arrays, ``party.protocol._numba_groups``: ``SOLVER_BYTES_PER_PAIR``
-   per pair of the batch, reserved on the gauge first); each party's result rows go to a store,
-   and once every group is known the linkage ids are renumbered by each group's smallest member
-   ``(party, key)`` into a sorted store.
+1. the pairs are read as a stream of chunks (from the ring's spilling store, or a compute party's
+   arrays) and go, as node numbers (the run's pseudonyms, sorted per party, give each record a
+   node number whose order is the ``(party, key)`` order) under the key (~Dice bits, smaller end,
+   larger end), into a sorted ``RowStore`` (in memory within the stores' gauge, spilled to the
+   run's folder and merged by streaming beyond it): an external sort into the solver's order;
+2. for the rules that look at a record's other pairs, the partner lists of every record are built
+   from that store (CSR, ``ADJACENCY_BYTES_PER_PAIR`` per pair: the only per-pair memory);
+3. the sorted pairs are read back a chunk at a time through the compiled merge scan
+   (``party.protocol._numba_groups``), which keeps only per-record state (``NODE_BYTES``);
+4. groups are numbered by their smallest member (one pass over the nodes), the pairs are read a
+   last time for each group's inner pairs (the group similarity: the mean of its matched internal
+   pairs, ``math.fsum`` / count), and each party's result rows are written, in linkage-id order,
+   to a store.
 
-The result equals what ``solve_groups`` gives for all pairs at once, as result rows: per party,
-columns linkage id (groups numbered by their smallest member), similarity (float64 bits), the
-party's member key, group size, party bit mask, in linkage-id order. A component too large for the budget fails with MemoryBudgetError naming
-memory_budget_mib before its objects are built.
+Everything is reserved on ``gauge`` before it is built; a run whose records (or partner lists) do
+not fit fails with MemoryBudgetError naming memory_budget_mib. The result equals what
+``solve_groups`` gives for all pairs at once, as result rows: per party, columns linkage id (groups
+numbered by their smallest member), similarity (float64 bits), the party's member key, group size,
+party bit mask, in linkage-id order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from party.numba_jit import jit
-from party.protocol._numba_groups import solve_batch
+from party.protocol._numba_groups import (
+    ADJACENCY_BYTES_PER_PAIR,
+    NODE_BYTES,
+    RULE,
+    GroupState,
+    count_degrees,
+    fill_partners,
+    inner_pairs,
+    merge_chunk,
+    needs_partners,
+    number_groups,
+    sort_partners,
+)
 from party.protocol.errors import MemoryBudgetError, ProtocolError
+from party.protocol.solver import _strong_level, check_solver
 from party.protocol.spill import MemoryGauge, RowStore
 
-#: Bytes per matched pair of the compiled solver's arrays for one batch of components (edges,
-#: adjacency, groups, result rows; tracemalloc peak of a 200,000-pair batch: 146 bytes per pair
-#: with 0.4 records per pair, 269 with 2 records per pair, the most a batch can have).
-SOLVER_BYTES_PER_PAIR = 320
-#: Bytes per node (record) of the union-find arrays (parent, root).
-NODE_BYTES = 16
-#: Bytes per group of the renumbering arrays (smallest member (party, key), rank).
+#: Bytes per pair inside a kept group, collected for the group similarities (id, Dice, and the
+#: sort's permutation and copies).
+INNER_BYTES_PER_PAIR = 40
+#: Bytes per record of one party while its result rows are made (ids, order, the rows).
+RESULT_BYTES_PER_RECORD = 88
+#: Bytes per group of the similarity arrays.
 GROUP_BYTES = 24
-#: Matched pairs per batch of whole components handed to the solver (a larger component is one batch).
-BATCH_PAIRS = 1 << 16
 #: Rows read from a store at a time.
 CHUNK_ROWS = 1 << 15
 
 RESULT_COLUMNS = 5  # linkage id, similarity bits, pseudonym, group size, party mask
-_LABELLED = 4  # component label, node a, node b, Dice bits
+_SORTED = 3  # ~Dice bits, node a, node b
 
 PairChunks = Callable[[], Iterable[tuple[np.ndarray, np.ndarray]]]
 NewStore = Callable[[int, str, "int | None"], RowStore]
-
-
-@jit
-def _union(parent: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Union-find: join the components of nodes a[i] and b[i]; a root is its component's smallest node."""
-    for i in range(a.shape[0]):
-        x = a[i]
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        y = b[i]
-        while parent[y] != y:
-            parent[y] = parent[parent[y]]
-            y = parent[y]
-        if x < y:
-            parent[y] = x
-        elif y < x:
-            parent[x] = y
-
-
-@jit
-def _flatten(parent: np.ndarray) -> None:  # pragma: no cover - compiled
-    """Point every node straight at its root (roots are smaller than their members)."""
-    for i in range(parent.shape[0]):
-        parent[i] = parent[parent[i]]
 
 
 class _Nodes:
@@ -112,47 +100,11 @@ class _Nodes:
             key[at] = keys[node[at] - self.offset[q]]
         return party, key
 
-    def group_rows(
-        self,
-        batch: np.ndarray,
-        min_parties: int,
-        solver: str,
-        match_threshold: float | None,
-        first_id: int,
-    ) -> tuple[list[np.ndarray], np.ndarray]:
-        """Solve one batch of whole components (rows of the labelled store): per party its
-        result rows (linkage ids from ``first_id`` in group order), and each group's smallest
-        member as (k, 2) uint64 (party, key)."""
-        a = batch[:, 1].astype(np.int64)
-        b = batch[:, 2].astype(np.int64)
-        local = np.sort(np.concatenate([a, b]))
-        local = local[np.concatenate([[True], local[1:] != local[:-1]])]
-        party_of, key_of = self.party_key(local)
-        members, starts, similarity = solve_batch(
-            np.searchsorted(local, a),
-            np.searchsorted(local, b),
-            batch[:, 3].view(np.float64),
-            party_of,
-            min_parties,
-            solver,
-            match_threshold,
-        )
-        sizes = np.diff(starts)
-        groups = int(sizes.size)
-        bits = np.left_shift(np.uint64(1), party_of[members].astype(np.uint64))
-        masks = np.bitwise_or.reduceat(bits, starts[:-1]) if groups else bits
-        gid = np.repeat(np.arange(groups, dtype=np.uint64), sizes) + np.uint64(first_id)
-        rows = np.empty((members.size, RESULT_COLUMNS), dtype=np.uint64)
-        rows[:, 0] = gid
-        rows[:, 1] = np.repeat(similarity, sizes).view(np.uint64)
-        rows[:, 2] = key_of[members]
-        rows[:, 3] = np.repeat(sizes, sizes).astype(np.uint64)
-        rows[:, 4] = np.repeat(masks, sizes)
-        member_party = party_of[members]
-        tables = [rows[member_party == q] for q in range(len(self.known))]
-        heads = members[starts[:-1]]
-        first = np.stack([party_of[heads].astype(np.uint64), key_of[heads]], axis=1)
-        return tables, first.reshape(-1, 2)
+    def party_bits(self) -> np.ndarray:
+        """(count,) uint64: 1 << the party of each node."""
+        sizes = np.diff(self.offset)
+        parties = np.repeat(np.arange(sizes.size, dtype=np.uint64), sizes)
+        return np.left_shift(np.uint64(1), parties)
 
 
 def known_keys(ends: np.ndarray, parties: int) -> list[np.ndarray]:
@@ -174,6 +126,32 @@ def array_chunks(ends: np.ndarray, similarities: np.ndarray, rows: int = CHUNK_R
     return chunks
 
 
+def _sorted_pairs(
+    store: RowStore, rows: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The pairs of the sorted store in the solver's order: (node a, node b, Dice) per chunk."""
+    for chunk in store.chunks(rows):
+        dice = np.invert(chunk[:, 0]).view(np.float64)
+        yield chunk[:, 1].astype(np.int64), chunk[:, 2].astype(np.int64), dice
+
+
+def group_similarity(ids: np.ndarray, sims: np.ndarray, groups: int) -> np.ndarray:
+    """Per group 0..groups-1, the mean of the Dice of its inner pairs ``(ids[i], sims[i])``
+    (``math.fsum`` / count: sums of one or two values are exact float additions)."""
+    order = np.argsort(ids, kind="stable")
+    ids, sims = ids[order], sims[order]
+    del order
+    k = np.bincount(ids, minlength=groups)
+    total = np.zeros(groups, dtype=np.float64)
+    np.add.at(total, ids, sims)  # exact where a group has one or two inner pairs
+    many = np.flatnonzero(k >= 3)
+    if many.size:
+        at = np.concatenate([[0], np.cumsum(k)])
+        for gi in many.tolist():
+            total[gi] = math.fsum(sims[at[gi] : at[gi + 1]].tolist())
+    return total / np.maximum(k, 1)
+
+
 def solve_streamed(
     pair_chunks: PairChunks,
     known: Sequence[np.ndarray],
@@ -182,16 +160,23 @@ def solve_streamed(
     match_threshold: float | None,
     new_store: NewStore,
     gauge: MemoryGauge,
-    batch_pairs: int = BATCH_PAIRS,
+    chunk_rows: int = CHUNK_ROWS,
 ) -> tuple[list[RowStore], int]:
     """Per party, a finished store of its (k_q, 5) result rows in linkage-id order (the columns of
     ``group_result_rows``), and the number of groups (module docstring). ``pair_chunks()`` yields
-    (ends (k, 4) uint64: party a, key a, party b, key b; Dice (k,) float64) and is read three times;
+    (ends (k, 4) uint64: party a, key a, party b, key b; Dice (k,) float64) and is read once;
     ``known[q]`` holds every key of party q that a pair can name, sorted; ``new_store(width, name,
-    key_columns)`` makes the spilling stores; ``gauge`` is charged for the union-find arrays, each
-    batch's solver objects and the renumbering arrays."""
+    key_columns)`` makes the spilling stores; ``gauge`` is charged for the per-record state, the
+    partner lists, the inner pairs and the result rows while they are held; ``chunk_rows``: pairs
+    read from the sorted store at a time."""
+    check_solver(solver)
+    strong = _strong_level(solver, match_threshold)
     parties = len(known)
     nodes = _Nodes(known)
+    n = nodes.count
+    if n >= 2**31 - 1:
+        raise ProtocolError(f"the group solver supports fewer than 2^31 records, got {n}")
+    chunk_rows = max(1, int(chunk_rows))
     held = 0
 
     def reserve(nbytes: int, what: str) -> None:
@@ -200,87 +185,119 @@ def solve_streamed(
             raise MemoryBudgetError(
                 f"solving the groups needs about {(held + nbytes) // 2**20 + 1} MiB for {what}, "
                 "more than the party's memory budget leaves the solver (half of it, less what "
-                "other runs hold): raise the party's memory_budget_mib (or s_t)"
+                "other runs hold): raise the party's memory_budget_mib"
             )
         held += nbytes
 
-    labelled: RowStore | None = None
-    unranked: list[RowStore] = []
+    def release(nbytes: int) -> None:
+        nonlocal held
+        gauge.release(nbytes)
+        held -= nbytes
+
+    by_dice: RowStore | None = None
+    out: list[RowStore] = []
     try:
-        reserve(NODE_BYTES * nodes.count, f"the union-find over {nodes.count} records")
-        parent = np.arange(nodes.count, dtype=np.int64)
-        for ends, _ in pair_chunks():
-            a = nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])
-            b = nodes.of(ends[:, 2].astype(np.int64), ends[:, 3])
-            _union(parent, a, b)
-        _flatten(parent)
-        labelled = new_store(_LABELLED, "pairs-by-component", _LABELLED - 1)
+        by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
         for ends, sims in pair_chunks():
-            a = nodes.of(ends[:, 0].astype(np.int64), ends[:, 1])
-            b = nodes.of(ends[:, 2].astype(np.int64), ends[:, 3])
-            rows = np.empty((ends.shape[0], _LABELLED), dtype=np.uint64)
-            rows[:, 0] = parent[a]
+            pa, pb = ends[:, 0].astype(np.int64), ends[:, 2].astype(np.int64)
+            same = np.flatnonzero(pa == pb)
+            if same.size:
+                raise ProtocolError(f"a matched pair joins two records of party {pa[same[0]]}")
+            dice = np.asarray(sims, dtype=np.float64)
+            if not np.all((dice >= 0.0) & (dice <= 1.0)):
+                raise ProtocolError("a matched pair's Dice is outside [0, 1]")
+            a, b = nodes.of(pa, ends[:, 1]), nodes.of(pb, ends[:, 3])
+            rows = np.empty((ends.shape[0], _SORTED), dtype=np.uint64)
+            rows[:, 0] = np.invert((dice + 0.0).view(np.uint64))  # descending Dice (+0.0: no -0)
             rows[:, 1] = np.minimum(a, b)  # node order is (party, key) order
             rows[:, 2] = np.maximum(a, b)
-            rows[:, 3] = np.asarray(sims, dtype=np.float64).view(np.uint64)
-            labelled.append(rows)
-        labelled.finish()
-        del parent
-        gauge.release(NODE_BYTES * nodes.count)
-        held -= NODE_BYTES * nodes.count
+            by_dice.append(rows)
+        by_dice.finish()
+        pairs = by_dice.rows
 
-        unranked = [new_store(RESULT_COLUMNS, f"groups-unranked-{q}", None) for q in range(parties)]
-        firsts: list[np.ndarray] = []
-        count = 0
+        reserve(NODE_BYTES * n, f"the state of {n} records")
+        state = GroupState(nodes.party_bits())
+        starts = np.zeros(n + 1, dtype=np.int64)
+        partners = np.zeros(0, dtype=np.int32)
+        adjacency = 0
+        if needs_partners(solver):
+            adjacency = ADJACENCY_BYTES_PER_PAIR * pairs
+            reserve(adjacency, f"the partner lists of {pairs} matched pairs")
+            for a, b, _ in _sorted_pairs(by_dice, chunk_rows):
+                count_degrees(starts, a, b)
+            np.cumsum(starts, out=starts)
+            cursor = starts[:-1].copy()
+            partners = np.empty(2 * pairs, dtype=np.int32)
+            for a, b, _ in _sorted_pairs(by_dice, chunk_rows):
+                fill_partners(cursor, partners, a, b)
+            del cursor
+            sort_partners(starts, partners)
+        strong_value = -math.inf if strong == -math.inf else float(strong)
+        for a, b, dice in _sorted_pairs(by_dice, chunk_rows):
+            merge_chunk(
+                a,
+                b,
+                dice,
+                starts,
+                partners,
+                state.group,
+                state.nxt,
+                state.tail,
+                state.size,
+                state.mask,
+                RULE[solver],
+                strong_value,
+            )
+        del partners, starts
+        release(adjacency)
 
-        def solve(batch: np.ndarray) -> None:
-            nonlocal count, held
-            k = int(batch.shape[0])
-            reserve(SOLVER_BYTES_PER_PAIR * k, f"a batch of connected components of {k} pairs")
-            try:
-                tables, first = nodes.group_rows(batch, min_parties, solver, match_threshold, count)
-                for q in range(parties):
-                    unranked[q].append(tables[q])
-                firsts.append(first)
-                count += int(first.shape[0])
-            finally:
-                gauge.release(SOLVER_BYTES_PER_PAIR * k)
-                held -= SOLVER_BYTES_PER_PAIR * k
+        label = np.full(n, -1, dtype=np.int64)
+        count = int(number_groups(state.group, state.size, max(2, min_parties), label))
+        kept = state.size[np.flatnonzero(label >= 0)].astype(np.int64)
+        inner = int(np.sum(kept * (kept - 1) // 2))
+        del kept
+        reserve(
+            INNER_BYTES_PER_PAIR * inner + GROUP_BYTES * count,
+            f"the similarities of {count} groups",
+        )
+        ids = np.empty(inner, dtype=np.int64)
+        sims_in = np.empty(inner, dtype=np.float64)
+        at = 0
+        for a, b, dice in _sorted_pairs(by_dice, chunk_rows):
+            at = int(inner_pairs(a, b, dice, state.group, label, ids, sims_in, at))
+        by_dice.close()
+        similarity = group_similarity(ids[:at], sims_in[:at], count)
+        del ids, sims_in
+        release(INNER_BYTES_PER_PAIR * inner)
 
-        pending = np.zeros((0, _LABELLED), dtype=np.uint64)
-        for rows in labelled.chunks(min(CHUNK_ROWS, batch_pairs)):
-            pending = np.concatenate([pending, rows]) if pending.shape[0] else rows
-            while pending.shape[0] >= batch_pairs:
-                # whole components up to the one holding the batch_pairs-th pair; the last
-                # component read may continue in the next chunk: it waits for it
-                cut = int(np.searchsorted(pending[:, 0], pending[batch_pairs - 1, 0], "right"))
-                if cut == pending.shape[0]:
-                    break
-                solve(pending[:cut])
-                pending = pending[cut:]
-        if pending.shape[0]:
-            solve(pending)
-        labelled.close()
-
-        reserve(GROUP_BYTES * count, f"numbering {count} groups")
-        first = np.concatenate(firsts) if firsts else np.zeros((0, 2), dtype=np.uint64)
-        firsts.clear()
-        rank = np.empty(count, dtype=np.uint64)
-        rank[np.lexsort((first[:, 1], first[:, 0]))] = np.arange(count, dtype=np.uint64)
-        del first
-        out = []
         for q in range(parties):
-            store = new_store(RESULT_COLUMNS, f"groups-{q}", 1)
-            for rows in unranked[q].finish().chunks(CHUNK_ROWS):
-                rows = rows.copy()
-                rows[:, 0] = rank[rows[:, 0].astype(np.int64)]
-                store.append(rows)
-            unranked[q].close()
-            out.append(store.finish())
+            lo, hi = int(nodes.offset[q]), int(nodes.offset[q + 1])
+            need = RESULT_BYTES_PER_RECORD * (hi - lo)
+            reserve(need, f"the result rows of {hi - lo} records of party {q}")
+            group = state.group[lo:hi]
+            lid = label[group]
+            at_q = np.flatnonzero(lid >= 0)
+            at_q = at_q[np.argsort(lid[at_q], kind="stable")]
+            g = group[at_q]
+            rows = np.empty((at_q.size, RESULT_COLUMNS), dtype=np.uint64)
+            rows[:, 0] = label[g]
+            rows[:, 1] = similarity[label[g]].view(np.uint64)
+            rows[:, 2] = nodes.known[q][at_q]
+            rows[:, 3] = state.size[g]
+            rows[:, 4] = state.mask[g]
+            store = new_store(RESULT_COLUMNS, f"groups-{q}", None)
+            out.append(store)
+            for first in range(0, rows.shape[0], chunk_rows):
+                store.append(rows[first : first + chunk_rows])
+            store.finish()
+            del rows, group, lid, at_q, g
+            release(need)
         return out, count
+    except BaseException:
+        for store in out:
+            store.close()
+        raise
     finally:
         gauge.release(held)
-        if labelled is not None:
-            labelled.close()
-        for store in unranked:
-            store.close()
+        if by_dice is not None:
+            by_dice.close()

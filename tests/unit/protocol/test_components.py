@@ -1,5 +1,5 @@
-"""The streamed, component-batched solver gives exactly the whole-run solver's result rows, within
-its memory gauge (spilling its stores), and refuses a batch the budget cannot hold."""
+"""The streamed solver (pairs sorted on disk, per-record state) gives exactly the whole-run solver's
+result rows, within its memory gauge (spilling its stores), and refuses a run the budget cannot hold."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from party.protocol._numba_groups import ADJACENCY_BYTES_PER_PAIR, NODE_BYTES
 from party.protocol.components import (
-    SOLVER_BYTES_PER_PAIR,
     array_chunks,
     known_keys,
     solve_streamed,
@@ -90,7 +90,7 @@ def _solve(
     m: int,
     solver: str,
     stores: _Stores,
-    batch_pairs: int,
+    chunk_rows: int,
     chunk: int,
     gauge: LocalGauge | None = None,
 ) -> tuple[list[np.ndarray], int]:
@@ -102,7 +102,7 @@ def _solve(
         0.8,
         stores,
         gauge or LocalGauge(1 << 30),
-        batch_pairs,
+        chunk_rows,
     )
     got = []
     for store in out:
@@ -114,16 +114,16 @@ def _solve(
 
 @pytest.mark.parametrize("solver", SOLVERS)
 @pytest.mark.parametrize("seed", range(6))
-def test_batches_of_components_equal_the_whole_run(solver: str, seed: int, tmp_path: Path) -> None:
+def test_streamed_solver_equals_the_whole_run(solver: str, seed: int, tmp_path: Path) -> None:
     rng = np.random.default_rng(seed)
     p = int(rng.integers(2, 6))
     ends, sims = _pairs(rng, p, records=int(rng.integers(5, 60)), k=int(rng.integers(1, 400)))
     for m in (2, p):
         want = _whole(ends, sims, p, m, solver)
-        for batch_pairs, chunk, memory in ((1, 3, 0), (7, 50, 2048), (1 << 16, 1 << 15, 1 << 30)):
-            # one component per batch, every store spilled .. everything in one batch, in memory
+        for chunk_rows, chunk, memory in ((1, 3, 0), (7, 50, 2048), (1 << 16, 1 << 15, 1 << 30)):
+            # one pair per scan chunk, every store spilled .. everything in one chunk, in memory
             stores = _Stores(tmp_path, memory)
-            got, count = _solve(ends, sims, p, m, solver, stores, batch_pairs, chunk)
+            got, count = _solve(ends, sims, p, m, solver, stores, chunk_rows, chunk)
             assert count == len({int(x) for t in want for x in t[:, 0]})
             for q in range(p):
                 np.testing.assert_array_equal(got[q], want[q])
@@ -133,38 +133,110 @@ def test_batches_of_components_equal_the_whole_run(solver: str, seed: int, tmp_p
             stores.folder.close()
 
 
-def test_the_pairs_are_never_all_in_memory(tmp_path: Path) -> None:
-    # 3 parties x 30,000 records, 6,000 pairs in small components; the solver's gauge sees at most
-    # one batch of 64 pairs (plus the union-find), never the whole run's pairs
-    rng = np.random.default_rng(7)
-    ends, sims = _pairs(rng, 3, records=30000, k=6000)
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_one_giant_component_in_the_weak_band(solver: str, tmp_path: Path) -> None:
+    # a chain of households: 3 parties x 400 records, every record matched with several others,
+    # most Dice in the weak band [0.8, 0.82) and many exact ties: one connected component
+    rng = np.random.default_rng(11)
+    rows = []
+    for r in range(400):
+        for d in (0, 1, 2):
+            a, b = rng.choice(3, size=2, replace=False)
+            rows.append((min(a, b), r, max(a, b), (r + d) % 400))
+    ends = np.unique(np.array(rows, dtype=np.uint64), axis=0)
+    sims = rng.choice([0.8, 0.805, 0.81, 0.815, 0.82, 0.9], size=ends.shape[0])
+    for m in (2, 3):
+        want = _whole(ends, sims, 3, m, solver)
+        stores = _Stores(tmp_path, 0)
+        got, _ = _solve(ends, sims, 3, m, solver, stores, 64, 100)
+        for q in range(3):
+            np.testing.assert_array_equal(got[q], want[q])
+        stores.folder.close()
+
+
+def test_memory_is_per_record_not_per_pair_in_a_component(tmp_path: Path) -> None:
+    # 3 parties x 2,000 records in one connected component of 6,000 pairs: the solver's gauge sees
+    # the per-record state and the partner lists (8 bytes per pair), never the pairs themselves,
+    # which go through the disk (the stores' gauge holds nothing)
+    keys = np.arange(1, 2001, dtype=np.uint64)
+    ends = np.concatenate(
+        [
+            np.stack([np.zeros(2000, np.uint64), keys, np.ones(2000, np.uint64), keys], 1),
+            np.stack([np.ones(2000, np.uint64), keys, np.full(2000, 2, np.uint64), keys], 1),
+            np.stack(
+                [np.zeros(2000, np.uint64), keys, np.full(2000, 2, np.uint64), np.roll(keys, 1)],
+                1,
+            ),
+        ]
+    )
+    sims = np.random.default_rng(3).choice([0.8, 0.81, 0.9, 1.0], size=ends.shape[0])
     stores = _Stores(tmp_path, 0)
     gauge = LocalGauge(1 << 30)
-    got, _ = _solve(ends, sims, 3, 2, "guarded", stores, 64, 100, gauge)
+    got, _ = _solve(ends, sims, 3, 2, "guarded", stores, 100, 100, gauge)
     nodes = sum(k.size for k in known_keys(ends, 3))
-    assert gauge.peak < 16 * nodes + SOLVER_BYTES_PER_PAIR * 64 * 20 < SOLVER_BYTES_PER_PAIR * 6000
+    assert gauge.peak <= NODE_BYTES * nodes + ADJACENCY_BYTES_PER_PAIR * 6000 + 100 * 2000
+    # the component solver before this one reserved 320 bytes per pair of its largest component
+    assert gauge.peak < 320 * 6000 // 3
     want = _whole(ends, sims, 3, 2, "guarded")
     for q in range(3):
         np.testing.assert_array_equal(got[q], want[q])
+    assert stores.folder.bytes_written >= 24 * 6000  # every pair went through the disk
     assert gauge.held == 0 and stores.gauge.held == 0
     stores.folder.close()
 
 
-def test_a_batch_larger_than_the_budget_is_refused_by_name(tmp_path: Path) -> None:
-    # one component of 200 pairs cannot be split: it needs 200 * SOLVER_BYTES_PER_PAIR
+def test_records_beyond_the_budget_are_refused_by_name(tmp_path: Path) -> None:
     keys = np.arange(1, 201, dtype=np.uint64)
     ends = np.stack(
         [np.zeros(200, np.uint64), np.ones(200, np.uint64), np.ones(200, np.uint64), keys], 1
     )
     sims = np.full(200, 0.9)
     stores = _Stores(tmp_path, 1 << 20)
-    gauge = LocalGauge(SOLVER_BYTES_PER_PAIR * 100)
+    gauge = LocalGauge(NODE_BYTES * 100)
     with pytest.raises(MemoryBudgetError, match="memory_budget_mib") as err:
         _solve(ends, sims, 2, 2, "guarded", stores, 10, 16, gauge)
-    assert "200 pairs" in str(err.value)
+    assert "201 records" in str(err.value)
     assert gauge.held == 0 and stores.gauge.held == 0  # everything released on the way out
     assert all(not s._files for s in stores.made)  # noqa: SLF001 - the stores' files are gone
     stores.folder.close()
+
+
+def test_partner_lists_beyond_the_budget_are_refused_by_name(tmp_path: Path) -> None:
+    keys = np.arange(1, 201, dtype=np.uint64)
+    ends = np.stack(
+        [np.zeros(200, np.uint64), np.ones(200, np.uint64), np.ones(200, np.uint64), keys], 1
+    )
+    stores = _Stores(tmp_path, 1 << 20)
+    gauge = LocalGauge(NODE_BYTES * 201 + 1000)  # less than 8 bytes per pair beside the state
+    with pytest.raises(MemoryBudgetError, match="partner lists of 200 matched pairs"):
+        _solve(ends, np.full(200, 0.9), 2, 2, "guarded", stores, 10, 16, gauge)
+    assert gauge.held == 0 and stores.gauge.held == 0
+    # greedy needs no partner lists: it reaches the result rows
+    with pytest.raises(MemoryBudgetError, match="result rows of 200 records of party 1"):
+        _solve(ends, np.full(200, 0.9), 2, 2, "greedy", _Stores(tmp_path, 0), 10, 16, gauge)
+    gauge = LocalGauge(NODE_BYTES * 201 + 1000 + 88 * 200)
+    got, count = _solve(
+        ends, np.full(200, 0.9), 2, 2, "greedy", _Stores(tmp_path, 0), 10, 16, gauge
+    )
+    assert count == 1 and got[0].shape == (1, 5) and got[1].shape == (1, 5)
+
+
+def test_a_pair_within_one_party_or_with_a_bad_dice_is_refused(tmp_path: Path) -> None:
+    for ends, sims, message in (
+        (np.array([[1, 5, 1, 6]], np.uint64), [0.9], "two records of party 1"),
+        (np.array([[0, 5, 1, 6]], np.uint64), [float("nan")], "outside"),
+        (np.array([[0, 5, 1, 6]], np.uint64), [1.5], "outside"),
+    ):
+        with pytest.raises(ProtocolError, match=message):
+            solve_streamed(
+                array_chunks(ends, np.array(sims)),
+                [np.array([5], np.uint64), np.array([5, 6], np.uint64)],
+                2,
+                "guarded",
+                0.8,
+                _Stores(tmp_path, 1 << 20),
+                LocalGauge(1 << 30),
+            )
 
 
 def test_a_pair_naming_an_unknown_record_is_refused(tmp_path: Path) -> None:
