@@ -239,7 +239,7 @@ def bench_any(records: int, parties: int) -> None:
         filter_bits=l_bits,
         match_threshold=0.8,
         segment_threshold=0.0,
-        memory_budget_bytes=2**33,  # the solver of many matched pairs (SOLVER_BYTES_PER_PAIR)
+        memory_budget_bytes=2**33,  # the solver of many matched pairs
         mode="mpc3",
     )
     t0 = time.perf_counter()
