@@ -18,6 +18,12 @@ Two kinds of store:
   emitted in one batch, so de-duplication within batches is complete.
 - sequential (``key_columns=None``): rows keep their append order (callers append sorted chunks).
 
+What a store holds in memory is reserved on its gauge before it is held, including the room its
+sorts take: a sorted store reserves, per row kept in memory, its data and what sorting it at a
+spill or at ``finish`` allocates beside it (``sort_bytes_per_row``), and a merge reserves its
+blocks and their sort (halving its block size until the gauge grants it, down to
+``MIN_MERGE_BYTES``), so the gauge's peak is the store's real peak.
+
 ``chunks(rows)`` reads the finished store back in order, a bounded number of rows at a time.
 ``SortedCursor`` walks a sorted store forward to find the rows named by increasing query chunks
 (the ring's intersection of an incoming message with a party's own survivors).
@@ -47,6 +53,8 @@ _U64 = np.dtype("<u8")
 #: At most this many sorted runs are merged at once (more are merged in rounds), so the merge's
 #: memory (one block per run) stays bounded even when every append had to spill on its own.
 MAX_FAN_IN = 32
+#: The smallest block memory of a merge (all runs together), granted or not by the gauge.
+MIN_MERGE_BYTES = 1 << 20
 
 
 class MemoryGauge(Protocol):
@@ -145,7 +153,15 @@ def _sort_unique(rows: np.ndarray, key_columns: int) -> np.ndarray:
     first = first_of_each_key(np.ascontiguousarray(rows), key_columns)
     if not first.all():
         rows = rows[first]
+    del first
     return rows[sort_rows(rows, key_columns)]
+
+
+def sort_bytes_per_row(width: int) -> int:
+    """Bytes a row of ``width`` uint64 columns takes while ``_sort_unique`` sorts it beside the
+    input: the de-duplicated copy and the sorted copy (8 x width each), the hash table of
+    ``first_of_each_key``, the sort's permutation, its column copy and merge buffer (32)."""
+    return 16 * width + 32
 
 
 def count_at_most(rows: np.ndarray, bound: np.ndarray) -> int:
@@ -230,18 +246,31 @@ class RowStore:
         if rows.shape[0] == 0:
             return
         self.appended += rows.shape[0]
-        if self.gauge.try_reserve(rows.nbytes):
+        cost = self._cost(rows.shape[0])
+        if self.gauge.try_reserve(cost):
             self._mem.append(rows)
-            self._mem_bytes += rows.nbytes
+            self._mem_bytes += cost
             return
         self._spill(rows)
+
+    def _cost(self, rows: int) -> int:
+        """Gauge bytes of ``rows`` rows kept in memory: their data and, in a sorted store, what
+        sorting them at a spill or at ``finish`` takes beside them (``sort_bytes_per_row``)."""
+        per_row = 8 * self.width
+        if self.key_columns is not None:
+            per_row += sort_bytes_per_row(self.width)
+        return rows * per_row
 
     def _spill(self, extra: np.ndarray | None = None) -> None:
         pieces = self._mem + ([extra] if extra is not None else [])
         if not pieces:
             return
         if self.key_columns is not None:
-            run = _sort_unique(np.concatenate(pieces), self.key_columns)
+            rows = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            pieces.clear()
+            self._mem = []  # the pieces' memory is the concatenation's now (still reserved)
+            run = _sort_unique(rows, self.key_columns)
+            del rows
             path = self.folder.new_file(self.name)
             _write(path, run, self.folder)
             self._files.append((path, run.shape[0]))
@@ -269,7 +298,9 @@ class RowStore:
             return self
         if not self._files:
             if self._mem:
-                rows = _sort_unique(np.concatenate(self._mem), self.key_columns)
+                rows = np.concatenate(self._mem) if len(self._mem) > 1 else self._mem[0]
+                self._mem = []  # reserved with the sort's room until sorted
+                rows = _sort_unique(rows, self.key_columns)
                 self._drop_memory()
                 if not self.gauge.try_reserve(rows.nbytes):
                     self._files = [(self.folder.new_file(self.name), 0)]
@@ -293,10 +324,27 @@ class RowStore:
         return self._merge_runs(files)
 
     def _merge_runs(self, files: list[tuple[pathlib.Path, int]]) -> tuple[pathlib.Path, int]:
+        runs = [_FileRun(p, n, self.width) for p, n in files]
+        # the merge holds a block of every run and sorts at most all of them at once beside
+        # them: reserved on the gauge (halved until it fits, down to MIN_MERGE_BYTES)
+        merge_bytes = max(MIN_MERGE_BYTES, self.merge_bytes)
+        per_byte = 1 + sort_bytes_per_row(self.width) / (8 * self.width)
+        while merge_bytes > MIN_MERGE_BYTES and not self.gauge.try_reserve(
+            int(merge_bytes * per_byte)
+        ):
+            merge_bytes //= 2
+        reserved = int(merge_bytes * per_byte) if merge_bytes > MIN_MERGE_BYTES else 0
+        try:
+            return self._merge_blocks(runs, files, merge_bytes)
+        finally:
+            self.gauge.release(reserved)
+
+    def _merge_blocks(
+        self, runs: list[_FileRun], files: list[tuple[pathlib.Path, int]], merge_bytes: int
+    ) -> tuple[pathlib.Path, int]:
         assert self.key_columns is not None
         k = self.key_columns
-        runs = [_FileRun(p, n, self.width) for p, n in files]
-        block = max(1024, self.merge_bytes // (len(runs) * self.width * 8))
+        block = max(1024, merge_bytes // (len(runs) * self.width * 8))
         bufs = [r.read(block) for r in runs]
         out = self.folder.new_file(self.name + "-merged")
         written = 0

@@ -137,3 +137,42 @@ def test_a_run_forced_to_spill_equals_the_in_memory_run_and_the_oracle(
         assert got == oracle_sets(tables, small, spilled.pseudonyms)
     assert len(got) > (100 if s_t < 0.4 else 10)
     assert spilled.metrics.sets_summed == 36**3
+
+
+@pytest.mark.parametrize("gauge_bytes", [2**20, 2**26])
+def test_a_sorted_store_reserves_what_its_sorts_and_merges_allocate(
+    tmp_path: pathlib.Path, gauge_bytes: int
+) -> None:
+    # the traced numpy allocations of appends, spills, the in-memory sort or the merge stay
+    # within what the store reserved on its gauge (plus the appended chunk's sort, and the
+    # merge's floor MIN_MERGE_BYTES, which is used whether the gauge grants it or not)
+    import tracemalloc
+
+    from party.protocol.spill import MIN_MERGE_BYTES
+
+    rng = np.random.default_rng(9)
+    rows = rng.integers(0, 2**64 - 1, size=(200_000, 4), dtype=np.uint64)
+    rows[1::2] = rows[::2]  # half the rows repeat a key
+    folder = SpillFolder(tmp_path)
+    gauge = LocalGauge(gauge_bytes)
+    store = RowStore(4, gauge=gauge, folder=folder, key_columns=3, merge_bytes=2**22)
+    chunk = 10_000
+    warm = RowStore(4, gauge=LocalGauge(0), folder=folder, key_columns=3)
+    warm.append(rows[:10])  # compiles (or loads) the sort's kernels before tracing
+    warm.finish().close()
+    tracemalloc.start()
+    try:
+        base, _ = tracemalloc.get_traced_memory()
+        for a in range(0, rows.shape[0], chunk):
+            store.append(rows[a : a + chunk].copy())
+        store.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert store.spilled == (gauge_bytes == 2**20)
+    assert peak - base <= gauge.peak + 3 * chunk * 32 + 4 * MIN_MERGE_BYTES
+    got = np.concatenate(list(store.chunks(50_000)))
+    np.testing.assert_array_equal(got, _plain_sorted_unique(rows, 3))
+    store.close()
+    assert gauge.held == 0
+    folder.close()
