@@ -579,6 +579,8 @@ class PartyEngine:
         stats.survivors_with_duplicates = counts.survived[p - 1]  # before distinct_sets
         stats.evaluated_per_stage = counts.evaluated
         stats.survived_per_stage = counts.survived
+        for held in (segs, seg_pops, indices):  # the survivors' sort gets their memory
+            held.clear()
         return self._finish_compare(store, stats, t0, "sets")
 
     def _survivor_store(self) -> RowStore:
@@ -595,10 +597,12 @@ class PartyEngine:
     def _finish_compare(
         self, store: RowStore, stats: ComparisonStats, t0: float, what: str
     ) -> ComparisonStats:
-        """Keep the survivors (sorted, distinct), complete and log the comparison's stats."""
-        self._survivors = store.finish()
+        """Free the comparison's inputs, then keep the survivors (sorted, distinct: the sort and
+        merge get the freed memory; the caller holds no reference to the segments any more),
+        complete and log the comparison's stats."""
         self._positions.clear()  # the comparison is done (a cancelled one may run again)
         self._free_comparison_inputs()
+        self._survivors = store.finish()
         stats.survivors = store.rows
         stats.spilled_bytes = self._folder.bytes_written
         stats.seconds = time.perf_counter() - t0

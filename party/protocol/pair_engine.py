@@ -186,6 +186,7 @@ class PairEngine(PartyEngine):
             store.close()
             raise
         stats.survivors_with_duplicates = kept_total
+        segs.clear()  # the survivors' sort gets their memory
         return self._finish_compare(store, stats, t0, "pairs")
 
     # ----------------------------------------------------------------- ring
