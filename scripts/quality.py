@@ -7,8 +7,8 @@ common entities corrupted at 1..P-1 parties with 1-2 errors each, 30% of people 
 sharing surname and address) at P = 3, 5, 7.
 
 Ours: the in-process protocol (the same engines as the party nodes) with the shipped defaults:
-``party/synthetic/data/schema.json`` (for FEBRL4 the same schema with its column names mapped,
-``schema_febrl4.json``), s_m = s_t - 0.1, and the default linkage target of ``ProtocolParameters``
+``party/synthetic/data/schema.json`` (for FEBRL4 the same schema with its column names mapped
+plus two LSH keys, ``schema_febrl4.json``), s_m = s_t - 0.1, and the default linkage target of ``ProtocolParameters``
 (``DEFAULT_TARGET`` below; for target any its default min_parties and solver). Both targets run on
 the same encodings, side by side: target all (the joint P-way Dice of one record per party,
 one-to-one on) and target any (issue 14's pairwise path, ``party.protocol.any_driver``;
