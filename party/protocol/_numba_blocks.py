@@ -79,20 +79,40 @@ def _first_in_row(pos: np.ndarray, r: int, c: int) -> bool:
 
 
 @jit
-def csr_count(pos: np.ndarray, lo: int, hi: int, counts: np.ndarray) -> None:
+def _first_of_block(pos: np.ndarray, r: int, c: int, rows_sorted: bool) -> bool:
+    """True iff column c of row r names a block no earlier column of the row names (rows sorted:
+    only the column before can)."""
+    if rows_sorted:
+        return c == 0 or pos[r, c - 1] != pos[r, c]
+    return _first_in_row(pos, r, c)
+
+
+@jit
+def csr_count(
+    pos: np.ndarray, lo: int, hi: int, counts: np.ndarray, rows_sorted: bool = False
+) -> None:
     """counts[b + 1] += rows of the (n, B) position matrix naming block b, for b in [lo, hi)
-    (a row once per block however many columns name it); other entries are not touched."""
+    (a row once per block however many columns name it); other entries are not touched.
+    ``rows_sorted``: every row is sorted (increasing), which makes each row's scan shorter."""
     n, width = pos.shape
     for r in range(n):
         for c in range(width):
             b = pos[r, c]
-            if lo <= b < hi and _first_in_row(pos, r, c):
+            if rows_sorted and b >= hi:
+                break
+            if lo <= b < hi and _first_of_block(pos, r, c, rows_sorted):
                 counts[b + 1] += 1
 
 
 @jit
 def csr_fill(
-    pos: np.ndarray, visit: np.ndarray, lo: int, hi: int, starts: np.ndarray, rows: np.ndarray
+    pos: np.ndarray,
+    visit: np.ndarray,
+    lo: int,
+    hi: int,
+    starts: np.ndarray,
+    rows: np.ndarray,
+    rows_sorted: bool = False,
 ) -> None:
     """Place the rows of blocks [lo, hi) in the order ``visit`` lists them: the rows of block b
     go to rows[starts[b] : starts[b + 1]] (``starts`` from ``csr_count``'s cumulative counts)."""
@@ -102,7 +122,9 @@ def csr_fill(
         r = visit[i]
         for c in range(width):
             b = pos[r, c]
-            if lo <= b < hi and _first_in_row(pos, r, c):
+            if rows_sorted and b >= hi:
+                break
+            if lo <= b < hi and _first_of_block(pos, r, c, rows_sorted):
                 rows[fill[b - lo]] = r
                 fill[b - lo] += 1
 

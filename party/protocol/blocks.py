@@ -163,13 +163,21 @@ def block_index(
 
 
 def block_index_at(
-    positions: np.ndarray, blocks: int, keys: np.ndarray | None = None, workers: int = 1
+    positions: np.ndarray,
+    blocks: int,
+    keys: np.ndarray | None = None,
+    workers: int = 1,
+    *,
+    rows_sorted: bool = False,
+    counts: np.ndarray | None = None,
 ) -> BlockIndex:
     """``block_index`` from an (n, B) matrix of common-block positions (-1: none), as
     ``lookup_digests`` finds them; within a block the rows are ordered by ``keys``, then row.
 
     With ``workers`` > 1 each kernel thread counts and places the rows of one range of blocks
     (every thread reads all positions, each writes only its blocks): the same index as one thread.
+    ``rows_sorted``: each row of ``positions`` is sorted (shorter scans). ``counts``: the rows per
+    block when the caller has them (``block_counts``), else they are counted here.
     """
     n = positions.shape[0]
     if keys is None or n < 2:
@@ -183,14 +191,33 @@ def block_index_at(
         )
     pos = np.ascontiguousarray(positions)
     blocks = int(blocks)
-    counts = np.zeros(blocks + 1, dtype=np.int64)
-    run_split(workers, blocks, lambda lo, hi: csr_count(pos, lo, hi, counts), words=pos.size)
-    starts = np.cumsum(counts)
+    starts = np.zeros(blocks + 1, dtype=np.int64)
+    if counts is None:
+        counts = block_counts(pos, blocks, workers, rows_sorted=rows_sorted)
+    np.cumsum(counts, dtype=np.int64, out=starts[1:])
     rows = np.empty(int(starts[blocks]), dtype=np.int64)
-    run_split(
-        workers, blocks, lambda lo, hi: csr_fill(pos, visit, lo, hi, starts, rows), words=pos.size
-    )
+
+    def fill(lo: int, hi: int) -> None:
+        csr_fill(pos, visit, lo, hi, starts, rows, rows_sorted)
+
+    run_split(workers, blocks, fill, words=pos.size)
     return BlockIndex(starts, rows)
+
+
+def block_counts(
+    positions: np.ndarray, blocks: int, workers: int = 1, *, rows_sorted: bool = False
+) -> np.ndarray:
+    """(blocks,) int32: rows of the (n, B) position matrix in each block (a row once per block)."""
+    pos = np.ascontiguousarray(positions)
+    if pos.shape[0] >= 2**31:
+        raise ProtocolError(f"{pos.shape[0]} rows are more than a block count holds (2^31)")
+    counts = np.zeros(int(blocks) + 1, dtype=np.int32)
+
+    def count(lo: int, hi: int) -> None:
+        csr_count(pos, lo, hi, counts, rows_sorted)
+
+    run_split(workers, int(blocks), count, words=pos.size)
+    return counts[1:]
 
 
 def sub_blocks(members: Sequence[np.ndarray], cap: int | None) -> list[list[np.ndarray]]:

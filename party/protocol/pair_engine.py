@@ -34,8 +34,9 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
+from party.protocol._numba_pairs import pair_counts
 from party.protocol.any_driver import GroupRow
-from party.protocol.blocks import block_index_at, shared_blocks
+from party.protocol.blocks import BlockIndex, block_counts, block_index_at, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
 from party.protocol.components import solve_streamed
 from party.protocol.engine import ComparisonStats, PartyEngine
@@ -45,7 +46,8 @@ from party.protocol.errors import (
     ResultsError,
     RingError,
 )
-from party.protocol.pairwise import PairPlan, segment_pair_counts
+from party.protocol.kernel import threshold_table
+from party.protocol.pairwise import PairPlan, pair_side, segment_pair_counts
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.spill import LocalGauge, RowStore
@@ -133,32 +135,54 @@ class PairEngine(PartyEngine):
         cap = self.params.max_block_size
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
 
+        n = int(common.size)
+        # each record's block positions sorted in place (shorter scans, the canonical-block rule)
+        sides = [
+            pair_side(j, pseud[j], segs[j], self._positions[j], self.workers) for j in range(p)
+        ]
+        counts = [block_counts(sd.positions, n, self.workers, rows_sorted=True) for sd in sides]
+        indexes: dict[int, BlockIndex] = {}
+
         def plan_of(a: int, b: int) -> PairPlan:
             # the two parties' records by the run's blocks (their positions, found when the
-            # shares arrived): a block the two do not share holds no pair
-            n = int(common.size)
-            return PairPlan.from_indexes(
-                block_index_at(self._positions[a], n, keys=pseud[a], workers=self.workers),
-                block_index_at(self._positions[b], n, keys=pseud[b], workers=self.workers),
-                cap,
-            )
+            # shares arrived): a block the two do not share holds no pair. At most two parties'
+            # indexes are held: the pairs (a, b) come in lexicographic order, so a's is reused.
+            for j in [j for j in indexes if j not in (a, b)]:
+                del indexes[j]
+            for j in (a, b):
+                if j not in indexes:
+                    indexes[j] = block_index_at(
+                        sides[j].positions,
+                        n,
+                        keys=pseud[j],
+                        workers=self.workers,
+                        rows_sorted=True,
+                        counts=counts[j],
+                    )
+            return PairPlan.from_indexes(indexes[a], indexes[b], cap)
 
-        # one pair of parties' block indexes at a time (8 bytes per record and pass, 8 per
-        # block): counted in a first pass, rebuilt for the comparison
+        # the pairs per block from the counts; with a cap, the sub-blocks from the plans
         plan_bytes = 0
         for a, b in party_pairs(p):
+            rows = int(counts[a].sum(dtype=np.int64)) + int(counts[b].sum(dtype=np.int64))
+            plan_bytes = max(plan_bytes, 8 * rows + 17 * (n + 1))  # 2 indexes, whole blocks
+            if cap is None:
+                pairs, largest = pair_counts(counts[a], counts[b])
+                stats.candidate_sets += int(pairs)
+                stats.candidate_sets_uncapped += int(pairs)
+                stats.largest_block_sets = max(stats.largest_block_sets, int(largest))
+                continue
             plan = plan_of(a, b)
             stats.candidate_sets += plan.total
             stats.candidate_sets_uncapped += plan.uncapped
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
-            plan_bytes = max(plan_bytes, plan.nbytes)
             del plan
         total = stats.candidate_sets
-        budget = self.working_budget()
-        words = -(-self.segment_bits // 64)
-        # per pair in a piece: two gathered segments, their AND, indices, the kept row; in what
-        # the working budget leaves beside one plan
-        piece = max(4096, max(0, budget - plan_bytes) // 4 // (24 * words + 8 * (p + 8)))
+        budget = max(0, self.working_budget() - plan_bytes - sum(int(c.nbytes) for c in counts))
+        # a piece of the compiled path holds at most one kept row per pair, in a quarter of what
+        # the working budget leaves beside one plan (a sub-block, at most cap^2 pairs, is one piece)
+        piece = max(4096, budget // 4 // (8 * (p + 1)))
+        table = threshold_table(2, float(self.params.segment_threshold), 2 * self.segment_bits)
         store = self._survivor_store()
         done = kept_total = 0
         if progress is not None:
@@ -166,20 +190,29 @@ class PairEngine(PartyEngine):
         try:
             for a, b in party_pairs(p):
                 plan = plan_of(a, b)
-                for rows in plan.pieces(piece):
+                for found, pairs, kept in plan.kept_pairs(
+                    sides[a], sides[b], p, table, piece, self.workers, cancel
+                ):
+                    for rows in found:
+                        store.append(rows)
+                    kept_total += kept
+                    done += pairs
+                    if progress is not None:
+                        progress(done, total)
+                for rows in plan.sub_block_pairs():
                     if cancel is not None and cancel.is_set():
                         raise ComparisonCancelled("comparison cancelled")
-                    c, kept = segment_pair_counts(
+                    c, keep = segment_pair_counts(
                         segs[a], segs[b], rows, self.params.segment_threshold
                     )
-                    rows = rows[kept]
+                    rows = rows[keep]
                     out = np.zeros((rows.shape[0], p + 1), dtype=np.uint64)
                     out[:, a] = pseud[a][rows[:, 0]]
                     out[:, b] = pseud[b][rows[:, 1]]
-                    out[:, p] = c[kept]
+                    out[:, p] = c[keep]
                     store.append(out)
                     kept_total += int(rows.shape[0])
-                    done += int(kept.size)
+                    done += int(keep.size)
                     if progress is not None:
                         progress(done, total)
         except BaseException:

@@ -16,11 +16,14 @@ pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 
 from party.encoding.bits import popcount_rows
+from party.protocol._numba_pairs import live_blocks, pair_blocks, plan_pairs, sort_position_rows
 from party.protocol.blocks import (
     BlockIndex,
     block_index,
@@ -28,8 +31,37 @@ from party.protocol.blocks import (
     distinct_digests,
     sub_blocks,
 )
+from party.protocol.errors import ComparisonCancelled
+from party.protocol.kernel import PARALLEL_MIN_PAIRS, split_even
+from party.protocol.threads import run_split, split_range, thread_pool
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
+
+#: kept_pairs cuts each piece into this many ranges per thread (evens out the filtering).
+PIECES_PER_THREAD = 4
+
+
+@dataclass(frozen=True)
+class PairSide:
+    """One party's inputs to the compiled pair kernel (``kept_pairs``), rows in pseudonym order."""
+
+    column: int  # the party's column in a ring row
+    keys: np.ndarray  # (n,) uint64 pseudonyms
+    segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
+    pops: np.ndarray  # (n,) int64 popcounts of those segments
+    positions: np.ndarray  # (n, B) int32 common-block positions, each row sorted (-1 first)
+
+
+def pair_side(
+    column: int, keys: np.ndarray, segments: np.ndarray, positions: np.ndarray, workers: int = 1
+) -> PairSide:
+    """A PairSide; sorts each row of ``positions`` in place (a block index does not depend on the
+    order within a row) unless the array is read-only (then a sorted copy)."""
+    pos = positions if positions.flags.writeable else positions.copy()
+    pos = np.ascontiguousarray(pos, dtype=np.int32)
+    run_split(workers, pos.shape[0], lambda lo, hi: sort_position_rows(pos, lo, hi), words=pos.size)
+    segs = np.ascontiguousarray(segments, dtype=np.uint64)
+    return PairSide(column, np.ascontiguousarray(keys, np.uint64), segs, popcount_rows(segs), pos)
 
 
 class PairPlan:
@@ -65,21 +97,98 @@ class PairPlan:
     def _plan(self, index_a: BlockIndex, index_b: BlockIndex, cap: int | None) -> None:
         self.cap = cap
         self.index_a, self.index_b = index_a, index_b
-        na, nb = self.index_a.sizes(), self.index_b.sizes()
-        self.whole = np.ones(na.size, dtype=bool) if cap is None else (na <= cap) & (nb <= cap)
-        self.na, self.nb = na, nb
-        self.total = int((na[self.whole] * nb[self.whole]).sum())
+        whole, total, uncapped, largest = plan_pairs(
+            index_a.starts, index_b.starts, -1 if cap is None else int(cap)
+        )
+        self.whole: np.ndarray = whole
+        self.total = int(total)
         #: pairs of all two-party blocks, and of the largest, before sub-blocking
-        self.uncapped = int((na * nb).sum())
-        self.largest = int((na * nb).max(initial=0))
+        self.uncapped = int(uncapped)
+        self.largest = int(largest)
         for sub_a, sub_b in self._sub_blocks():
             self.total += int(sub_a.size) * int(sub_b.size)
+
+    @property
+    def na(self) -> np.ndarray:
+        """a's rows per block."""
+        return self.index_a.sizes()
+
+    @property
+    def nb(self) -> np.ndarray:
+        """b's rows per block."""
+        return self.index_b.sizes()
 
     @property
     def nbytes(self) -> int:
         """Bytes of the plan's arrays (the two block indexes and per-block sizes)."""
         arrays = (self.index_a.rows, self.index_a.starts, self.index_b.rows, self.index_b.starts)
-        return sum(int(x.nbytes) for x in arrays) + 3 * int(self.na.nbytes)
+        return sum(int(x.nbytes) for x in arrays) + int(self.whole.nbytes)
+
+    def kept_pairs(
+        self,
+        side_a: PairSide,
+        side_b: PairSide,
+        parties: int,
+        table: np.ndarray,
+        max_pairs: int,
+        workers: int = 1,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[tuple[list[np.ndarray], int, int]]:
+        """The pairs of the whole (not sub-blocked) blocks passing the segment filter, each once
+        (in its canonical block; ``party.protocol._numba_pairs``), as ring rows of ``parties``
+        pseudonym columns and c, in pieces of about ``max_pairs`` enumerated pairs. Yields (row
+        arrays in order, pairs of the piece counted once per block, kept pairs counted once per
+        whole block). ``table``: ``kernel.threshold_table(2, s_m, ...)``. Each piece's blocks (or a
+        block larger than a piece: its rows of a) are cut into ranges run on ``workers`` kernel
+        threads; the rows and their order do not depend on ``workers``."""
+        max_pairs = max(1, int(max_pairs))
+        ia, ib = self.index_a, self.index_b
+        ids, count = live_blocks(ia.starts, ib.starts, self.whole)
+        cum = np.cumsum(count)
+        fixed = (ia.starts, ia.rows, ib.starts, ib.rows, side_a.positions, side_b.positions)
+        fixed += (self.whole, side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
+        fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
+        big = np.iinfo(np.int64).max
+
+        def run(task: tuple[int, int, int, int]) -> tuple[np.ndarray, int, int]:
+            return pair_blocks(ids, *task, *fixed)  # type: ignore[no-any-return]
+
+        def piece(tasks: list[tuple[int, int, int, int]], pairs: int) -> tuple[list, int, int]:
+            if cancel is not None and cancel.is_set():
+                raise ComparisonCancelled("comparison cancelled")
+            if len(tasks) == 1:
+                outs = [run(tasks[0])]
+            else:
+                outs = [f.result() for f in [thread_pool(workers).submit(run, t) for t in tasks]]
+            return [o[0] for o in outs if o[0].shape[0]], pairs, sum(int(o[1]) for o in outs)
+
+        parts = workers * PIECES_PER_THREAD if workers > 1 else 1
+        lo = 0
+        while lo < ids.size:
+            base = int(cum[lo - 1]) if lo else 0
+            hi = max(lo + 1, int(np.searchsorted(cum, base + max_pairs, side="right")))
+            pairs = int(cum[hi - 1]) - base
+            if hi == lo + 1 and pairs > max_pairs:
+                # one block larger than a piece: slices of a's rows against all of b's
+                na, nb = (int(ix.starts[ids[lo] + 1] - ix.starts[ids[lo]]) for ix in (ia, ib))
+                step = max(1, max_pairs // nb)
+                for s in range(0, na, step):
+                    rows = min(na, s + step) - s
+                    cuts = split_range(rows, parts if rows * nb >= PARALLEL_MIN_PAIRS else 1)
+                    yield piece([(lo, hi, s + a, s + b) for a, b in cuts], rows * nb)
+            else:
+                cuts = (
+                    split_even(count[lo:hi], parts)
+                    if pairs >= PARALLEL_MIN_PAIRS
+                    else [(0, hi - lo)]
+                )
+                yield piece([(lo + a, lo + b, 0, big) for a, b in cuts], pairs)
+            lo = hi
+
+    def sub_block_pairs(self) -> Iterator[np.ndarray]:
+        """The candidate pairs of the sub-blocked blocks, one (k, 2) array per sub-block."""
+        for sub_a, sub_b in self._sub_blocks():
+            yield np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
 
     def _sub_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for blk in np.flatnonzero(~self.whole).tolist():
@@ -121,8 +230,7 @@ class PairPlan:
                     ib.rows,
                 )
             lo = hi
-        for sub_a, sub_b in self._sub_blocks():
-            yield np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
+        yield from self.sub_block_pairs()
 
 
 def pair_candidates(

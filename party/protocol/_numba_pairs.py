@@ -1,0 +1,228 @@
+"""Compiled candidate pairs of two parties (target any): enumeration, canonical block, segment filter.
+
+``pair_blocks`` walks a range of the blocks two parties share (CSR block indexes, as
+``party.protocol.pairwise.PairPlan`` holds them) and, for every (row of a, row of b) of a block,
+
+1. drops it when its upper bound ``min(pop_a, pop_b)`` is below the threshold table's value (it
+   cannot pass the segment filter, in whichever block it is found);
+2. drops it unless the block is the pair's *canonical* block: the first block (lowest position in
+   the run's common blocks) among those both records are in that are compared whole. Every record's
+   block positions are sorted per row (``sort_position_rows``), so this is a merge of two short
+   sorted lists that stops at the current block. A pair is so evaluated once however many blocks it
+   shares (multi-pass blocking finds most pairs in several);
+3. counts ``c`` = popcount(seg_a AND seg_b) and keeps the pair iff ``c >= table[pop_a + pop_b]``
+   (``kernel.threshold_table(2, s_m, ...)``: the rule ``2c >= s_m * s`` of ``pairwise``).
+
+Kept pairs are written as ring rows (pseudonym of a in column ``col_a``, of b in ``col_b``, 0 in
+the other party columns, c in the last) in block order, then a's rows, then b's rows. The function
+also returns how many times the kept pairs occur in whole blocks altogether (what enumerating every
+block would have kept, duplicates included). ``nogil``: ranges of blocks run on the kernel threads.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from party.numba_jit import jit
+from party.protocol._numba_kernel import _popcnt64
+
+
+@jit
+def sort_position_rows(pos: np.ndarray, lo: int, hi: int) -> None:
+    """Sort rows lo..hi-1 of an (n, B) int32 block-position matrix in place (insertion sort: B is
+    a few dozen at most); -1 (no block) sorts first."""
+    width = pos.shape[1]
+    for r in range(lo, hi):
+        for i in range(1, width):
+            x = pos[r, i]
+            j = i - 1
+            while j >= 0 and pos[r, j] > x:
+                pos[r, j + 1] = pos[r, j]
+                j -= 1
+            pos[r, j + 1] = x
+
+
+@jit
+def _shared_whole_before(pa: np.ndarray, pb: np.ndarray, block: int, whole: np.ndarray) -> bool:
+    """True iff the sorted position rows pa and pb share a whole block below ``block``."""
+    width = pa.shape[0]
+    i = 0
+    j = 0
+    while i < width and j < width:
+        x = pa[i]
+        y = pb[j]
+        if x < 0:
+            i += 1
+        elif y < 0:
+            j += 1
+        elif x >= block or y >= block:
+            return False
+        elif x == y:
+            if whole[x]:
+                return True
+            i += 1
+            j += 1
+        elif x < y:
+            i += 1
+        else:
+            j += 1
+    return False
+
+
+@jit
+def _shared_whole_count(pa: np.ndarray, pb: np.ndarray, whole: np.ndarray) -> int:
+    """The number of distinct whole blocks both sorted position rows name."""
+    width = pa.shape[0]
+    i = 0
+    j = 0
+    count = 0
+    while i < width and j < width:
+        x = pa[i]
+        y = pb[j]
+        if x < 0:
+            i += 1
+        elif y < 0:
+            j += 1
+        elif x == y:
+            if whole[x]:
+                count += 1
+            while i < width and pa[i] == x:
+                i += 1
+            while j < width and pb[j] == y:
+                j += 1
+        elif x < y:
+            i += 1
+        else:
+            j += 1
+    return count
+
+
+@jit
+def pair_blocks(  # type: ignore[no-untyped-def]
+    ids,
+    lo,
+    hi,
+    row_lo,
+    row_hi,
+    starts_a,
+    rows_a,
+    starts_b,
+    rows_b,
+    pos_a,
+    pos_b,
+    whole,
+    seg_a,
+    seg_b,
+    pop_a,
+    pop_b,
+    table,
+    keys_a,
+    keys_b,
+    col_a,
+    col_b,
+    parties,
+):
+    """The kept pairs of blocks ``ids[lo:hi]`` (module docstring), a's rows of each block limited
+    to its positions [row_lo, row_hi) in the block. Returns (rows (k, parties + 1) uint64, kept
+    with duplicates, pairs evaluated)."""
+    w = seg_a.shape[1]
+    cap = 0
+    for t in range(lo, hi):
+        blk = ids[t]
+        na = starts_a[blk + 1] - starts_a[blk]
+        a0 = min(max(row_lo, 0), na)
+        a1 = min(row_hi, na)
+        if a1 > a0:
+            cap += (a1 - a0) * (starts_b[blk + 1] - starts_b[blk])
+    out = np.empty((cap, parties + 1), dtype=np.uint64)
+    written = 0
+    with_duplicates = 0
+    evaluated = 0
+    for t in range(lo, hi):
+        blk = ids[t]
+        first_a = starts_a[blk]
+        na = starts_a[blk + 1] - first_a
+        a0 = min(max(row_lo, 0), na)
+        a1 = min(row_hi, na)
+        b0 = starts_b[blk]
+        b1 = starts_b[blk + 1]
+        for x in range(first_a + a0, first_a + a1):
+            ra = rows_a[x]
+            pa = pop_a[ra]
+            for y in range(b0, b1):
+                rb = rows_b[y]
+                pb = pop_b[rb]
+                need = table[pa + pb]
+                if (pa if pa < pb else pb) < need:
+                    continue
+                if _shared_whole_before(pos_a[ra], pos_b[rb], blk, whole):
+                    continue
+                evaluated += 1
+                c = 0
+                for k in range(w):
+                    c += _popcnt64(seg_a[ra, k] & seg_b[rb, k])  # type: ignore[call-arg]
+                if c < need:
+                    continue
+                for q in range(parties):
+                    out[written, q] = 0
+                out[written, col_a] = keys_a[ra]
+                out[written, col_b] = keys_b[rb]
+                out[written, parties] = c
+                written += 1
+                with_duplicates += _shared_whole_count(pos_a[ra], pos_b[rb], whole)
+    return out[:written].copy(), with_duplicates, evaluated
+
+
+@jit
+def plan_pairs(starts_a: np.ndarray, starts_b: np.ndarray, cap: int):  # type: ignore[no-untyped-def]
+    """From two parties' CSR block starts: (whole, pairs of the whole blocks, pairs of every block,
+    pairs of the largest block); a block is whole when neither party has more than ``cap`` rows
+    in it (cap < 0: every block)."""
+    blocks = starts_a.shape[0] - 1
+    whole = np.empty(blocks, dtype=np.bool_)
+    total = 0
+    uncapped = 0
+    largest = 0
+    for b in range(blocks):
+        na = starts_a[b + 1] - starts_a[b]
+        nb = starts_b[b + 1] - starts_b[b]
+        pairs = na * nb
+        uncapped += pairs
+        largest = max(largest, pairs)
+        whole[b] = cap < 0 or (na <= cap and nb <= cap)
+        if whole[b]:
+            total += pairs
+    return whole, total, uncapped, largest
+
+
+@jit
+def pair_counts(counts_a: np.ndarray, counts_b: np.ndarray):  # type: ignore[no-untyped-def]
+    """(pairs of every block, pairs of the largest block) from two parties' rows per block."""
+    total = 0
+    largest = 0
+    for b in range(counts_a.shape[0]):
+        pairs = np.int64(counts_a[b]) * np.int64(counts_b[b])
+        total += pairs
+        largest = max(largest, pairs)
+    return total, largest
+
+
+@jit
+def live_blocks(starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray):  # type: ignore[no-untyped-def]
+    """(ids, pairs): the whole blocks where both parties have rows, increasing, and their pairs."""
+    blocks = whole.shape[0]
+    live = 0
+    for b in range(blocks):
+        if whole[b] and starts_a[b + 1] > starts_a[b] and starts_b[b + 1] > starts_b[b]:
+            live += 1
+    ids = np.empty(live, dtype=np.int64)
+    pairs = np.empty(live, dtype=np.int64)
+    k = 0
+    for b in range(blocks):
+        na = starts_a[b + 1] - starts_a[b]
+        nb = starts_b[b + 1] - starts_b[b]
+        if whole[b] and na > 0 and nb > 0:
+            ids[k] = b
+            pairs[k] = na * nb
+            k += 1
+    return ids, pairs

@@ -1,0 +1,184 @@
+"""The compiled pair kernel (target any) against a plain oracle: every kept pair once, any threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from party.encoding.bits import pack_rows
+from party.protocol import kernel as kernel_module
+from party.protocol import pairwise as pairwise_module
+from party.protocol import threads as threads_module
+from party.protocol.blocks import (
+    DigestLookup,
+    block_counts,
+    block_index_at,
+    common_blocks,
+    distinct_digests,
+)
+from party.protocol.kernel import threshold_table
+from party.protocol.pairwise import PairPlan, pair_side, segment_pair_counts
+
+
+@pytest.fixture
+def threads_always(monkeypatch):  # type: ignore[no-untyped-def]
+    """Hand even the smallest piece to several threads."""
+    monkeypatch.setattr(pairwise_module, "PARALLEL_MIN_PAIRS", 1)
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_PAIRS", 1)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)
+
+
+def _party(rng: np.random.Generator, n: int, bits: int, passes: int, values: int):  # type: ignore[no-untyped-def]
+    """Random 0/1 segments (some empty, some full) and digests with zeros and a digest repeated
+    in two columns of a row."""
+    fill = rng.choice([0.0, 0.2, 0.5, 1.0], size=(n, 1), p=[0.05, 0.45, 0.45, 0.05])
+    bits01 = (rng.random((n, bits)) < fill).astype(np.uint8)
+    dig = rng.integers(1, values + 1, size=(n, passes)).astype(np.uint64)
+    dig[rng.random(dig.shape) < 0.25] = 0
+    dig[::7, 1] = dig[::7, 0]
+    return bits01, dig
+
+
+def _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, threshold):  # type: ignore[no-untyped-def]
+    """{(key_a, key_b): c} of the pairs sharing a non-zero digest and passing 2c >= s_m * s, and
+    the kept pairs counted once per shared digest; plain Python."""
+    kept: dict[tuple[int, int], int] = {}
+    with_duplicates = 0
+    for i in range(bits_a.shape[0]):
+        da = {int(x) for x in dig_a[i] if x}
+        for j in range(bits_b.shape[0]):
+            shared = da & {int(x) for x in dig_b[j] if x}
+            if not shared:
+                continue
+            c = int(np.sum(bits_a[i] & bits_b[j]))
+            s = int(bits_a[i].sum()) + int(bits_b[j].sum())
+            if float(2 * c) >= threshold * float(s):
+                kept[(int(keys_a[i]), int(keys_b[j]))] = c
+                with_duplicates += len(shared)
+    return kept, with_duplicates
+
+
+def _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, workers):  # type: ignore[no-untyped-def]
+    common = common_blocks([distinct_digests(dig_a), distinct_digests(dig_b)])
+    look = DigestLookup(common)
+    pos_a, pos_b = look.positions(dig_a), look.positions(dig_b)
+    plan = PairPlan.from_indexes(
+        block_index_at(pos_a, common.size, keys_a), block_index_at(pos_b, common.size, keys_b), cap
+    )
+    seg_a, seg_b = pack_rows(bits_a), pack_rows(bits_b)
+    sides = (
+        pair_side(0, keys_a, seg_a, pos_a, workers),
+        pair_side(2, keys_b, seg_b, pos_b, workers),
+    )
+    return plan, sides, (seg_a, seg_b)
+
+
+def _kept(plan, sides, threshold, bits, max_pairs, workers):  # type: ignore[no-untyped-def]
+    table = threshold_table(2, float(threshold), 2 * bits)
+    rows, pairs, with_duplicates = [], 0, 0
+    for found, n, kept in plan.kept_pairs(*sides, 3, table, max_pairs, workers):
+        rows.extend(found)
+        pairs += n
+        with_duplicates += kept
+    out = np.concatenate(rows) if rows else np.zeros((0, 4), np.uint64)
+    return out, pairs, with_duplicates
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 0.7, 1.0])
+def test_kept_pairs_equal_the_oracle_each_once(seed: int, threshold: float, threads_always) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    bits = [64, 96, 128][seed % 3]
+    na, nb = int(rng.integers(1, 60)), int(rng.integers(1, 60))
+    bits_a, dig_a = _party(rng, na, bits, 4, 6)
+    bits_b, dig_b = _party(rng, nb, bits, 4, 6)
+    keys_a = rng.permutation(np.arange(1, na + 1, dtype=np.uint64) * 3)
+    keys_b = rng.permutation(np.arange(1, nb + 1, dtype=np.uint64) * 5)
+    want, want_dup = _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, threshold)
+    outputs = []
+    for workers in (1, 2, 3):
+        for max_pairs in (1, 5, 10**6):  # 1 and 5: blocks sliced by a's rows
+            plan, sides, _ = _plan_and_sides(
+                bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, workers
+            )
+            rows, pairs, dup = _kept(plan, sides, threshold, bits, max_pairs, workers)
+            assert pairs == plan.total
+            assert np.all(rows[:, 1] == 0) and np.all(rows[:, 0] != 0) and np.all(rows[:, 2] != 0)
+            got = [(int(r[0]), int(r[2]), int(r[3])) for r in rows]
+            assert len(got) == len(want), "each kept pair exactly once"
+            assert {(a, b): c for a, b, c in got} == want
+            assert dup == want_dup
+            outputs.append((max_pairs, rows.tobytes()))
+    for max_pairs in (1, 5, 10**6):  # the same rows in the same order for any number of threads
+        assert len({b for m, b in outputs if m == max_pairs}) == 1
+
+
+def test_boundary_pair_is_kept_and_one_bit_less_is_not() -> None:
+    """2c == s_m * s exactly is kept (c = 4, s = 10, s_m = 0.8); c = 3 against s = 8 is not."""
+    a = np.zeros((2, 64), np.uint8)
+    b = np.zeros((2, 64), np.uint8)
+    a[0, [0, 1, 2, 3, 40]] = 1
+    b[0, [0, 1, 2, 3, 41]] = 1
+    a[1, [0, 1, 2, 50]] = 1
+    b[1, [0, 1, 2, 51]] = 1  # 2 * 3 = 6 < 0.8 * 8 = 6.4
+    dig = np.array([[7, 9], [7, 0]], np.uint64)
+    keys = np.array([1, 2], np.uint64)
+    want, dup = _oracle(a, b, dig, dig, keys, keys, 0.8)
+    assert want == {(1, 1): 4} and dup == 2
+    plan, sides, _ = _plan_and_sides(a, b, dig, dig, keys, keys, None, 1)
+    rows, _, got_dup = _kept(plan, sides, 0.8, 64, 100, 1)
+    assert rows.tolist() == [[1, 0, 1, 4]] and got_dup == 2
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_with_a_cap_whole_blocks_and_sub_blocks_give_the_enumerated_pairs(
+    seed: int, threads_always
+) -> None:  # type: ignore[no-untyped-def]
+    """Cap 3: the kept pairs of the whole blocks plus the filtered sub-block pairs are the pairs
+    of every block's enumeration (``pieces``) that pass the filter, and no pair of a whole block
+    repeats."""
+    rng = np.random.default_rng(100 + seed)
+    bits_a, dig_a = _party(rng, 50, 64, 3, 4)
+    bits_b, dig_b = _party(rng, 40, 64, 3, 4)
+    for dig in (dig_a, dig_b):  # passes 2 and 3: small blocks beside pass 1's large ones
+        dig[:, 1:] = rng.integers(10, 60, dig[:, 1:].shape) * (dig[:, 1:] != 0)
+    keys_a = np.arange(1, 51, dtype=np.uint64)
+    keys_b = np.arange(1, 41, dtype=np.uint64)
+    plan, sides, (seg_a, seg_b) = _plan_and_sides(
+        bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, 3, 2
+    )
+    assert not plan.whole.all() and plan.whole.any()
+    rows, _, _ = _kept(plan, sides, 0.6, 64, 7, 2)
+    whole = [(int(r[0]), int(r[2])) for r in rows]
+    assert len(whole) == len(set(whole))
+    got = {(int(r[0]), int(r[2]), int(r[3])) for r in rows}
+    for pairs in plan.sub_block_pairs():
+        c, keep = segment_pair_counts(seg_a, seg_b, pairs, 0.6)
+        got |= {
+            (int(keys_a[x]), int(keys_b[y]), int(v))
+            for (x, y), v in zip(pairs[keep].tolist(), c[keep].tolist(), strict=True)
+        }
+    want = set()
+    for pairs in plan.pieces(10**6):
+        c, keep = segment_pair_counts(seg_a, seg_b, pairs, 0.6)
+        want |= {
+            (int(keys_a[x]), int(keys_b[y]), int(v))
+            for (x, y), v in zip(pairs[keep].tolist(), c[keep].tolist(), strict=True)
+        }
+    assert got == want and want
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_index_of_sorted_rows_equals_the_unsorted_index(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(5)
+    pos = rng.integers(-1, 30, size=(200, 6)).astype(np.int32)
+    pos[::5, 2] = pos[::5, 4]  # a block named twice in a row
+    keys = rng.permutation(200).astype(np.uint64)
+    want = block_index_at(pos, 30, keys)
+    side = pair_side(0, keys, np.zeros((200, 1), np.uint64), pos.copy(), workers)
+    assert np.all(np.diff(side.positions, axis=1) >= 0)
+    counts = block_counts(side.positions, 30, workers, rows_sorted=True)
+    assert counts.tolist() == np.diff(want.starts).tolist()
+    for given in (None, counts):
+        got = block_index_at(side.positions, 30, keys, workers, rows_sorted=True, counts=given)
+        assert np.array_equal(got.starts, want.starts) and np.array_equal(got.rows, want.rows)
