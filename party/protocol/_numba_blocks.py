@@ -130,6 +130,16 @@ def csr_fill(
 
 
 @jit
+def starts_of(counts: np.ndarray) -> np.ndarray:
+    """(n + 1,) int64 CSR starts of n per-block counts: 0, then their running sums."""
+    starts = np.empty(counts.shape[0] + 1, dtype=np.int64)
+    starts[0] = 0
+    for b in range(counts.shape[0]):
+        starts[b + 1] = starts[b] + counts[b]
+    return starts
+
+
+@jit
 def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
     """Rows per block of an (n, B) matrix of block positions (-1: none), a row counted once per
     block however many columns name it."""

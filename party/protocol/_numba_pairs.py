@@ -201,7 +201,7 @@ def pair_counts(counts_a: np.ndarray, counts_b: np.ndarray):  # type: ignore[no-
     total = 0
     largest = 0
     for b in range(counts_a.shape[0]):
-        pairs = np.int64(counts_a[b]) * np.int64(counts_b[b])
+        pairs = int(counts_a[b]) * int(counts_b[b])
         total += pairs
         largest = max(largest, pairs)
     return total, largest
@@ -209,20 +209,23 @@ def pair_counts(counts_a: np.ndarray, counts_b: np.ndarray):  # type: ignore[no-
 
 @jit
 def live_blocks(starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray):  # type: ignore[no-untyped-def]
-    """(ids, pairs): the whole blocks where both parties have rows, increasing, and their pairs."""
+    """(ids, cum): the whole blocks where both parties have rows, increasing, and the running sum
+    of their pairs (cum[t] = pairs of ids[0..t])."""
     blocks = whole.shape[0]
     live = 0
     for b in range(blocks):
         if whole[b] and starts_a[b + 1] > starts_a[b] and starts_b[b + 1] > starts_b[b]:
             live += 1
     ids = np.empty(live, dtype=np.int64)
-    pairs = np.empty(live, dtype=np.int64)
+    cum = np.empty(live, dtype=np.int64)
     k = 0
+    run = 0
     for b in range(blocks):
         na = starts_a[b + 1] - starts_a[b]
         nb = starts_b[b + 1] - starts_b[b]
         if whole[b] and na > 0 and nb > 0:
+            run += na * nb
             ids[k] = b
-            pairs[k] = na * nb
+            cum[k] = run
             k += 1
-    return ids, pairs
+    return ids, cum

@@ -164,8 +164,8 @@ class PairEngine(PartyEngine):
         # the pairs per block from the counts; with a cap, the sub-blocks from the plans
         plan_bytes = 0
         for a, b in party_pairs(p):
-            rows = int(counts[a].sum(dtype=np.int64)) + int(counts[b].sum(dtype=np.int64))
-            plan_bytes = max(plan_bytes, 8 * rows + 17 * (n + 1))  # 2 indexes, whole blocks
+            members = int(counts[a].sum(dtype=np.int64)) + int(counts[b].sum(dtype=np.int64))
+            plan_bytes = max(plan_bytes, 8 * members + 17 * (n + 1))  # 2 indexes, whole blocks
             if cap is None:
                 pairs, largest = pair_counts(counts[a], counts[b])
                 stats.candidate_sets += int(pairs)

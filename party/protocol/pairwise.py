@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,7 +33,7 @@ from party.protocol.blocks import (
     sub_blocks,
 )
 from party.protocol.errors import ComparisonCancelled
-from party.protocol.kernel import PARALLEL_MIN_PAIRS, split_even
+from party.protocol.kernel import PARALLEL_MIN_PAIRS
 from party.protocol.threads import run_split, split_range, thread_pool
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
@@ -143,9 +144,15 @@ class PairPlan:
         threads; the rows and their order do not depend on ``workers``."""
         max_pairs = max(1, int(max_pairs))
         ia, ib = self.index_a, self.index_b
-        ids, count = live_blocks(ia.starts, ib.starts, self.whole)
-        cum = np.cumsum(count)
-        fixed = (ia.starts, ia.rows, ib.starts, ib.rows, side_a.positions, side_b.positions)
+        ids, cum = live_blocks(ia.starts, ib.starts, self.whole)
+        fixed: tuple[Any, ...] = (
+            ia.starts,
+            ia.rows,
+            ib.starts,
+            ib.rows,
+            side_a.positions,
+            side_b.positions,
+        )
         fixed += (self.whole, side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
         fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
         big = np.iinfo(np.int64).max
@@ -177,12 +184,8 @@ class PairPlan:
                     cuts = split_range(rows, parts if rows * nb >= PARALLEL_MIN_PAIRS else 1)
                     yield piece([(lo, hi, s + a, s + b) for a, b in cuts], rows * nb)
             else:
-                cuts = (
-                    split_even(count[lo:hi], parts)
-                    if pairs >= PARALLEL_MIN_PAIRS
-                    else [(0, hi - lo)]
-                )
-                yield piece([(lo + a, lo + b, 0, big) for a, b in cuts], pairs)
+                cuts = _split_cum(cum, lo, hi, parts if pairs >= PARALLEL_MIN_PAIRS else 1)
+                yield piece([(a, b, 0, big) for a, b in cuts], pairs)
             lo = hi
 
     def sub_block_pairs(self) -> Iterator[np.ndarray]:
@@ -231,6 +234,20 @@ class PairPlan:
                 )
             lo = hi
         yield from self.sub_block_pairs()
+
+
+def _split_cum(cum: np.ndarray, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous non-empty ranges covering [lo, hi) in order, at most ``parts``, of about equal
+    sums of the weights whose running sum is ``cum``."""
+    base = int(cum[lo - 1]) if lo else 0
+    total = int(cum[hi - 1]) - base
+    cuts = [lo]
+    for k in range(1, parts):
+        c = int(np.searchsorted(cum[lo:hi], base + total * k // parts, side="left")) + lo + 1
+        if cuts[-1] < c < hi:
+            cuts.append(c)
+    cuts.append(hi)
+    return list(zip(cuts[:-1], cuts[1:], strict=False))
 
 
 def pair_candidates(
