@@ -34,6 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from party.cluster_waves import WaveLanes
 from party.config import ClusterConfig
 from party.encoding.encoder import Encoder, EncodeReport
 from party.encoding.parallel import ParallelStats, encode_csv_parallel, resolve_workers
@@ -202,6 +203,7 @@ def encode_csv_on_workers(
             # the embedded cluster's workers share this machine: they read their own byte
             # ranges of the CSV and hand their arrays back in files (tmpfs), not through Dask
             lanes_read_file=cluster.embedded,
+            range_lanes=WaveLanes,  # first sight of a value two workers meet: once, by one
         )
         if usage_by_worker is not None:
             after: dict[str, WorkerUsage] = client.run(worker_usage)

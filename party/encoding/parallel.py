@@ -374,18 +374,19 @@ MIN_BLOCK_BYTES = 1 << 18
 BATCHES_PER_WORKER = 1
 
 
-def block_bytes_for(path: str | Path, workers: int) -> int:
+def block_bytes_for(path: str | Path, workers: int, most: int | None = None) -> int:
     """CSV bytes per batch such that every worker gets the same whole number of batches (at least
-    BATCHES_PER_WORKER, each at most ``CSV_BLOCK_BYTES``); a batch ends at the last whole row of
-    its block, so blocks are made a little larger than an exact share."""
+    BATCHES_PER_WORKER, each at most ``most``, default ``CSV_BLOCK_BYTES``); a batch ends at the
+    last whole row of its block, so blocks are made a little larger than an exact share."""
+    most = encoder_module.CSV_BLOCK_BYTES if most is None else most
     try:
         size = Path(path).stat().st_size
     except OSError:
-        return encoder_module.CSV_BLOCK_BYTES
+        return most
     lanes = max(1, workers)
-    per_lane = max(BATCHES_PER_WORKER, math.ceil(size / (lanes * encoder_module.CSV_BLOCK_BYTES)))
+    per_lane = max(BATCHES_PER_WORKER, math.ceil(size / (lanes * most)))
     share = math.ceil(size / (lanes * per_lane) * 1.002) + 1
-    return max(min(MIN_BLOCK_BYTES, encoder_module.CSV_BLOCK_BYTES), share)
+    return max(min(MIN_BLOCK_BYTES, most), share)
 
 
 def _one_batch(path: str | Path) -> bool:
@@ -600,6 +601,7 @@ def encode_csv_parallel(
     lanes: Sequence[Executor] | None = None,
     stats: ParallelStats | None = None,
     lanes_read_file: bool = False,
+    range_lanes: type[_RangeLanes] | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
     processes (``None``/0: every core) or on ``lanes`` if given (each an executor of one
@@ -610,6 +612,8 @@ def encode_csv_parallel(
     (``_RangeLanes``). Off by default: on a quiet machine it measured slower than the parent
     reading (0.70x against 1.22x at 1M records; every range's first sight is a barrier between
     the lanes). A CSV ``csv_ranges`` cannot split is read by this process either way.
+    ``range_lanes``: the driver of such lanes (default ``_RangeLanes``; the embedded Dask
+    cluster's is ``party.cluster_waves.WaveLanes``).
     """
     n = resolve_workers(workers)
     seeded_blip = (
@@ -625,7 +629,11 @@ def encode_csv_parallel(
     block_bytes = block_bytes_for(path, len(use))
     progress_once = _ProgressOnce(progress)
     try:
-        split = split_ranges(path, min(block_bytes, RANGE_BYTES)) if lanes_read_file else None
+        split = (
+            split_ranges(path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES)))
+            if lanes_read_file
+            else None
+        )  # the same whole number of ranges for every lane
         if split is not None:
             ranges, rows = split
             layout = encoder.csv_layout(Path(path), id_column)
@@ -634,7 +642,9 @@ def encode_csv_parallel(
                 need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
                 need += 2 * in_flight * 8 * encoder.schema.digest_width
                 with _scratch(need) as out:
-                    ranged = _RangeLanes(*args, path=str(path), layout=layout, out_dir=out)
+                    ranged = (range_lanes or _RangeLanes)(
+                        *args, path=str(path), layout=layout, out_dir=out
+                    )
                     return encoder.encode_results(
                         ranged.run_ranges(ranges), str(Path(path)), id_column, progress_once, rows
                     )
