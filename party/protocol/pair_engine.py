@@ -219,7 +219,8 @@ class PairEngine(PartyEngine):
             store.close()
             raise
         stats.survivors_with_duplicates = kept_total
-        segs.clear()  # the survivors' sort gets their memory
+        for held in (segs, sides, indexes):  # the survivors' sort gets their memory
+            held.clear()
         return self._finish_compare(store, stats, t0, "pairs")
 
     # ----------------------------------------------------------------- ring
