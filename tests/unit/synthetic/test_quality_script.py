@@ -6,6 +6,8 @@ from dataclasses import fields
 from pathlib import Path
 from types import ModuleType
 
+import numpy as np
+
 from party.protocol.params import ProtocolParameters
 
 SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "quality.py"
@@ -49,3 +51,35 @@ def test_scale_bits_writes_a_scaled_copy_and_leaves_the_schema_alone(tmp_path):
     assert have == [max(1, round(b * 0.5)) for b in want] and have != want
     same = quality.build_parser().parse_args(["--out", str(tmp_path)])
     assert quality.scaled(shipped, "febrl4", same) == shipped
+
+
+def test_febrl4_schema_lsh_keys_block_a_pair_that_only_shares_its_address():
+    """Two FEBRL4 records differing in names and date of birth but not in address: no phonetic
+    pass of the shipped FEBRL4 schema puts them in one block, every band of its address LSH key
+    does (the same sub-filter gives the same bits), and the names' key has its own bands."""
+    from party.encoding.encoder import Encoder
+    from party.encoding.schema import parse_schema
+
+    schema = parse_schema(json.loads(_script().febrl4_schema_path().read_text()))
+    lsh = {b.name: b.lsh for b in schema.blocking if b.lsh is not None}
+    assert set(lsh) == {"lsh_address", "lsh_names"}
+    address = {
+        "street_number": "12",
+        "address_1": "ocean street",
+        "address_2": "",
+        "suburb": "brighton",
+    }
+    address |= {"postcode": "3186", "state": "vic"}
+    rows = [
+        {"rec_id": "a", "given_name": "jane", "surname": "smith", "date_of_birth": "19800101"},
+        {"rec_id": "b", "given_name": "maria", "surname": "jones", "date_of_birth": "19751231"},
+    ]
+    enc = Encoder(schema, b"s" * 32).encode_rows([r | address for r in rows], id_column="rec_id")
+    phonetic = sum(1 for b in schema.blocking if b.lsh is None)
+    bands = [b.lsh.bands for b in schema.blocking if b.lsh is not None]
+    d = enc.block_digests
+    assert d.shape[1] == phonetic + sum(bands)
+    assert not np.any(d[0, :phonetic] == d[1, :phonetic])
+    start = phonetic + (0 if schema.blocking[phonetic].name == "lsh_address" else bands[0])
+    address_bands = slice(start, start + lsh["lsh_address"].bands)
+    assert np.all(d[0, address_bands] == d[1, address_bands]) and np.all(d[:, address_bands] != 0)
