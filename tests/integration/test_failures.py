@@ -98,7 +98,7 @@ async def _start_expecting_error(cluster: Cluster, params: pathlib.Path) -> grpc
 
 def test_wrong_secret_fails_key_confirmation_naming_the_party(cluster3: Cluster) -> None:
     other = cluster3.root / "other-secret.key"
-    other.write_bytes(os.urandom(32))
+    other.write_text(os.urandom(32).hex())  # raw bytes ending in "\n" would be read as 31 bytes
     cluster3.restart_party("party-c", {"PPRL_SECRET_FILE": str(other)})
     try:
         proc = cluster3.run(parameters(cluster3, name="p-secret.json"), timeout=30)
