@@ -11,7 +11,9 @@ corruption, 50% overlap) with the shipped schema (``party/synthetic/data/schema.
 features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, s_t = 0.8, s_m = 0.7.
 
 - ``cores``: the same work with 1 and with all cores, measured in the same run: encoding one
-  party's CSV (``encode_csv_parallel`` with 1 process, then with W worker processes, alternated,
+  party's CSV (``encode_csv_parallel`` with 1 process (the plain encoder), then with W worker
+  processes given batches the parent reads (the default), then with W worker processes
+  reading their own ranges and sharing first sight among themselves (``peer_sight``), alternated,
   best of two each; the persistent workers are started once before, as a node starts them, and
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
@@ -94,15 +96,22 @@ def params():  # type: ignore[no-untyped-def]
     )
 
 
-def encode(path: Path, workers: int):  # type: ignore[no-untyped-def]
-    """(records, wall seconds, CPU seconds in this process + in the workers, worker stats)."""
+def encode(path: Path, workers: int, peer_sight: bool = False):  # type: ignore[no-untyped-def]
+    """(records, wall seconds, CPU seconds in this process + in the workers, worker stats);
+    ``peer_sight``: the workers read their own ranges and share first sight among themselves
+    (by default they get batches the parent reads)."""
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import ParallelStats, encode_csv_parallel
 
     stats = ParallelStats()
     c0, t0 = self_cpu(), time.perf_counter()
     records, _ = encode_csv_parallel(
-        Encoder(schema(), SECRET), path, workers=workers, id_column="rec_id", stats=stats
+        Encoder(schema(), SECRET),
+        path,
+        workers=workers,
+        id_column="rec_id",
+        stats=stats,
+        peer_sight=peer_sight,
     )
     return records, time.perf_counter() - t0, self_cpu() - c0 + stats.cpu_seconds, stats
 
@@ -118,9 +127,11 @@ def start_workers(workers: int) -> float:
 
 def worker_cpu(stats) -> str:  # type: ignore[no-untyped-def]
     per = ", ".join(f"{c:.2f}" for c in sorted(stats.cpu_by_worker.values(), reverse=True))
+    sight = "first sight" if not stats.shared_values else "exchanging first sight"
     return (
-        f"per worker {per}; first sight {stats.first_sight_seconds:.2f} and reading "
-        f"{stats.reading_seconds:.2f} ({stats.ranges} CSV ranges) of them"
+        f"per worker {per}; {sight} {stats.first_sight_seconds:.2f} and reading "
+        f"{stats.reading_seconds:.2f} ({stats.ranges} CSV ranges) of them; "
+        f"{stats.shared_values} first-sight entries installed from other workers"
     )
 
 
@@ -144,22 +155,25 @@ def cmd_cores(args: argparse.Namespace) -> None:
         csvs = make_data(Path(d), args.records)
         print(f"{args.records} records per party, {w} cores; {load()}")
         startup = start_workers(w)
-        best: dict[int, tuple[float, float, Any]] = {}
+        best: dict[str, tuple[float, float, Any]] = {}
         outputs = {}
-        for k in () if args.comparison_only else (1, w, 1, w):  # best of 2 each, interleaved
-            records, t, c, stats = encode(csvs[0], k)
+        # 1 process; W workers given batches the parent reads (the default); W workers reading
+        # their own ranges, sharing first sight among themselves (peer_sight): best of 2 each
+        runs = {"1": (1, False), "parent reads": (w, False), "peers": (w, True)}
+        for k in () if args.comparison_only else [*runs, *runs]:
+            records, t, c, stats = encode(csvs[0], *runs[k])
             outputs[k] = records
             if k not in best or t < best[k][0]:
                 best[k] = (t, c, stats)
-        if not args.comparison_only:
-            r1, rw = outputs[1], outputs[w]
+        for k in () if args.comparison_only else ("parent reads", "peers"):
+            r1, rw = outputs["1"], outputs[k]
             same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
             same = same and np.array_equal(r1.block_digests, rw.block_digests)
-            (t1, c1, _), (tw, cw, sw) = best[1], best[w]
+            (t1, c1, _), (tw, cw, sw) = best["1"], best[k]
             parent = cw - sw.cpu_seconds
             print(
                 f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
-                f"processes {tw:.2f}s ({cw:.2f} CPU-s: parent {parent:.2f}, "
+                f"processes ({k}) {tw:.2f}s ({cw:.2f} CPU-s: parent {parent:.2f}, "
                 f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process "
                 f"(bound on {w} idle cores: {idle_bound(c1, parent, sw, w):.2f}x); "
                 f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"

@@ -338,6 +338,9 @@ class _PartBlocks:
         self.generation = -1
         self.blocks = np.zeros((0, 2), dtype=np.uint64)
         self.done = np.zeros(0, dtype=bool)
+        # when a list: every block of new entries is also appended to it (raw values, blocks),
+        # for lanes that share first sight
+        self.fresh: list[tuple[list[str], np.ndarray]] | None = None
 
     def fit(self, generation: int, size: int) -> None:
         """Start over after the column ids were cleared; grow to ``size`` ids."""
@@ -415,6 +418,8 @@ class BlockingKeyer:
             data = b"".join(map(blocks.get, parts, repeat(self._EMPTY)))  # type: ignore[arg-type]
             memo.blocks[ids[need]] = np.frombuffer(data, dtype="<u8").reshape(need.size, 2)
             memo.done[ids[need]] = True
+            if memo.fresh is not None:
+                memo.fresh.append((miss, memo.blocks[ids[need]]))
         return memo.blocks[ids]
 
     def column_digests(

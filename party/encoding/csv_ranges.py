@@ -42,10 +42,15 @@ class NotSplittable(Exception):
     """A range's lines are not all rows (a quote, an empty line, a lone carriage return)."""
 
 
-def split_ranges(path: str | Path, block_bytes: int) -> tuple[list[CsvRange], int] | None:
+def split_ranges(
+    path: str | Path, block_bytes: int, first_bytes: int | None = None
+) -> tuple[list[CsvRange], int] | None:
     """The file's lines after the header as ranges of about ``block_bytes`` (found by seeking,
     not reading), and an estimate of its rows (from the first 64 KiB); None if the header is
-    not one plain line (or the file cannot be read: the exact reader reports it)."""
+    not one plain line (or the file cannot be read: the exact reader reports it).
+    ``first_bytes``: the first ranges are this small, each pair of ranges twice the size of
+    the pair before, up to ``block_bytes``."""
+    size_of = block_bytes if first_bytes is None else min(block_bytes, first_bytes)
     ranges: list[CsvRange] = []
     try:
         with open(path, "rb") as fh:
@@ -57,10 +62,12 @@ def split_ranges(path: str | Path, block_bytes: int) -> tuple[list[CsvRange], in
             per_byte = sample.count(b"\n") / max(1, len(sample))
             start = len(header)
             while start < size:
-                fh.seek(min(size, start + block_bytes))
+                fh.seek(min(size, start + size_of))
                 end = min(size, fh.tell() + len(fh.readline()))
                 ranges.append(CsvRange(start, end))
                 start = end
+                if len(ranges) % 2 == 0:
+                    size_of = min(block_bytes, 2 * size_of)
     except OSError:
         return None
     return ranges, math.ceil(per_byte * (size - len(header)) * 1.02) + 1

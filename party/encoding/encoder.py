@@ -172,6 +172,9 @@ class _FieldCodec:
         self._sentinels = frozenset(s.strip() for s in spec.missing_sentinels)
         self._pattern = re.compile(spec.pattern) if spec.pattern is not None else None
         self.salted = spec.salt_field is not None
+        # when a list: every block of new memo entries is also appended to it (values, their
+        # codes, the filter rows of the codes > 0), for lanes that share first sight
+        self.fresh: list[tuple[list[Any], np.ndarray, np.ndarray]] | None = None
 
     def _positions(self, gram: str, k: int | None = None) -> np.ndarray:
         """The first k (default: the field's k) positions of the gram's hash stream; one memoised
@@ -256,6 +259,9 @@ class _FieldCodec:
             out[miss] = np.fromiter(
                 map(index.__getitem__, miss_keys), dtype=np.int64, count=len(miss_keys)
             )
+            if self.fresh is not None:
+                new = np.fromiter(map(index.__getitem__, new_keys), np.int64, len(new_keys))
+                self.fresh.append((new_keys, new, self.table[new[new > 0]]))
         return out
 
     def _classify_many(self, keys: list[Any], checked: bool) -> list[int | None]:
@@ -460,6 +466,7 @@ class _BatchResult:
     digests: np.ndarray
     ids: list[str] | None
     skipped: Counter[str]
+    popcounts: np.ndarray | None = None  # 1-bits per filter (uint16), for the fill statistics
 
     def row(self, j: int) -> int:
         return self.first_row + j if self.rownos is None else self.rownos[j]
@@ -803,6 +810,7 @@ class Encoder:
             d_batch,
             ids,
             skipped,
+            bits.popcount_rows(f_batch).astype(np.uint16),  # here: in a lane, if there is one
         )
 
     def _encode_stream(
@@ -850,7 +858,9 @@ class Encoder:
                 digests.resize((cap, nblock), refcheck=False)
             filters[n : n + m] = f_batch
             digests[n : n + m] = d_batch
-            counts.append(bits.popcount_rows(f_batch))
+            counts.append(
+                bits.popcount_rows(f_batch) if batch.popcounts is None else batch.popcounts
+            )
             n += m
             if progress is not None:
                 progress(batch.n + batch.blank_lines)

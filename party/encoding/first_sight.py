@@ -57,7 +57,7 @@ class SightEntries:
         )
 
 
-def _part_memos(encoder: Encoder) -> list[tuple[BlockingKeyer, int, str]]:
+def part_memos(encoder: Encoder) -> list[tuple[BlockingKeyer, int, str]]:
     """The distinct part memos of the encoder's blocking keys (parts shared by several keys
     share a memo), in schema order: (a keyer using it, its part index, the column)."""
     out: list[tuple[BlockingKeyer, int, str]] = []
@@ -84,7 +84,7 @@ def sight_units(encoder: Encoder) -> dict[Unit, str]:
         for name, codec in encoder._codecs.items()
         if not codec.salted
     }
-    for m, (_, _, column) in enumerate(_part_memos(encoder)):
+    for m, (_, _, column) in enumerate(part_memos(encoder)):
         units[("part", m)] = column
     return units
 
@@ -113,7 +113,7 @@ def compute_entries(encoder: Encoder, work: dict[Unit, RawValues]) -> SightEntri
     here as the encoder decodes a CSV), computed by ``encoder`` (and left in its memo tables),
     with the CPU seconds each unit took."""
     out = SightEntries()
-    memos = _part_memos(encoder)
+    memos = part_memos(encoder)
     decoded: dict[int, list[str]] = {}  # units given the same list share one decoded list
     for unit, raw in work.items():
         c0 = time.process_time()
@@ -146,7 +146,7 @@ def install_entries(encoder: Encoder, entries: SightEntries) -> None:
         new = codes.copy()
         new[has_row] = np.arange(first, first + rows.shape[0])
         codec.index.update(zip(vals, new.tolist(), strict=True))
-    memos = _part_memos(encoder)
+    memos = part_memos(encoder)
     for m, (vals, blocks) in entries.parts.items():
         keyer, i, _ = memos[m]
         column = keyer._column_ids[i]
@@ -179,6 +179,18 @@ class SeenValues:
             seen.update(new)
             out[column] = sorted(new)
         return out
+
+    def new_of(self, batch: _Batch) -> dict[str, Any]:
+        """``new_values`` of a batch; for a batch pyarrow parsed, by hash (``new_in``: each
+        column's distinct values found in C, compared in numpy, no Python object per value)."""
+        if batch.arrow is None:
+            return self.new_values(batch)
+        assert batch.arrow_names is not None
+        distinct = {}
+        for column in self._seen:
+            values = pc.unique(batch.arrow.column(batch.arrow_names[column]))
+            distinct[column] = (values, value_hashes(values))
+        return self.new_in(distinct)
 
     def new_in(self, distinct: dict[str, tuple[Any, np.ndarray]]) -> dict[str, Any]:
         """Like ``new_values``, from each column's distinct raw values as an arrow binary array

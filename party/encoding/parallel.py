@@ -1,10 +1,21 @@
 """Encoding on every core: a CSV's batches encoded by worker processes, assembled in input order.
 
 Each worker ("lane": one process of a persistent pool, or one worker of the party's Dask
-cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema and secret. Lanes
-on this machine can read the CSV themselves (``_RangeLanes``, with ``lanes_read_file``; off by
-default, see ``encode_csv_parallel``): the parent only cuts the file into byte ranges of whole
-lines (``csv_ranges``, by seeking), and every range goes through three steps:
+cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema and secret.
+
+By default the parent reads the CSV (``_Lanes``, below). With ``peer_sight`` (``_PeerLanes``;
+an option: under load it measured no better than the default): the parent cuts the file into
+byte ranges of whole lines (``csv_ranges``, by seeking; small first ranges, the first one
+encoded alone as a head start) and hands each to the lane with the fewest in flight; the lane
+parses it, installs the first-sight memo entries the other lanes published, encodes it, and
+publishes the entries it computed (``party.encoding.peer_sight``: files on tmpfs, no lane ever
+waits for another); filters and digests come back in a file on tmpfs. The parent does nothing
+per row but the assembly below. A range a lane fails on is encoded again by the parent with its
+true row numbers, so errors are the ones one process raises.
+
+Lanes can also read the CSV themselves with the parent sharing first sight out
+(``_RangeLanes``, with ``lanes_read_file``: the Dask path): the parent only cuts the file into
+byte ranges of whole lines, and every range goes through three steps:
 
 0. Reading: one lane parses the range (pyarrow, the same options as ``Encoder.encode_csv``),
    keeps it, and reports the distinct raw values of every column with first-sight work with a
@@ -22,8 +33,8 @@ lines (``csv_ranges``, by seeking), and every range goes through three steps:
 
 Cutting at line ends is exact only if every line is a row: a lane that finds a quote, an empty
 line or a lone carriage return in its range says so, and the encoding starts again the exact way
-(progress is not counted twice). That way, and always for lanes elsewhere (Dask workers, which
-may not see the file), the parent reads the CSV as ``Encoder.encode_csv`` does (pyarrow's
+(progress is not counted twice). That way, and for lanes elsewhere unless told otherwise (Dask
+workers, which may not see the file), the parent reads the CSV as ``Encoder.encode_csv`` does (pyarrow's
 streaming reader, or the csv module for files with blank lines) and sends each batch to a lane
 (``_Lanes``: steps 1 and 2, the parent finding each batch's new values).
 
@@ -62,7 +73,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import BrokenExecutor, CancelledError, Executor, Future, ProcessPoolExecutor
+from concurrent.futures import (
+    BrokenExecutor,
+    CancelledError,
+    Executor,
+    Future,
+    ProcessPoolExecutor,
+    wait,
+)
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
@@ -93,6 +111,7 @@ from party.encoding.first_sight import (
     sight_units,
     value_hashes,
 )
+from party.encoding.peer_sight import PeerSight
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
 
@@ -138,6 +157,7 @@ class ParallelStats:
     first_sight_seconds: float = 0.0
     reading_seconds: float = 0.0
     ranges: int = 0  # CSV ranges the lanes read themselves
+    shared_values: int = 0  # first-sight entries lanes installed from each other (peer_sight)
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
 
     def add(
@@ -173,6 +193,7 @@ def forget_task(token: str) -> bool:
     with _WORKER_LOCK:
         for key in [k for k in _HELD if k[0] == token]:
             del _HELD[key]
+        _PEERS.pop(token, None)
         return _WORKER_ENCODERS.pop(token, None) is not None
 
 
@@ -204,15 +225,18 @@ def encode_batch_task(
     spec: EncoderSpec,
     source: str,
     id_column: str | None,
-) -> tuple[_BatchResult, str, float]:
+    out_dir: str | None = None,
+    key: int = 0,
+) -> tuple[_Handoff | _BatchResult, str, float]:
     """Runs in a lane: install the other lanes' memo entries, then encode one batch (or slice)
-    with this lane's encoder for ``spec``; returns the result, the lane's name and its CPU s."""
+    with this lane's encoder for ``spec``; returns the result (its arrays in a file of
+    ``out_dir`` named by ``key``, if given: ``_hand_over``), the lane's name and its CPU s."""
     c0 = time.process_time()
     with _WORKER_LOCK:
         encoder = _worker_encoder(spec)
         for blob in entries:
             install_entries(encoder, pickle.loads(blob))
-        result = encoder.encode_batch(batch, source, id_column)
+        result = _hand_over(encoder.encode_batch(batch, source, id_column), out_dir, key)
     return result, _worker_name(), time.process_time() - c0
 
 
@@ -273,27 +297,33 @@ def encode_held_task(
             install_entries(encoder, pickle.loads(blob))
         batch = _HELD.pop((spec.token, key))
         batch.first_row = first_row
-        result = encoder.encode_batch(batch, source, id_column)
-        handoff: _Handoff | _BatchResult = result
-        if out_dir is not None:
-            out = os.path.join(out_dir, f"{key}.u64")
-            try:
-                with open(out, "wb") as fh:
-                    fh.write(np.ascontiguousarray(result.filters, dtype=np.uint64).data)
-                    fh.write(np.ascontiguousarray(result.digests, dtype=np.uint64).data)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.unlink(out)
-            else:
-                ids = None if result.ids is None else "\n".join(result.ids)
-                handoff = _Handoff(
-                    replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
-                    out,
-                    result.filters.shape,
-                    result.digests.shape,
-                    ids,
-                )
+        handoff = _hand_over(encoder.encode_batch(batch, source, id_column), out_dir, key)
     return handoff, _worker_name(), time.process_time() - c0
+
+
+def _hand_over(result: _BatchResult, out_dir: str | None, key: int) -> _Handoff | _BatchResult:
+    """In a lane: the result with its arrays written to a file of ``out_dir`` (tmpfs) for the
+    parent to read (``_take_handoff``); the result itself with no ``out_dir`` or if the file
+    cannot be written (tmpfs full)."""
+    if out_dir is None:
+        return result
+    out = os.path.join(out_dir, f"{key}.u64")
+    try:
+        with open(out, "wb") as fh:
+            fh.write(np.ascontiguousarray(result.filters, dtype=np.uint64).data)
+            fh.write(np.ascontiguousarray(result.digests, dtype=np.uint64).data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(out)
+        return result
+    ids = None if result.ids is None else "\n".join(result.ids)
+    return _Handoff(
+        replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
+        out,
+        result.filters.shape,
+        result.digests.shape,
+        ids,
+    )
 
 
 _EMPTY = np.zeros((0, 0), dtype=np.uint64)
@@ -318,6 +348,49 @@ def _take_handoff(handoff: _Handoff) -> _BatchResult:
         digests=data[nf:].reshape(handoff.digests_shape),
         ids=ids,
     )
+
+
+_PEERS: dict[str, PeerSight] = {}  # job token -> this lane's side of the first-sight exchange
+
+
+@dataclass(frozen=True)
+class RangeJob:
+    """What a lane needs to read and encode ranges of one CSV on its own (``peer_range_task``)."""
+
+    path: str
+    layout: CsvLayout
+    source: str
+    id_column: str | None
+    folder: str | None  # tmpfs: results and first-sight entries; None: pickled, no exchange
+    lanes: int
+
+
+def peer_range_task(
+    spec: EncoderSpec, job: RangeJob, lane: int, key: int, part: CsvRange
+) -> tuple[_Handoff | _BatchResult, str, tuple[float, float, float], int]:
+    """Runs in lane ``lane``: parse range ``key`` of the CSV (rows numbered from 1: the parent
+    renumbers them), install the first-sight entries the other lanes published, encode the
+    range, publish the entries it computed (``peer_sight``) and hand the range over
+    (``_hand_over``); also the lane's name and the CPU seconds of reading, of the exchange
+    (installing and publishing entries) and of encoding, and the entries it installed."""
+    c0 = time.process_time()
+    with _WORKER_LOCK:
+        encoder = _worker_encoder(spec)
+        batch = read_range(job.path, part, job.layout, job.source, 1)
+        batch.materialise()
+        c1 = time.process_time()
+        peers = _PEERS.get(spec.token)
+        if peers is None:
+            peers = _PEERS[spec.token] = PeerSight(encoder, lane, job.lanes, job.folder)
+        peers.take()
+        c2 = time.process_time()
+        result = encoder.encode_batch(batch, job.source, job.id_column)
+        c3 = time.process_time()
+        peers.publish()
+        handoff = _hand_over(result, job.folder, key)
+        installed, peers.installed = peers.installed, 0
+    cpu = (c1 - c0, c2 - c1 + time.process_time() - c3, c3 - c2)
+    return handoff, _worker_name(), cpu, installed
 
 
 def _ready() -> str:
@@ -398,6 +471,9 @@ def _one_batch(path: str | Path) -> bool:
 
 
 RANGE_BYTES = 1 << 21  # at most, per range a lane reads: the last range decides the tail
+PEER_RANGE_BYTES = 1 << 21  # at most, per range with first sight shared among the lanes
+PEER_FIRST_BYTES = 1 << 16  # the first such ranges: lanes meeting the commonest values at the
+# same moment both compute them, so the first ranges are small (sizes double per pair)
 PROBE_VALUES = 1000  # per column: the first batch's sample that measures first-sight costs
 
 
@@ -424,6 +500,8 @@ class _Lanes:
         self.outbox: list[list[bytes]] = [[] for _ in self.lanes]  # entries not yet sent
         self.rows = [0] * len(self.lanes)  # rows given to each lane so far
         self.results: deque[Future[tuple[Any, str, float]]] = deque()
+        self.out_dir: str | None = None  # tmpfs folder for results (lanes on this machine)
+        self.sent = 0  # batches sent to be encoded
 
     def _submit_sight(self, new: dict[str, RawValues]) -> list[Future[Any] | None]:
         shares = self.planner.shares(new)
@@ -433,7 +511,7 @@ class _Lanes:
         ]
 
     def _first_sight(self, batch: _Batch) -> list[Future[Any] | None]:
-        return self._first_sight_of(self.seen.new_values(batch))
+        return self._first_sight_of(self.seen.new_of(batch))
 
     def _first_sight_of(self, new: dict[str, RawValues]) -> list[Future[Any] | None]:
         if not self.planner.measured and self.lanes[1:]:
@@ -463,11 +541,9 @@ class _Lanes:
         w = self.rows.index(min(self.rows))  # the lane with the fewest rows so far
         self.rows[w] += batch.n
         entries, self.outbox[w] = self.outbox[w], []
-        self.results.append(
-            self.lanes[w].submit(
-                encode_batch_task, batch, entries, self.spec, self.source, self.id_column
-            )
-        )
+        self.sent += 1
+        args = (batch, entries, self.spec, self.source, self.id_column, self.out_dir, self.sent)
+        self.results.append(self.lanes[w].submit(encode_batch_task, *args))
 
     def _take(self) -> _BatchResult:
         result, worker, cpu = self.results.popleft().result()
@@ -573,6 +649,76 @@ class _RangeLanes(_Lanes):
                 scan.cancel()
 
 
+class _PeerLanes:
+    """Lanes that read their own ranges and share first sight among themselves (``peer_sight``):
+    the parent only hands out ranges (to the lane with the fewest in flight, at most two per
+    lane) and takes the results in input order, numbering their rows. A range a lane could not
+    encode (a parse error or a bad value, named with rows counted from the range's start) is
+    encoded again here with its true first row, so the error is the one one process raises."""
+
+    def __init__(
+        self,
+        lanes: Sequence[Executor],
+        encoder: Encoder,
+        spec: EncoderSpec,
+        job: RangeJob,
+        stats: ParallelStats | None,
+    ) -> None:
+        self.lanes, self.encoder, self.spec, self.job, self.stats = (
+            list(lanes),
+            encoder,
+            spec,
+            job,
+            stats,
+        )
+
+    def run(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
+        """Results in input order; raises ``NotSplittable`` (the caller starts again)."""
+        busy = [0] * len(self.lanes)  # ranges in flight per lane
+        pending: deque[tuple[int, int, Future[Any]]] = deque()
+        todo = iter(enumerate(ranges))
+
+        def submit() -> None:
+            nxt = next(todo, None)
+            if nxt is not None:
+                w = busy.index(min(busy))
+                busy[w] += 1
+                fut = self.lanes[w].submit(peer_range_task, self.spec, self.job, w, *nxt)
+                pending.append((nxt[0], w, fut))
+
+        submit()
+        if pending:  # a head start: the first (small) range's commonest values reach every
+            wait([pending[0][2]])  # lane before they start, instead of each computing them
+        for _ in range(2 * len(self.lanes) - 1):
+            submit()
+        row = 1  # the first row of the next range
+        try:
+            while pending:
+                key, w, fut = pending.popleft()
+                try:
+                    handoff, worker, (reading, sight, encoding), installed = fut.result()
+                except EncodeDataError:  # rows named from the range's start: again, here
+                    batch = read_range(
+                        self.job.path, ranges[key], self.job.layout, self.job.source, row
+                    )
+                    result = self.encoder.encode_batch(batch, self.job.source, self.job.id_column)
+                else:
+                    result = _take_handoff(handoff) if isinstance(handoff, _Handoff) else handoff
+                    if self.stats is not None:
+                        self.stats.add(worker, reading, reading=True)
+                        self.stats.add(worker, sight, first_sight=True)
+                        self.stats.add(worker, encoding)
+                        self.stats.shared_values += installed
+                busy[w] -= 1
+                submit()
+                result.first_row = row
+                row += result.n
+                yield result
+        finally:
+            for _, _, fut in pending:
+                fut.cancel()
+
+
 class _ProgressOnce:
     """A progress callback that, when the encoding starts again, does not count rows twice."""
 
@@ -602,6 +748,7 @@ def encode_csv_parallel(
     stats: ParallelStats | None = None,
     lanes_read_file: bool = False,
     range_lanes: type[_RangeLanes] | None = None,
+    peer_sight: bool = False,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
     processes (``None``/0: every core) or on ``lanes`` if given (each an executor of one
@@ -614,6 +761,11 @@ def encode_csv_parallel(
     the lanes). A CSV ``csv_ranges`` cannot split is read by this process either way.
     ``range_lanes``: the driver of such lanes (default ``_RangeLanes``; the embedded Dask
     cluster's is ``party.cluster_waves.WaveLanes``).
+
+    ``peer_sight`` (off by default: under load it measured no better than the parent reading):
+    the lanes read their own ranges and share first sight among themselves without waiting
+    for each other (``_PeerLanes``, ``peer_sight`` module); the parent only hands out ranges
+    and assembles the results.
     """
     n = resolve_workers(workers)
     seeded_blip = (
@@ -629,11 +781,14 @@ def encode_csv_parallel(
     block_bytes = block_bytes_for(path, len(use))
     progress_once = _ProgressOnce(progress)
     try:
-        split = (
-            split_ranges(path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES)))
-            if lanes_read_file
-            else None
-        )  # the same whole number of ranges for every lane
+        if peer_sight:
+            split = split_ranges(path, min(block_bytes, PEER_RANGE_BYTES), PEER_FIRST_BYTES)
+        else:
+            split = (
+                split_ranges(path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES)))
+                if lanes_read_file
+                else None
+            )  # the same whole number of ranges for every lane
         if split is not None:
             ranges, rows = split
             layout = encoder.csv_layout(Path(path), id_column)
@@ -642,22 +797,32 @@ def encode_csv_parallel(
                 need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
                 need += 2 * in_flight * 8 * encoder.schema.digest_width
                 with _scratch(need) as out:
-                    ranged = (range_lanes or _RangeLanes)(
-                        *args, path=str(path), layout=layout, out_dir=out
-                    )
+                    if peer_sight:
+                        job = RangeJob(str(path), layout, str(Path(path)), id_column, out, len(use))
+                        results = _PeerLanes(use, encoder, spec, job, stats).run(ranges)
+                    else:
+                        ranged = (range_lanes or _RangeLanes)(
+                            *args, path=str(path), layout=layout, out_dir=out
+                        )
+                        results = ranged.run_ranges(ranges)
                     return encoder.encode_results(
-                        ranged.run_ranges(ranges), str(Path(path)), id_column, progress_once, rows
+                        results, str(Path(path)), id_column, progress_once, rows
                     )
             except NotSplittable:
                 log.info("the CSV has quotes, empty lines or lone carriage returns: read here")
                 progress_once.restart()
-        return encoder.encode_csv(
-            path,
-            id_column=id_column,
-            progress=progress_once,
-            map_batches=_Lanes(*args).run,
-            block_bytes=block_bytes,
-        )
+        batched = _Lanes(*args)
+        room = 2 * (2 * len(use) + 4) * block_bytes * 8  # results in flight (~8x their CSV)
+        # results come back in files only from lanes on this machine (Dask's may be elsewhere)
+        place = _scratch(room) if lanes is None else contextlib.nullcontext(None)
+        with place as batched.out_dir:
+            return encoder.encode_csv(
+                path,
+                id_column=id_column,
+                progress=progress_once,
+                map_batches=batched.run,
+                block_bytes=block_bytes,
+            )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
         _forget_everywhere(use, spec.token)
 

@@ -62,6 +62,13 @@ def _same(a: Any, b: Any) -> None:
     assert np.array_equal(a.block_digests, b.block_digests)
 
 
+def _on_pool(schema: Any, path: Path, pool: Any, peer_sight: bool, **kw: Any) -> Any:
+    """Encode on the 2-lane pool; ``peer_sight``: the lanes read ranges and share first sight."""
+    return encode_csv_parallel(
+        Encoder(schema, SECRET), path, workers=2, lanes=pool, peer_sight=peer_sight, **kw
+    )
+
+
 def _same_report(a: Any, b: Any) -> None:
     for name in ("rows_read", "encoded", "skipped", "fill_mean", "fill_std", "fill_min"):
         assert getattr(a, name) == getattr(b, name), name
@@ -97,20 +104,21 @@ def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool
     _same(ref2, got2)
 
 
-def test_hardened_and_salted_identical(tmp_path, small_batches, pool):
+@pytest.mark.parametrize("peer_sight", [False, True])
+def test_hardened_and_salted_identical(tmp_path, small_batches, pool, peer_sight):
     path = _people_csv(tmp_path, 1500, seed=5)
     raw = json.loads(SHIPPED.read_text())
     raw["hardening"] = {"xorFold": True, "balance": True, "blip": None}
     raw["features"][0]["salt"] = {"field": "suburb"}
     schema = parse_schema(raw)
     ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
-    got, _ = encode_csv_parallel(
-        Encoder(schema, SECRET), path, id_column="rec_id", workers=2, lanes=pool
-    )
+    got, _ = _on_pool(schema, path, pool, peer_sight, id_column="rec_id")
     _same(ref, got)
 
 
-def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool):
+@pytest.mark.parametrize("blank", [True, False])
+@pytest.mark.parametrize("peer_sight", [False, True])
+def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool, peer_sight, blank):
     schema = parse_schema(
         {
             "version": 1,
@@ -131,17 +139,16 @@ def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool):
     lines = ["id,name,city"]
     for i in range(1200):
         lines.append(f"r{i},{rng.choice(names)},{rng.choice(cities)}")
-        if i % 250 == 7:
+        if blank and i % 250 == 7:
             lines.append("")  # blank lines: the exact csv-module reader, counted row numbers
     path = tmp_path / "blank.csv"
     path.write_text("\n".join(lines) + "\n")
     ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="id")
-    got, report = encode_csv_parallel(
-        Encoder(schema, SECRET), path, id_column="id", workers=2, lanes=pool
-    )
+    got, report = _on_pool(schema, path, pool, peer_sight, id_column="id")
     _same(ref, got)
     _same_report(ref_report, report)
-    assert report.skipped["blank line"] == 5 and len(report.skipped) == 3
+    assert report.skipped.get("blank line", 0) == (5 if blank else 0)
+    assert len(report.skipped) == (3 if blank else 2)
 
 
 def _first_error(fn: Any) -> str:
@@ -150,7 +157,8 @@ def _first_error(fn: Any) -> str:
     return str(info.value)
 
 
-def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool):
+@pytest.mark.parametrize("peer_sight", [False, True])
+def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool, peer_sight):
     schema = parse_schema(
         {
             "version": 1,
@@ -171,9 +179,7 @@ def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool):
         return Encoder(schema, SECRET).encode_csv(path, id_column="id")
 
     def parallel() -> Any:
-        return encode_csv_parallel(
-            Encoder(schema, SECRET), path, id_column="id", workers=2, lanes=pool
-        )
+        return _on_pool(schema, path, pool, peer_sight, id_column="id")
 
     msg = _first_error(serial)
     assert "row 101" in msg and "duplicate record id" in msg
@@ -222,17 +228,22 @@ def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
     assert start_lanes(2)[1] is not lanes[1]
 
 
-def _encode_both(path: Path, schema: Any, pool: Any, **kw: Any) -> tuple[Any, Any, ParallelStats]:
+@pytest.fixture(params=["parent-shares", "peers"])
+def ranged(request):
+    """How lanes that read their own ranges share first sight: through the parent
+    (``lanes_read_file``) or among themselves (``peer_sight``, the default for the own pool)."""
+    if request.param == "peers":
+        return {"peer_sight": True}
+    return {"lanes_read_file": True}
+
+
+def _encode_both(
+    path: Path, schema: Any, pool: Any, ranged: dict[str, bool], **kw: Any
+) -> tuple[Any, Any, ParallelStats]:
     ref = Encoder(schema, SECRET).encode_csv(path, **kw)
     stats = ParallelStats()
     got = encode_csv_parallel(
-        Encoder(schema, SECRET),
-        path,
-        workers=2,
-        lanes=pool,
-        stats=stats,
-        lanes_read_file=True,
-        **kw,
+        Encoder(schema, SECRET), path, workers=2, lanes=pool, stats=stats, **ranged, **kw
     )
     return ref, got, stats
 
@@ -240,16 +251,18 @@ def _encode_both(path: Path, schema: Any, pool: Any, **kw: Any) -> tuple[Any, An
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
 @pytest.mark.parametrize("final_newline", [True, False])
 def test_lanes_read_their_own_ranges_identical(
-    tmp_path, small_batches, pool, newline, final_newline
+    tmp_path, small_batches, pool, ranged, newline, final_newline
 ):
     raw = _people_csv(tmp_path, 2500, seed=8).read_text().splitlines()
     path = tmp_path / "ranges.csv"
     path.write_bytes((newline.join(raw) + (newline if final_newline else "")).encode())
     ticks: list[int] = []
-    ref, got, stats = _encode_both(path, _shipped_schema(), pool, id_column="rec_id")
+    ref, got, stats = _encode_both(path, _shipped_schema(), pool, ranged, id_column="rec_id")
     _same(ref[0], got[0])
     _same_report(ref[1], got[1])
     assert stats.ranges > 4 and stats.reading_seconds > 0  # the lanes parsed the rows
+    if "peer_sight" in ranged:  # each lane installed entries the other computed
+        assert stats.shared_values > 0 and len(stats.cpu_by_worker) == 2
     # default ids (row numbers) and progress: every row once
     got2, _ = encode_csv_parallel(
         Encoder(_shipped_schema(), SECRET),
@@ -257,13 +270,13 @@ def test_lanes_read_their_own_ranges_identical(
         workers=2,
         lanes=pool,
         progress=ticks.append,
-        lanes_read_file=True,
+        **ranged,
     )
     _same(Encoder(_shipped_schema(), SECRET).encode_csv(path)[0], got2)
     assert sum(ticks) == 2500
 
 
-def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_batches, pool):
+def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_batches, pool, ranged):
     raw = _people_csv(tmp_path, 2500, seed=9).read_text().splitlines()
     cells = raw[2300].split(",")
     cells[5] = '"12 long\nroad, north"'  # a quoted newline and comma in the last range
@@ -281,7 +294,7 @@ def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_batch
         lanes=pool,
         stats=stats,
         progress=ticks.append,
-        lanes_read_file=True,
+        **ranged,
     )
     _same(ref, got)
     assert stats.ranges > 0  # the lanes started on ranges, then found the quote
@@ -296,7 +309,9 @@ def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_batch
         b"p0r9999,lone\rreturn,x,m,1990-01-01,1 a st,town,2000,nsw",  # a lone carriage return
     ],
 )
-def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(tmp_path, small_batches, pool, bad):
+def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(
+    tmp_path, small_batches, pool, ranged, bad
+):
     raw = _people_csv(tmp_path, 2500, seed=10).read_bytes().split(b"\n")
     raw[2200] = bad
     path = tmp_path / "bad_row.csv"
@@ -313,7 +328,7 @@ def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(tmp_path, small_ba
             id_column="rec_id",
             workers=2,
             lanes=pool,
-            lanes_read_file=True,
+            **ranged,
         )
 
     try:
@@ -327,7 +342,7 @@ def test_a_bad_row_in_a_late_range_is_named_as_by_one_process(tmp_path, small_ba
 
 
 def test_without_room_on_tmpfs_results_come_back_pickled(
-    tmp_path, small_batches, pool, monkeypatch
+    tmp_path, small_batches, pool, ranged, monkeypatch
 ):
     import contextlib
 
@@ -335,8 +350,8 @@ def test_without_room_on_tmpfs_results_come_back_pickled(
 
     monkeypatch.setattr(parallel, "_scratch", lambda need: contextlib.nullcontext(None))
     path = _people_csv(tmp_path, 1500, seed=12)
-    ref, got, stats = _encode_both(path, _shipped_schema(), pool, id_column="rec_id")
+    ref, got, stats = _encode_both(path, _shipped_schema(), pool, ranged, id_column="rec_id")
     _same(ref[0], got[0])
-    assert stats.ranges > 2
+    assert stats.ranges > 2 and stats.shared_values == 0  # no folder: nothing exchanged
     with parallel._scratch(1 << 62) as out:  # the real one: no tmpfs has that much room
         assert out is None
