@@ -231,14 +231,14 @@ def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
 @pytest.fixture(params=["parent-shares", "peers"])
 def ranged(request):
     """How lanes that read their own ranges share first sight: through the parent
-    (``lanes_read_file``) or among themselves (``peer_sight``, the default for the own pool)."""
+    (``lanes_read_file``) or among themselves (``peer_sight``)."""
     if request.param == "peers":
         return {"peer_sight": True}
     return {"lanes_read_file": True}
 
 
 def _encode_both(
-    path: Path, schema: Any, pool: Any, ranged: dict[str, bool], **kw: Any
+    path: Path, schema: Any, pool: Any, ranged: dict[str, Any], **kw: Any
 ) -> tuple[Any, Any, ParallelStats]:
     ref = Encoder(schema, SECRET).encode_csv(path, **kw)
     stats = ParallelStats()
