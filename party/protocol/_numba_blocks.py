@@ -130,6 +130,21 @@ def csr_fill(
 
 
 @jit
+def sort_rows_in_place(pos: np.ndarray, lo: int, hi: int) -> None:
+    """Sort rows lo..hi-1 of an (n, B) int32 block-position matrix in place (insertion sort: B is
+    a few dozen at most); -1 (no block) sorts first."""
+    width = pos.shape[1]
+    for r in range(lo, hi):
+        for i in range(1, width):
+            x = pos[r, i]
+            j = i - 1
+            while j >= 0 and pos[r, j] > x:
+                pos[r, j + 1] = pos[r, j]
+                j -= 1
+            pos[r, j + 1] = x
+
+
+@jit
 def starts_of(counts: np.ndarray) -> np.ndarray:
     """(n + 1,) int64 CSR starts of n per-block counts: 0, then their running sums."""
     starts = np.empty(counts.shape[0] + 1, dtype=np.int64)

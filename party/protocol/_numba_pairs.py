@@ -7,7 +7,7 @@
    cannot pass the segment filter, in whichever block it is found);
 2. drops it unless the block is the pair's *canonical* block: the first block (lowest position in
    the run's common blocks) among those both records are in that are compared whole. Every record's
-   block positions are sorted per row (``sort_position_rows``), so this is a merge of two short
+   block positions are sorted per row (``blocks.sort_position_rows``), so this is a merge of two short
    sorted lists that stops at the current block. A pair is so evaluated once however many blocks it
    shares (multi-pass blocking finds most pairs in several);
 3. counts ``c`` = popcount(seg_a AND seg_b) and keeps the pair iff ``c >= table[pop_a + pop_b]``
@@ -25,21 +25,6 @@ import numpy as np
 
 from party.numba_jit import jit
 from party.protocol._numba_kernel import _popcnt64
-
-
-@jit
-def sort_position_rows(pos: np.ndarray, lo: int, hi: int) -> None:
-    """Sort rows lo..hi-1 of an (n, B) int32 block-position matrix in place (insertion sort: B is
-    a few dozen at most); -1 (no block) sorts first."""
-    width = pos.shape[1]
-    for r in range(lo, hi):
-        for i in range(1, width):
-            x = pos[r, i]
-            j = i - 1
-            while j >= 0 and pos[r, j] > x:
-                pos[r, j + 1] = pos[r, j]
-                j -= 1
-            pos[r, j + 1] = x
 
 
 @jit

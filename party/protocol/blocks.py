@@ -26,6 +26,7 @@ from party.protocol._numba_blocks import (
     csr_fill,
     digest_table,
     intersect_sorted,
+    sort_rows_in_place,
     starts_of,
     strictly_increasing,
     table_positions,
@@ -218,6 +219,16 @@ def block_counts(
 
     run_split(workers, int(blocks), count, words=pos.size)
     return counts[1:]
+
+
+def sort_position_rows(positions: np.ndarray, workers: int = 1) -> np.ndarray:
+    """An (n, B) int32 position matrix with each row sorted (-1 first), for ``rows_sorted``: sorted
+    in place (a block index does not depend on the order within a row) unless it is read-only or
+    not int32 C-contiguous (then a sorted copy)."""
+    pos = positions if positions.flags.writeable else positions.copy()
+    pos = np.ascontiguousarray(pos, dtype=np.int32)
+    run_split(workers, pos.shape[0], lambda lo, hi: sort_rows_in_place(pos, lo, hi), words=pos.size)
+    return pos
 
 
 def sub_blocks(members: Sequence[np.ndarray], cap: int | None) -> list[list[np.ndarray]]:

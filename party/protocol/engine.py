@@ -47,6 +47,7 @@ from party.protocol.blocks import (
     common_blocks,
     distinct_digests,
     has_duplicates,
+    sort_position_rows,
     sub_blocks,
 )
 from party.protocol.classify import (
@@ -68,9 +69,11 @@ from party.protocol.errors import (
 )
 from party.protocol.kernel import (
     DEFAULT_KERNEL,
+    FastBlocks,
     StageCounts,
     compare_block_batch,
     compare_small_blocks,
+    fast_block_rows,
     iter_block,
     plan_blocks,
 )
@@ -427,9 +430,11 @@ class PartyEngine:
         join = sorted(range(p), key=lambda j: (int(pseud[j].size), j))
         pseud = [pseud[j] for j in join]
         segs = [segs[j] for j in join]
+        # each record's block positions sorted in place (shorter scans; the canonical-block rule)
+        positions = [sort_position_rows(self._positions[join[k]], self.workers) for k in range(p)]
         indices = [
             block_index_at(
-                self._positions[join[k]], common.size, keys=pseud[k], workers=self.workers
+                positions[k], common.size, keys=pseud[k], workers=self.workers, rows_sorted=True
             )
             for k in range(p)
         ]
@@ -523,12 +528,37 @@ class PartyEngine:
         try:
             # batches of consecutive blocks (the others have fast_sizes 0: the kernel skips them)
             cum = np.cumsum(fast_sets)
+            fast = FastBlocks(
+                tuple(positions),
+                fast_sets > 0,
+                cum,
+                tuple(pseud),
+                np.array(join, dtype=np.int64),
+            )
             lo = 0
             while lo < cum.size and int(cum[-1]) > (int(cum[lo - 1]) if lo else 0):
                 if cancel is not None and cancel.is_set():
                     raise ComparisonCancelled("comparison cancelled")
                 base = int(cum[lo - 1]) if lo else 0
                 hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
+                if self.kernel == "numba":  # each set once, as ring rows, made on the threads
+                    for found in fast_block_rows(
+                        segs,
+                        seg_pops,
+                        [ix.rows for ix in indices],
+                        blocks,
+                        lo,
+                        hi,
+                        self.segment_bits,
+                        self.params.segment_threshold,
+                        fast,
+                        counts=counts,
+                        workers=self.workers,
+                    ):
+                        store.append(found)
+                    tick(int(cum[hi - 1]) - base)
+                    lo = hi
+                    continue
                 rows, c = compare_block_batch(
                     segs,
                     seg_pops,

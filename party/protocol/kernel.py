@@ -50,7 +50,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows, unpack_rows
 from party.protocol.errors import ComparisonCancelled, ProtocolError
-from party.protocol.threads import run_split, split_range, thread_pool
+from party.protocol.threads import run_split, split_range, split_running_sum, thread_pool
 
 logger = logging.getLogger(__name__)
 
@@ -471,7 +471,9 @@ def compare_block_batch(
 
         def run(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
             assert _numba_kernel is not None
-            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], lo, hi, prepared[5])
+            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(
+                *prepared[:5], lo, hi, prepared[5], _no_canonical(parties)
+            )
             if distinct:
                 idx, c = distinct_sets(idx, c, bound)
             return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
@@ -512,6 +514,77 @@ def compare_block_batch(
     idx = np.concatenate([o[0] for o in outs])
     c = np.concatenate([o[1] for o in outs])
     return distinct_sets(idx, c, bound, runs=len(outs)) if distinct else (idx, c)
+
+
+@dataclass(frozen=True)
+class FastBlocks:
+    """What ``fast_block_rows`` needs beside the segments: the run's fast blocks and where each
+    record is (to return each set once), and how a set becomes a ring row."""
+
+    positions: tuple[np.ndarray, ...]  # per party: (n, B) int32 block positions, rows sorted
+    fast: np.ndarray  # (nb,) bool: the block is compared by the many-blocks path
+    cum_sets: np.ndarray  # (nb,) int64 running sum of the fast blocks' candidate sets
+    keys: tuple[np.ndarray, ...]  # per party: (n,) uint64 pseudonyms
+    columns: np.ndarray  # (P,) int64: the ring-row column of each party
+
+
+def fast_block_rows(
+    segs: Sequence[np.ndarray],
+    pops: Sequence[np.ndarray],
+    rows_of: Sequence[np.ndarray],
+    plan: BlockPlan,
+    lo: int,
+    hi: int,
+    seg_bits: int,
+    threshold: float,
+    blocks: FastBlocks,
+    *,
+    counts: StageCounts | None = None,
+    workers: int = 1,
+) -> list[np.ndarray]:
+    """The surviving sets of the fast blocks lo..hi-1 of ``plan`` (numba kernel), each once: in
+    the first fast block holding all its records (``_numba_kernel.batch_blocks``' canonical
+    rule), as ring rows (pseudonyms in ``blocks.columns``, then c), in block order. The blocks are
+    cut into ranges of about equal candidate sets, ``BATCH_PIECES_PER_THREAD`` per thread, each
+    compared and turned into rows in a pool thread without the GIL; the rows, their order and the
+    stage counts (every block's survivors, as ``compare_block_batch`` counts them) do not depend on
+    ``workers``."""
+    if not HAVE_NUMBA or _numba_kernel is None:
+        raise ProtocolError("the numba kernel is not available (numba is not installed)")
+    parties = len(segs)
+    st = counts if counts is not None else StageCounts.zeros(parties)
+    prepared = _numba_batch_inputs(
+        segs, pops, rows_of, plan.first, plan.fast_sizes, seg_bits, threshold
+    )
+    positions = tuple(_read_only(x, np.int32) for x in blocks.positions)  # one numba type
+    canonical = (positions, blocks.fast, 0, True)
+    keys = tuple(_read_only(k, np.uint64) for k in blocks.keys)
+    sets = int(blocks.cum_sets[hi - 1]) - (int(blocks.cum_sets[lo - 1]) if lo else 0)
+    parallel = workers > 1 and sets >= PARALLEL_MIN_PAIRS
+    ranges = split_running_sum(
+        blocks.cum_sets, lo, hi, workers * BATCH_PIECES_PER_THREAD if parallel else 1
+    )
+
+    def run(a: int, b: int) -> tuple[np.ndarray, StageCounts]:
+        assert _numba_kernel is not None
+        idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], a, b, prepared[5], canonical)
+        rows = _numba_kernel.ring_rows(idx, c, keys, blocks.columns)
+        return rows, StageCounts([int(x) for x in ev], [int(x) for x in sv])
+
+    if len(ranges) == 1:
+        outs = [run(*ranges[0])]
+    else:
+        pool = thread_pool(workers)
+        outs = [f.result() for f in [pool.submit(run, a, b) for a, b in ranges]]
+    for o in outs:
+        st.add(o[1])
+    return [o[0] for o in outs if o[0].shape[0]]
+
+
+def _no_canonical(parties: int) -> tuple[Any, ...]:
+    """batch_blocks' ``canonical`` argument that turns the rule off (same numba types)."""
+    none = _read_only(np.zeros((0, 1), dtype=np.int32), np.int32)
+    return (tuple(none for _ in range(parties)), np.zeros(0, dtype=np.bool_), 0, False)
 
 
 @dataclass(frozen=True)

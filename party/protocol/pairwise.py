@@ -24,17 +24,18 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import live_blocks, pair_blocks, plan_pairs, sort_position_rows
+from party.protocol._numba_pairs import live_blocks, pair_blocks, plan_pairs
 from party.protocol.blocks import (
     BlockIndex,
     block_index,
     common_blocks,
     distinct_digests,
+    sort_position_rows,
     sub_blocks,
 )
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.kernel import PARALLEL_MIN_PAIRS
-from party.protocol.threads import run_split, split_range, thread_pool
+from party.protocol.threads import split_range, split_running_sum, thread_pool
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -58,9 +59,7 @@ def pair_side(
 ) -> PairSide:
     """A PairSide; sorts each row of ``positions`` in place (a block index does not depend on the
     order within a row) unless the array is read-only (then a sorted copy)."""
-    pos = positions if positions.flags.writeable else positions.copy()
-    pos = np.ascontiguousarray(pos, dtype=np.int32)
-    run_split(workers, pos.shape[0], lambda lo, hi: sort_position_rows(pos, lo, hi), words=pos.size)
+    pos = sort_position_rows(positions, workers)
     segs = np.ascontiguousarray(segments, dtype=np.uint64)
     return PairSide(column, np.ascontiguousarray(keys, np.uint64), segs, popcount_rows(segs), pos)
 
@@ -184,7 +183,7 @@ class PairPlan:
                     cuts = split_range(rows, parts if rows * nb >= PARALLEL_MIN_PAIRS else 1)
                     yield piece([(lo, hi, s + a, s + b) for a, b in cuts], rows * nb)
             else:
-                cuts = _split_cum(cum, lo, hi, parts if pairs >= PARALLEL_MIN_PAIRS else 1)
+                cuts = split_running_sum(cum, lo, hi, parts if pairs >= PARALLEL_MIN_PAIRS else 1)
                 yield piece([(a, b, 0, big) for a, b in cuts], pairs)
             lo = hi
 
@@ -234,20 +233,6 @@ class PairPlan:
                 )
             lo = hi
         yield from self.sub_block_pairs()
-
-
-def _split_cum(cum: np.ndarray, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
-    """Contiguous non-empty ranges covering [lo, hi) in order, at most ``parts``, of about equal
-    sums of the weights whose running sum is ``cum``."""
-    base = int(cum[lo - 1]) if lo else 0
-    total = int(cum[hi - 1]) - base
-    cuts = [lo]
-    for k in range(1, parts):
-        c = int(np.searchsorted(cum[lo:hi], base + total * k // parts, side="left")) + lo + 1
-        if cuts[-1] < c < hi:
-            cuts.append(c)
-    cuts.append(hi)
-    return list(zip(cuts[:-1], cuts[1:], strict=False))
 
 
 def pair_candidates(

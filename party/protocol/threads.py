@@ -12,6 +12,8 @@ import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import numpy as np
+
 
 @functools.lru_cache(maxsize=8)
 def thread_pool(workers: int) -> ThreadPoolExecutor:
@@ -33,6 +35,20 @@ def split_range(total: int, parts: int, align: int = 1) -> list[tuple[int, int]]
     parts = max(1, min(parts, units))
     cuts = [min(total, (units * k // parts) * align) for k in range(parts + 1)]
     return [(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def split_running_sum(cum: np.ndarray, lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Contiguous non-empty ranges covering [lo, hi) in order, at most ``parts``, of about equal
+    sums of the weights whose running sum is ``cum`` (cum[i] = weights[0] + ... + weights[i])."""
+    base = int(cum[lo - 1]) if lo else 0
+    total = int(cum[hi - 1]) - base
+    cuts = [lo]
+    for k in range(1, parts):
+        c = int(np.searchsorted(cum[lo:hi], base + total * k // parts, side="left")) + lo + 1
+        if cuts[-1] < c < hi:
+            cuts.append(c)
+    cuts.append(hi)
+    return list(zip(cuts[:-1], cuts[1:], strict=False))
 
 
 def run_split(

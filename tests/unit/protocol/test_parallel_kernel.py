@@ -284,3 +284,93 @@ def test_block_plan_equals_its_definition(threads_always, cap, workers) -> None:
     assert np.array_equal(plan.slow, live & ~fast)
     if cap is None:
         assert plan.fast_sets[0] == 12 and plan.slow[1] and not plan.slow[2]
+
+
+@pytest.mark.skipif(not HAVE_NUMBA, reason="the fast-block path is the numba kernel's")
+@pytest.mark.parametrize("parties", [2, 3, 4])
+@pytest.mark.parametrize("threshold", [0.0, 0.5, 0.8])
+def test_fast_block_rows_hold_each_set_once_whatever_the_threads(
+    threads_always, parties: int, threshold: float
+) -> None:  # type: ignore[no-untyped-def]
+    """fast_block_rows: the distinct survivors of compare_block_batch as ring rows, each once (in
+    its first fast block), the same rows, order and stage counts for 1-3 threads and batches."""
+    from party.protocol.blocks import (
+        DigestLookup,
+        block_index_at,
+        common_blocks,
+        distinct_digests,
+        sort_position_rows,
+    )
+    from party.protocol.kernel import FastBlocks, fast_block_rows
+
+    rng = np.random.default_rng(parties * 10 + int(threshold * 10))
+    bits = 96
+    sizes = [int(rng.integers(20, 40)) for _ in range(parties)]
+    segs = _segs(rng, sizes, bits, 0.4)
+    digs = []
+    for n in sizes:
+        d = rng.integers(1, [3, 6, 12, 20], size=(n, 4)).astype(np.uint64)
+        d += np.arange(4, dtype=np.uint64) * 100
+        d[rng.random(d.shape) < 0.2] = 0
+        d[1::2, 3] = np.where(d[1::2, 2] != 0, d[1::2, 2] + 100, 0)  # the same sets twice
+        d[::6, 3] = d[::6, 2]  # one block named twice by a record
+        digs.append(d)
+    common = common_blocks([distinct_digests(d) for d in digs])
+    look = DigestLookup(common)
+    positions = [sort_position_rows(look.positions(d)) for d in digs]
+    keys = [np.sort(rng.choice(2**40, size=n, replace=False).astype(np.uint64)) + 1 for n in sizes]
+    indices = [
+        block_index_at(positions[j], common.size, keys[j], rows_sorted=True) for j in range(parties)
+    ]
+    plan = plan_blocks([ix.starts for ix in indices], None, 30)
+    assert plan.slow.any() and (plan.fast_sets > 0).any(), "both kinds of blocks"
+    pops = [np.bitwise_count(s).sum(axis=1).astype(np.int64) for s in segs]
+    columns = np.array(list(range(parties))[::-1], dtype=np.int64)
+    fast = FastBlocks(
+        tuple(positions), plan.fast_sets > 0, np.cumsum(plan.fast_sets), tuple(keys), columns
+    )
+    nb = int(common.size)
+    want_counts = StageCounts.zeros(parties)
+    idx, c = compare_block_batch(
+        segs,
+        pops,
+        [ix.rows for ix in indices],
+        plan.first,
+        plan.fast_sizes,
+        bits,
+        threshold,
+        counts=want_counts,
+        distinct=True,
+    )
+    want = {
+        tuple(int(keys[j][r[j]]) for j in range(parties)) + (int(v),)
+        for r, v in zip(idx.tolist(), c.tolist(), strict=True)
+    }
+    if threshold == 0.0:  # every set survives: the mirrored pass repeats them
+        assert want_counts.survived[-1] > len(want), "sets found in several fast blocks"
+    outputs = set()
+    for workers in (1, 2, 3):
+        for cuts in ([0, nb], [0, nb // 3, nb // 2, nb]):
+            got_counts = StageCounts.zeros(parties)
+            rows = []
+            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
+                rows += fast_block_rows(
+                    segs,
+                    pops,
+                    [ix.rows for ix in indices],
+                    plan,
+                    lo,
+                    hi,
+                    bits,
+                    threshold,
+                    fast,
+                    counts=got_counts,
+                    workers=workers,
+                )
+            out = np.concatenate(rows) if rows else np.zeros((0, parties + 1), np.uint64)
+            got = [tuple(int(r[columns[j]]) for j in range(parties)) + (int(r[-1]),) for r in out]
+            assert len(got) == len(set(got)) == len(want), "each set exactly once"
+            assert set(got) == want
+            assert got_counts == want_counts
+            outputs.add(out.tobytes())
+    assert len(outputs) == 1
