@@ -193,52 +193,14 @@ TOUCH_BLOCKS = 32
 
 
 @_jit
-def _in_earlier_block(positions, cur, block, fast, ptr):  # type: ignore[no-untyped-def]
-    """True iff the records ``cur[j]`` of every party j (rows of the sorted position matrices
-    ``positions[j]``, -1 first) are all in one block x < ``block`` with ``fast[x]``. ``ptr``: a
-    scratch array of P ints."""
-    p = cur.shape[0]
-    width = positions[0].shape[1]
-    for j in range(p):
-        ptr[j] = 0
-    first = positions[0][cur[0]]
-    for i in range(width):
-        x = first[i]
-        if x < 0:
-            continue
-        if x >= block:
-            return False
-        if not fast[x]:
-            continue
-        everywhere = True
-        for j in range(1, p):
-            row = positions[j][cur[j]]
-            while ptr[j] < width and row[ptr[j]] < x:
-                ptr[j] += 1
-            if ptr[j] == width or row[ptr[j]] != x:
-                everywhere = False
-                break
-        if everywhere:
-            return True
-    return False
-
-
-@_jit
-def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables, canonical):  # type: ignore[no-untyped-def]
+def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: ignore[no-untyped-def]
     """Every candidate set of blocks lo..hi-1, depth first (blocks with an empty party skipped):
     party j's rows of block b are ``rows_of[j][starts[j, b] : starts[j, b] + sizes[j, b]]``; a
     partial set of k + 1 rows is kept iff its c >= ``tables[k + 1, psum]``
     (``kernel.threshold_table``). Returns (idx, c, evaluated, survived, checksum): survivors as
     rows of ``segs`` in block order, then lexicographically by position in the block (the order of
     ``kernel._batch_blocks``), the stage counts, and a checksum of the rows read ahead (to be
-    ignored). ``segs``, ``pops``, ``rows_of`` are tuples, one array per party.
-
-    ``canonical`` = (positions, fast, offset, on): when ``on``, a surviving set is returned only
-    from its canonical block, the first block x (block b here is block b + offset of the run)
-    with ``fast[x]`` that holds all its records (``positions``: a tuple of each party's (n, B)
-    int32 block positions, each row sorted); the stage counts still count it in every block."""
-    positions, fast, offset, on = canonical
-    ptr = np.zeros(sizes.shape[0], dtype=np.int64)
+    ignored). ``segs``, ``pops``, ``rows_of`` are tuples, one array per party."""
     p = sizes.shape[0]
     w = segs[0].shape[1]
     cap = 0
@@ -311,9 +273,6 @@ def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables, canonical):
                 continue
             survived[level] += 1
             if level == p - 1:
-                if on and _in_earlier_block(positions, cur, b + offset, fast, ptr):
-                    pos[level] += 1
-                    continue
                 for j in range(p):
                     out_idx[written, j] = cur[j]
                 out_c[written] = c

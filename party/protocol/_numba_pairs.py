@@ -28,14 +28,17 @@ from party.protocol._numba_kernel import _popcnt64
 
 
 @jit
-def _shared_whole_before(pa: np.ndarray, pb: np.ndarray, block: int, whole: np.ndarray) -> bool:
-    """True iff the sorted position rows pa and pb share a whole block below ``block``."""
-    width = pa.shape[0]
+def _shared_whole_before(
+    pos_a: np.ndarray, ra: int, pos_b: np.ndarray, rb: int, block: int, whole: np.ndarray
+) -> bool:
+    """True iff the sorted position rows ra of pos_a and rb of pos_b share a whole block below
+    ``block`` (2-D indexing, no row views: a view costs reference counting in the loop)."""
+    width = pos_a.shape[1]
     i = 0
     j = 0
     while i < width and j < width:
-        x = pa[i]
-        y = pb[j]
+        x = pos_a[ra, i]
+        y = pos_b[rb, j]
         if x < 0:
             i += 1
         elif y < 0:
@@ -55,15 +58,17 @@ def _shared_whole_before(pa: np.ndarray, pb: np.ndarray, block: int, whole: np.n
 
 
 @jit
-def _shared_whole_count(pa: np.ndarray, pb: np.ndarray, whole: np.ndarray) -> int:
+def _shared_whole_count(
+    pos_a: np.ndarray, ra: int, pos_b: np.ndarray, rb: int, whole: np.ndarray
+) -> int:
     """The number of distinct whole blocks both sorted position rows name."""
-    width = pa.shape[0]
+    width = pos_a.shape[1]
     i = 0
     j = 0
     count = 0
     while i < width and j < width:
-        x = pa[i]
-        y = pb[j]
+        x = pos_a[ra, i]
+        y = pos_b[rb, j]
         if x < 0:
             i += 1
         elif y < 0:
@@ -71,9 +76,9 @@ def _shared_whole_count(pa: np.ndarray, pb: np.ndarray, whole: np.ndarray) -> in
         elif x == y:
             if whole[x]:
                 count += 1
-            while i < width and pa[i] == x:
+            while i < width and pos_a[ra, i] == x:
                 i += 1
-            while j < width and pb[j] == y:
+            while j < width and pos_b[rb, j] == y:
                 j += 1
         elif x < y:
             i += 1
@@ -140,7 +145,7 @@ def pair_blocks(  # type: ignore[no-untyped-def]
                 need = table[pa + pb]
                 if (pa if pa < pb else pb) < need:
                     continue
-                if _shared_whole_before(pos_a[ra], pos_b[rb], blk, whole):
+                if _shared_whole_before(pos_a, ra, pos_b, rb, blk, whole):
                     continue
                 evaluated += 1
                 c = 0
@@ -154,7 +159,7 @@ def pair_blocks(  # type: ignore[no-untyped-def]
                 out[written, col_b] = keys_b[rb]
                 out[written, parties] = c
                 written += 1
-                with_duplicates += _shared_whole_count(pos_a[ra], pos_b[rb], whole)
+                with_duplicates += _shared_whole_count(pos_a, ra, pos_b, rb, whole)
     return out[:written].copy(), with_duplicates, evaluated
 
 

@@ -430,7 +430,7 @@ class PartyEngine:
         join = sorted(range(p), key=lambda j: (int(pseud[j].size), j))
         pseud = [pseud[j] for j in join]
         segs = [segs[j] for j in join]
-        # each record's block positions sorted in place (shorter scans; the canonical-block rule)
+        # each record's block positions sorted in place (shorter scans when indexing)
         positions = [sort_position_rows(self._positions[join[k]], self.workers) for k in range(p)]
         indices = [
             block_index_at(
@@ -528,20 +528,14 @@ class PartyEngine:
         try:
             # batches of consecutive blocks (the others have fast_sizes 0: the kernel skips them)
             cum = np.cumsum(fast_sets)
-            fast = FastBlocks(
-                tuple(positions),
-                fast_sets > 0,
-                cum,
-                tuple(pseud),
-                np.array(join, dtype=np.int64),
-            )
+            fast = FastBlocks(cum, tuple(pseud), np.array(join, dtype=np.int64))
             lo = 0
             while lo < cum.size and int(cum[-1]) > (int(cum[lo - 1]) if lo else 0):
                 if cancel is not None and cancel.is_set():
                     raise ComparisonCancelled("comparison cancelled")
                 base = int(cum[lo - 1]) if lo else 0
                 hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
-                if self.kernel == "numba":  # each set once, as ring rows, made on the threads
+                if self.kernel == "numba":  # ring rows made on the threads
                     for found in fast_block_rows(
                         segs,
                         seg_pops,

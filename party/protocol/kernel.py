@@ -471,9 +471,7 @@ def compare_block_batch(
 
         def run(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
             assert _numba_kernel is not None
-            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(
-                *prepared[:5], lo, hi, prepared[5], _no_canonical(parties)
-            )
+            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], lo, hi, prepared[5])
             if distinct:
                 idx, c = distinct_sets(idx, c, bound)
             return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
@@ -518,11 +516,9 @@ def compare_block_batch(
 
 @dataclass(frozen=True)
 class FastBlocks:
-    """What ``fast_block_rows`` needs beside the segments: the run's fast blocks and where each
-    record is (to return each set once), and how a set becomes a ring row."""
+    """What ``fast_block_rows`` needs beside the segments and the plan: how to cut ranges of
+    blocks, and how a set becomes a ring row."""
 
-    positions: tuple[np.ndarray, ...]  # per party: (n, B) int32 block positions, rows sorted
-    fast: np.ndarray  # (nb,) bool: the block is compared by the many-blocks path
     cum_sets: np.ndarray  # (nb,) int64 running sum of the fast blocks' candidate sets
     keys: tuple[np.ndarray, ...]  # per party: (n,) uint64 pseudonyms
     columns: np.ndarray  # (P,) int64: the ring-row column of each party
@@ -542,13 +538,14 @@ def fast_block_rows(
     counts: StageCounts | None = None,
     workers: int = 1,
 ) -> list[np.ndarray]:
-    """The surviving sets of the fast blocks lo..hi-1 of ``plan`` (numba kernel), each once: in
-    the first fast block holding all its records (``_numba_kernel.batch_blocks``' canonical
-    rule), as ring rows (pseudonyms in ``blocks.columns``, then c), in block order. The blocks are
-    cut into ranges of about equal candidate sets, ``BATCH_PIECES_PER_THREAD`` per thread, each
-    compared and turned into rows in a pool thread without the GIL; the rows, their order and the
-    stage counts (every block's survivors, as ``compare_block_batch`` counts them) do not depend on
-    ``workers``."""
+    """The surviving sets of the fast blocks lo..hi-1 of ``plan`` (numba kernel) as ring rows
+    (pseudonyms in ``blocks.columns``, then c): one array per range of blocks, each range's sets
+    distinct and sorted (``distinct_sets``; a set found in blocks of two ranges is in both: the
+    sorted store keeps one). The blocks are cut into ranges of about equal candidate sets,
+    ``BATCH_PIECES_PER_THREAD`` per thread, each compared, made distinct and turned into rows in
+    a pool thread (no merge on the calling thread). The distinct rows and the stage counts (as
+    ``compare_block_batch``'s) do not depend on ``workers``; how often a row repeats across ranges
+    does (the sorted store's contents do not)."""
     if not HAVE_NUMBA or _numba_kernel is None:
         raise ProtocolError("the numba kernel is not available (numba is not installed)")
     parties = len(segs)
@@ -556,9 +553,8 @@ def fast_block_rows(
     prepared = _numba_batch_inputs(
         segs, pops, rows_of, plan.first, plan.fast_sizes, seg_bits, threshold
     )
-    positions = tuple(_read_only(x, np.int32) for x in blocks.positions)  # one numba type
-    canonical = (positions, blocks.fast, 0, True)
-    keys = tuple(_read_only(k, np.uint64) for k in blocks.keys)
+    keys = tuple(_read_only(k, np.uint64) for k in blocks.keys)  # one numba type
+    bound = [int(s.shape[0]) for s in segs]
     sets = int(blocks.cum_sets[hi - 1]) - (int(blocks.cum_sets[lo - 1]) if lo else 0)
     parallel = workers > 1 and sets >= PARALLEL_MIN_PAIRS
     ranges = split_running_sum(
@@ -567,7 +563,8 @@ def fast_block_rows(
 
     def run(a: int, b: int) -> tuple[np.ndarray, StageCounts]:
         assert _numba_kernel is not None
-        idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], a, b, prepared[5], canonical)
+        idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], a, b, prepared[5])
+        idx, c = distinct_sets(idx, c, bound)
         rows = _numba_kernel.ring_rows(idx, c, keys, blocks.columns)
         return rows, StageCounts([int(x) for x in ev], [int(x) for x in sv])
 
@@ -579,12 +576,6 @@ def fast_block_rows(
     for o in outs:
         st.add(o[1])
     return [o[0] for o in outs if o[0].shape[0]]
-
-
-def _no_canonical(parties: int) -> tuple[Any, ...]:
-    """batch_blocks' ``canonical`` argument that turns the rule off (same numba types)."""
-    none = _read_only(np.zeros((0, 1), dtype=np.int32), np.int32)
-    return (tuple(none for _ in range(parties)), np.zeros(0, dtype=np.bool_), 0, False)
 
 
 @dataclass(frozen=True)
