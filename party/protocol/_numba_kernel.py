@@ -286,16 +286,42 @@ def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: i
 
 
 @_jit
-def ring_rows(idx, c, keys, columns):  # type: ignore[no-untyped-def]
-    """(m, P + 1) uint64 rows of sets ``idx`` (m, P) and their ``c``: column ``columns[j]`` holds
-    ``keys[j][idx[:, j]]`` (a tuple of uint64 arrays), the last column c."""
+def _idx_less(idx, a, b):  # type: ignore[no-untyped-def]
+    """True iff row a of idx is lexicographically smaller than row b."""
+    for j in range(idx.shape[1]):
+        if idx[a, j] != idx[b, j]:
+            return idx[a, j] < idx[b, j]
+    return False
+
+
+@_jit
+def merge_ring_rows(idx, c, bounds, keys, columns):  # type: ignore[no-untyped-def]
+    """``ring_rows`` of the distinct rows of sorted runs: run r is rows bounds[r]..bounds[r+1]-1
+    of ``idx``, sorted lexicographically and distinct; a k-way merge dropping rows equal to the
+    one before. Rows come out in lexicographic order of idx."""
     m, p = idx.shape
+    runs = bounds.shape[0] - 1
+    head = bounds[:-1].copy()
     out = np.empty((m, p + 1), dtype=np.uint64)
-    for i in range(m):
+    n = 0
+    last = -1
+    while True:
+        best = -1
+        for r in range(runs):
+            if head[r] < bounds[r + 1] and (best < 0 or _idx_less(idx, head[r], head[best])):
+                best = r
+        if best < 0:
+            break
+        i = head[best]
+        head[best] += 1
+        if last >= 0 and not _idx_less(idx, last, i):
+            continue  # equal to the row before (runs are sorted: never smaller)
         for j in range(p):
-            out[i, columns[j]] = keys[j][idx[i, j]]
-        out[i, p] = c[i]
-    return out
+            out[n, columns[j]] = keys[j][idx[i, j]]
+        out[n, p] = c[i]
+        n += 1
+        last = i
+    return out[:n].copy()
 
 
 @_jit

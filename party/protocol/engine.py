@@ -536,7 +536,7 @@ class PartyEngine:
                 base = int(cum[lo - 1]) if lo else 0
                 hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
                 if self.kernel == "numba":  # ring rows made on the threads
-                    for found in fast_block_rows(
+                    found = fast_block_rows(
                         segs,
                         seg_pops,
                         [ix.rows for ix in indices],
@@ -548,8 +548,8 @@ class PartyEngine:
                         fast,
                         counts=counts,
                         workers=self.workers,
-                    ):
-                        store.append(found)
+                    )
+                    store.append(found)
                     tick(int(cum[hi - 1]) - base)
                     lo = hi
                     continue

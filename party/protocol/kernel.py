@@ -537,15 +537,14 @@ def fast_block_rows(
     *,
     counts: StageCounts | None = None,
     workers: int = 1,
-) -> list[np.ndarray]:
-    """The surviving sets of the fast blocks lo..hi-1 of ``plan`` (numba kernel) as ring rows
-    (pseudonyms in ``blocks.columns``, then c): one array per range of blocks, each range's sets
-    distinct and sorted (``distinct_sets``; a set found in blocks of two ranges is in both: the
-    sorted store keeps one). The blocks are cut into ranges of about equal candidate sets,
-    ``BATCH_PIECES_PER_THREAD`` per thread, each compared, made distinct and turned into rows in
-    a pool thread (no merge on the calling thread). The distinct rows and the stage counts (as
-    ``compare_block_batch``'s) do not depend on ``workers``; how often a row repeats across ranges
-    does (the sorted store's contents do not)."""
+) -> np.ndarray:
+    """The distinct surviving sets of the fast blocks lo..hi-1 of ``plan`` (numba kernel) as ring
+    rows (pseudonyms in ``blocks.columns``, then c), in lexicographic order of the sets' rows in
+    ``segs``. The blocks are cut into ranges of about equal candidate sets,
+    ``BATCH_PIECES_PER_THREAD`` per thread, each compared and made distinct (``distinct_sets``)
+    in a pool thread; the calling thread only merges the sorted ranges (a compiled k-way merge,
+    ``_numba_kernel.merge_ring_rows``). Rows, order and stage counts (as
+    ``compare_block_batch``'s) do not depend on ``workers``."""
     if not HAVE_NUMBA or _numba_kernel is None:
         raise ProtocolError("the numba kernel is not available (numba is not installed)")
     parties = len(segs)
@@ -561,12 +560,11 @@ def fast_block_rows(
         blocks.cum_sets, lo, hi, workers * BATCH_PIECES_PER_THREAD if parallel else 1
     )
 
-    def run(a: int, b: int) -> tuple[np.ndarray, StageCounts]:
+    def run(a: int, b: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
         assert _numba_kernel is not None
         idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], a, b, prepared[5])
         idx, c = distinct_sets(idx, c, bound)
-        rows = _numba_kernel.ring_rows(idx, c, keys, blocks.columns)
-        return rows, StageCounts([int(x) for x in ev], [int(x) for x in sv])
+        return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
 
     if len(ranges) == 1:
         outs = [run(*ranges[0])]
@@ -574,8 +572,13 @@ def fast_block_rows(
         pool = thread_pool(workers)
         outs = [f.result() for f in [pool.submit(run, a, b) for a, b in ranges]]
     for o in outs:
-        st.add(o[1])
-    return [o[0] for o in outs if o[0].shape[0]]
+        st.add(o[2])
+    bounds = np.cumsum([0] + [o[0].shape[0] for o in outs]).astype(np.int64)
+    idx = np.concatenate([o[0] for o in outs]) if len(outs) > 1 else outs[0][0]
+    c = np.concatenate([o[1] for o in outs]) if len(outs) > 1 else outs[0][1]
+    return _numba_kernel.merge_ring_rows(  # type: ignore[no-any-return]
+        np.ascontiguousarray(idx, dtype=np.int64), c, bounds, keys, blocks.columns
+    )
 
 
 @dataclass(frozen=True)

@@ -289,11 +289,11 @@ def test_block_plan_equals_its_definition(threads_always, cap, workers) -> None:
 @pytest.mark.skipif(not HAVE_NUMBA, reason="the fast-block path is the numba kernel's")
 @pytest.mark.parametrize("parties", [2, 3, 4])
 @pytest.mark.parametrize("threshold", [0.0, 0.5, 0.8])
-def test_fast_block_rows_hold_the_distinct_sets_whatever_the_threads(
+def test_fast_block_rows_hold_each_set_once_whatever_the_threads(
     threads_always, parties: int, threshold: float
 ) -> None:  # type: ignore[no-untyped-def]
-    """fast_block_rows: the distinct survivors of compare_block_batch as ring rows, each range's
-    rows distinct, the same distinct rows and stage counts for 1-3 threads and batches."""
+    """fast_block_rows: the distinct survivors of compare_block_batch as ring rows, each once per
+    call, the same rows, order and stage counts for 1-3 threads; batches hold them all."""
     from party.protocol.blocks import (
         DigestLookup,
         block_index_at,
@@ -346,12 +346,12 @@ def test_fast_block_rows_hold_the_distinct_sets_whatever_the_threads(
     }
     if threshold == 0.0:  # every set survives: the mirrored pass repeats them
         assert want_counts.survived[-1] > len(want), "sets found in several fast blocks"
+    outputs = set()
     for workers in (1, 2, 3):
         for cuts in ([0, nb], [0, nb // 3, nb // 2, nb]):
             got_counts = StageCounts.zeros(parties)
-            rows = []
-            for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-                rows += fast_block_rows(
+            rows = [
+                fast_block_rows(
                     segs,
                     pops,
                     [ix.rows for ix in indices],
@@ -364,13 +364,19 @@ def test_fast_block_rows_hold_the_distinct_sets_whatever_the_threads(
                     counts=got_counts,
                     workers=workers,
                 )
+                for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)
+            ]
             got = set()
             for out in rows:
                 part = [
                     tuple(int(r[columns[j]]) for j in range(parties)) + (int(r[-1]),) for r in out
                 ]
-                assert len(part) == len(set(part)), "a range's rows are distinct"
+                assert len(part) == len(set(part)), "each set once per call"
                 assert not np.any(out[:, :-1] == 0)
                 got |= set(part)
             assert got == want
+            if len(cuts) == 2:
+                assert len(rows[0]) == len(want)
             assert got_counts == want_counts
+            outputs.add((len(cuts), b"".join(r.tobytes() for r in rows)))
+    assert len(outputs) == 2, "the same rows in the same order for any number of threads"
