@@ -28,6 +28,7 @@ from party.synthetic.network_sim import parameters_object, run_on_cluster
 from party.synthetic.simulation import (
     Progress,
     SimulationConfig,
+    compute_parties,
     encode_parties,
     load_schema_for,
     matches_path,
@@ -109,8 +110,16 @@ def run_any_networked(
         "min_parties": target.min_parties,
         "solver": target.solver,
     }
+    names = [party_name(i) for i in range(cfg.parties)]
     cluster, run_id, final, steps = run_on_cluster(
-        cfg, paths, id_column, schema_obj, obj, progress, timeout=timeout
+        cfg,
+        paths,
+        id_column,
+        schema_obj,
+        obj,
+        progress,
+        timeout=timeout,
+        helpers=[c for c in compute_parties(cfg) if c not in names],  # mpc3 at P = 2: the helper
     )
     seconds.update(steps)
     groups: dict[str, list[tuple[int, str]]] = {}

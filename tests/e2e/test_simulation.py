@@ -185,9 +185,14 @@ def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_p
     assert summary["oracle_pairwise"] == summary["pairwise"]
 
 
-@pytest.mark.parametrize("where", [[], ["--in-process"]])
-def test_simulate_target_any_in_mode_mpc3_equals_the_oracle(tmp_path, where):
-    """Target any in mode mpc3 (party.mpc.pairs), over real processes and in process."""
+@pytest.mark.parametrize(
+    ("where", "parties"),
+    [([], "3"), (["--in-process"], "3"), ([], "2")],
+    ids=["net", "inproc", "net-p2"],
+)
+def test_simulate_target_any_in_mode_mpc3_equals_the_oracle(tmp_path, where, parties):
+    """Target any in mode mpc3 (party.mpc.pairs), over real processes and in process; at P = 2 the
+    helper compute node joins the networked run."""
     r = _run(
         "scripts/simulate.py",
         "--target",
@@ -195,7 +200,7 @@ def test_simulate_target_any_in_mode_mpc3_equals_the_oracle(tmp_path, where):
         "--mode",
         "mpc3",
         "--parties",
-        "3",
+        parties,
         "--records",
         "120",
         "--seed",
