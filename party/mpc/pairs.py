@@ -98,10 +98,10 @@ def solve_pair_rows(
     outcome: PairOutcome, params: ProtocolParameters, spill_dir: str | None = None
 ) -> list[np.ndarray]:
     """Compute party 0 of a networked run: per data party, the result rows of the groups
-    (``components`` result-row columns), solved from the matched pairs one batch of connected
-    components at a time within half the budget (``party.protocol.components``; its stores hold a
+    (``components`` result-row columns), solved from the matched pairs sorted on disk and scanned
+    with per-record state within half the budget (``party.protocol.components``; its stores hold a
     quarter of the budget and spill to a private folder under ``spill_dir`` beyond it);
-    MemoryBudgetError before a batch too large for the budget is built."""
+    MemoryBudgetError, before its arrays are built, when the budget cannot hold them."""
     p = params.party_count
     folder = SpillFolder(spill_dir)
     stores_gauge = LocalGauge(params.memory_budget_bytes // 4)

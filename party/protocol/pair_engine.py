@@ -251,8 +251,8 @@ class PairEngine(PartyEngine):
         summed, matched_count, _ = super().ring_finish_end()
         assert self._matches is not None
         # The solver works after the comparison, in the half of the budget the comparison used,
-        # from the matches store, one batch of connected components at a time
-        # (party.protocol.components); its stores spill like the ring's.
+        # from the matches store, sorted on disk into the solver's order and scanned keeping
+        # per-record state (party.protocol.components); its stores spill like the ring's.
         self._group_rows, group_count = solve_streamed(
             self._matched_chunks,
             self._known,
