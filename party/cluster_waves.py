@@ -11,7 +11,8 @@ the CSV bytes they were given so far, so every lane gets the same share):
    lane was given before, and gives each to one of the lanes holding it, picked by its hash (so
    the shares are even); those lanes compute the memo entries (``parallel.first_sight_task``)
    and every other lane installs them with its next range. A value only one lane holds is
-   computed by that lane while it encodes: it never travels;
+   computed by that lane while it encodes: it never travels, unless another lane meets it in a
+   later wave; then the lane that computed it (its memo has it) sends it;
 3. every lane encodes its ranges of the wave (``parallel.encode_held_task``) and hands the
    arrays over in files on tmpfs; meanwhile the lanes parse the next wave.
 
@@ -46,7 +47,10 @@ class WaveLanes(_RangeLanes):
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.handed: dict[str, np.ndarray] = {}  # column -> sorted hashes of shared values
+        # column -> sorted hashes of the values handed out, and of those one lane computed
+        # alone (with that lane)
+        self.handed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.private: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.ranges: list[CsvRange] = []
 
     def _scanned(
@@ -77,18 +81,39 @@ class WaveLanes(_RangeLanes):
                 row += n
         return done, None
 
-    def _shared(self, column: str, hashes: np.ndarray) -> np.ndarray:
-        """Which of these (distinct) hashes were not handed out before; records them."""
-        held = self.handed.get(column)
-        if held is None or held.size + hashes.size > self.HANDED_CAP:
-            held = np.zeros(0, dtype=np.uint64)
-        new = ~np.isin(hashes, held, assume_unique=True)
-        self.handed[column] = np.union1d(held, hashes[new])
-        return new
+    def _sorted(self, table: dict[str, Any], column: str, extra: int) -> Any:
+        """A column's record in ``table``, forgotten when it would outgrow ``HANDED_CAP``."""
+        held = table.get(column)
+        if held is None or len(held[0]) + extra > self.HANDED_CAP:
+            held = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+        return held
+
+    def _owners(self, column: str, h: np.ndarray, holders: np.ndarray, pick: np.ndarray) -> Any:
+        """For a wave's distinct hashes ``h`` (sorted), held by ``holders`` lanes each, the one
+        a hash picks being lane ``pick``: which to share and with which owner. Shared: not
+        handed out before, and held by two or more lanes now, or by another lane than the one
+        that computed it alone in an earlier wave (that lane, whose memo has it, is its owner).
+        Values held by one lane are recorded as that lane's (``private``)."""
+        handed, _ = self._sorted(self.handed, column, h.size)
+        fresh = ~np.isin(h, handed, assume_unique=True)
+        mine, mine_lane = self._sorted(self.private, column, h.size)
+        at = np.minimum(np.searchsorted(mine, h), max(mine.size - 1, 0))
+        before = np.full(h.size, -1, dtype=np.int64)
+        if mine.size:
+            hit = mine[at] == h
+            before[hit] = mine_lane[at[hit]]
+        share = fresh & ((holders >= 2) | ((before >= 0) & (before != pick)))
+        owner = np.where(before >= 0, before, pick)[share]
+        self.handed[column] = (np.union1d(handed, h[share]), np.zeros(0, dtype=np.int64))
+        alone = fresh & ~share & (before < 0)  # first met, by one lane
+        keys = np.concatenate([mine, h[alone]])
+        order = np.argsort(keys, kind="stable")
+        self.private[column] = (keys[order], np.concatenate([mine_lane, pick[alone]])[order])
+        return share, owner
 
     def plan(self, done: list[_Scanned]) -> list[dict[Unit, RawValues]]:
-        """One first-sight share per lane: the values of each column that two or more lanes
-        hold in this wave and no lane was given before, each to one of its holders."""
+        """One first-sight share per lane (``_owners``): each value of a column that two or more
+        lanes meet, once, to one lane (picked by its hash among the holders)."""
         shares: list[dict[Unit, RawValues]] = [{} for _ in self.lanes]
         for column, units in self.planner.column_units.items():
             parts = [(w, d[column]) for _, w, _, d in done if column in d and len(d[column][0])]
@@ -103,15 +128,14 @@ class WaveLanes(_RangeLanes):
             at, h = order[first], h[first]  # one (hash, lane) pair per holder
             starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
             holders = np.diff(np.r_[starts, h.size])
-            keep = holders >= 2
-            keep[keep] = self._shared(column, h[starts[keep]])
-            starts, holders = starts[keep], holders[keep]
-            owner = at[starts + (h[starts] % holders.astype(np.uint64)).astype(np.int64)]
+            picked = at[starts + (h[starts] % holders.astype(np.uint64)).astype(np.int64)]
+            share, owner = self._owners(column, h[starts], holders, lane[picked])
             if not owner.size:
                 continue
             values = pa.concat_arrays([v for _, (v, _) in parts])
+            where = picked[share]  # a position of each shared value in ``values``
             for w in range(len(self.lanes)):
-                mine = owner[lane[owner] == w]
+                mine = where[owner == w]
                 if mine.size:
                     taken = values.take(pa.array(np.sort(mine)))
                     for unit in units:  # one array per column: decoded once in the lane

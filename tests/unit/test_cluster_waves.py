@@ -112,14 +112,17 @@ def test_a_value_two_lanes_hold_goes_to_one_of_them_once():
     # smith (lanes 0, 1 and 2) goes to exactly one lane; jones (lane 0 only), brown, white
     # and bondi (one lane each) stay with their lane, which computes them while encoding
     assert list(given) == ["surname"] and sum(given["surname"].values(), []) == [b"smith"]
-    # the next wave: smith was handed out already, jones is now held by two lanes
+    # the next wave: smith was handed out already; jones, which lane 0 computed alone, is
+    # now held by lanes 1 and 2: lane 0 (whose memo has it) computes it for them
     later = [
         (4, 1, 1, {"surname": _scan([b"smith", b"jones"])}),
         (5, 2, 1, {"surname": _scan([b"jones"])}),
     ]
-    given = _given(driver, driver.plan(later))
-    assert sum(given["surname"].values(), []) == [b"jones"] and 0 not in given["surname"]
+    assert _given(driver, driver.plan(later)) == {"surname": {0: [b"jones"]}}
     assert _given(driver, driver.plan(later)) == {}  # handed out once
+    # brown again at lane 1 only: nothing to share; white (lane 2's) now at lane 0: from lane 2
+    last = [(6, 1, 1, {"surname": _scan([b"brown"])}), (7, 0, 1, {"surname": _scan([b"white"])})]
+    assert _given(driver, driver.plan(last)) == {"surname": {2: [b"white"]}}
 
 
 def test_owners_are_spread_over_the_holders():
