@@ -48,6 +48,7 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     assert np.array_equal(got.block_digests, ref.block_digests)
     assert report.encoded == ref_report.encoded == 3000 and report.skipped == ref_report.skipped
     assert stats.batches > 4 and 1 <= len(stats.cpu_by_worker) <= 2
+    assert stats.first_sight_seconds > 0  # values both workers met: computed by one (waves)
 
 
 def test_embedded_cluster_talks_tls_only() -> None:
