@@ -183,6 +183,39 @@ def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @jit
+def in_two_or_more(arrays: tuple) -> np.ndarray:  # type: ignore[type-arg]
+    """Values present in at least two of the strictly increasing 1-D uint64 arrays of the tuple
+    (a k-way merge; increasing)."""
+    p = len(arrays)
+    heads = np.zeros(p, dtype=np.int64)
+    total = 0
+    for j in range(p):
+        total += arrays[j].shape[0]
+    out = np.empty(total // 2, dtype=np.uint64)
+    n = 0
+    while True:
+        low = np.uint64(0)
+        found = False
+        for j in range(p):
+            if heads[j] < arrays[j].shape[0]:
+                v = arrays[j][heads[j]]
+                if not found or v < low:
+                    low = v
+                    found = True
+        if not found:
+            break
+        count = 0
+        for j in range(p):
+            if heads[j] < arrays[j].shape[0] and arrays[j][heads[j]] == low:
+                count += 1
+                heads[j] += 1
+        if count >= 2:
+            out[n] = low
+            n += 1
+    return out[:n].copy()
+
+
+@jit
 def strictly_increasing(a: np.ndarray) -> bool:
     """True iff the 1-D array is strictly increasing."""
     for i in range(1, a.shape[0]):  # noqa: SIM110 (a compiled loop, not a generator)

@@ -25,6 +25,7 @@ from party.protocol._numba_blocks import (
     csr_count,
     csr_fill,
     digest_table,
+    in_two_or_more,
     intersect_sorted,
     sort_rows_in_place,
     starts_of,
@@ -124,11 +125,12 @@ def shared_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
     for i, d in enumerate(digest_sets):
         if not isinstance(d, np.ndarray) or d.ndim != 1 or d.dtype != np.uint64:
             raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
-        u = sorted_unique(d)
-        distinct.append(u[u != 0])
-    every = np.sort(np.concatenate(distinct))
-    repeated = every[1:][every[1:] == every[:-1]]
-    return sorted_unique(repeated)
+        # what parties send (distinct_digests) is already sorted and distinct: no sort then
+        u = d if strictly_increasing(d) else sorted_unique(d)
+        u = np.ascontiguousarray(u[u != 0] if u.size and u[0] == 0 else u).view()
+        u.flags.writeable = False  # one numba type for the tuple
+        distinct.append(u)
+    return in_two_or_more(tuple(distinct))  # type: ignore[no-any-return]
 
 
 def check_common(common: np.ndarray) -> np.ndarray:

@@ -182,3 +182,23 @@ def test_index_of_sorted_rows_equals_the_unsorted_index(workers: int, threads_al
     for given in (None, counts):
         got = block_index_at(side.positions, 30, keys, workers, rows_sorted=True, counts=given)
         assert np.array_equal(got.starts, want.starts) and np.array_equal(got.rows, want.rows)
+
+
+@pytest.mark.parametrize("parties", [2, 3, 5])
+def test_shared_blocks_are_the_digests_of_two_or_more_parties(parties: int) -> None:
+    """Against a plain count, with zeros, repeats, unsorted and already sorted inputs."""
+    from party.protocol.blocks import shared_blocks
+
+    rng = np.random.default_rng(parties)
+    sets = [
+        rng.integers(0, 60, size=int(rng.integers(0, 50))).astype(np.uint64) for _ in range(parties)
+    ]
+    sets[0] = np.unique(sets[0])  # sorted and distinct, as parties send them (with a 0 maybe)
+    sets[1] = np.append(sets[1], np.uint64(2**64 - 1)) if parties > 2 else sets[1]
+    count: dict[int, int] = {}
+    for s in sets:
+        for v in {int(x) for x in s.tolist() if x}:
+            count[v] = count.get(v, 0) + 1
+    want = sorted(v for v, k in count.items() if k >= 2)
+    got = shared_blocks(sets)
+    assert got.dtype == np.uint64 and got.tolist() == want
