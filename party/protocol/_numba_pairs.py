@@ -28,40 +28,18 @@ from party.protocol._numba_kernel import _popcnt64
 
 
 @jit
-def _shared_whole_before(
-    pos_a: np.ndarray, ra: int, pos_b: np.ndarray, rb: int, block: int, whole: np.ndarray
-) -> bool:
-    """True iff the sorted position rows ra of pos_a and rb of pos_b share a whole block below
-    ``block`` (2-D indexing, no row views: a view costs reference counting in the loop)."""
-    width = pos_a.shape[1]
-    i = 0
-    j = 0
-    while i < width and j < width:
-        x = pos_a[ra, i]
-        y = pos_b[rb, j]
-        if x < 0:
-            i += 1
-        elif y < 0:
-            j += 1
-        elif x >= block or y >= block:
-            return False
-        elif x == y:
-            if whole[x]:
-                return True
-            i += 1
-            j += 1
-        elif x < y:
-            i += 1
-        else:
-            j += 1
-    return False
-
-
-@jit
-def _shared_whole_count(
-    pos_a: np.ndarray, ra: int, pos_b: np.ndarray, rb: int, whole: np.ndarray
+def _shared_whole(
+    pos_a: np.ndarray,
+    ra: int,
+    pos_b: np.ndarray,
+    rb: int,
+    below: int,
+    whole: np.ndarray,
+    first_only: bool,
 ) -> int:
-    """The number of distinct whole blocks both sorted position rows name."""
+    """The number of distinct whole blocks below ``below`` that the sorted position rows ra of
+    pos_a and rb of pos_b both name; ``first_only``: stop at the first (0 or 1). (2-D indexing,
+    no row views: a view costs reference counting in the loop.)"""
     width = pos_a.shape[1]
     i = 0
     j = 0
@@ -73,9 +51,13 @@ def _shared_whole_count(
             i += 1
         elif y < 0:
             j += 1
+        elif x >= below or y >= below:
+            break
         elif x == y:
             if whole[x]:
                 count += 1
+                if first_only:
+                    break
             while i < width and pos_a[ra, i] == x:
                 i += 1
             while j < width and pos_b[rb, j] == y:
@@ -145,7 +127,7 @@ def pair_blocks(  # type: ignore[no-untyped-def]
                 need = table[pa + pb]
                 if (pa if pa < pb else pb) < need:
                     continue
-                if _shared_whole_before(pos_a, ra, pos_b, rb, blk, whole):
+                if _shared_whole(pos_a, ra, pos_b, rb, blk, whole, True):
                     continue
                 evaluated += 1
                 c = 0
@@ -159,7 +141,7 @@ def pair_blocks(  # type: ignore[no-untyped-def]
                 out[written, col_b] = keys_b[rb]
                 out[written, parties] = c
                 written += 1
-                with_duplicates += _shared_whole_count(pos_a, ra, pos_b, rb, whole)
+                with_duplicates += _shared_whole(pos_a, ra, pos_b, rb, whole.shape[0], whole, False)
     return out[:written].copy(), with_duplicates, evaluated
 
 
