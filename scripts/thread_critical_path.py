@@ -14,7 +14,7 @@ aside), and ``T1 / critical`` (T1 = process CPU of the one-thread run) the speed
 would give. The wrappers replace the pool entry points of the kernel modules for the measurement
 only (results are unchanged: the script checks them).
 
-    .venv/bin/python scripts/thread_critical_path.py compare [--records 100000] [--workers 2]
+    .venv/bin/python scripts/thread_critical_path.py compare [--records 100000] [--workers 2] [--target any]
     .venv/bin/python scripts/thread_critical_path.py mpc3    [--records 200000] [--workers 2]
 
 ``compare``: the three parties' ``compare()`` on generated people with the shipped schema (as
@@ -47,6 +47,7 @@ _MODULES = (
     "party.protocol.kernel",
     "party.protocol.blocks",
     "party.protocol.engine",
+    "party.protocol.pairwise",
     "party.mpc.gates",
     "party.mpc.keys",
     "party.mpc.compute",
@@ -136,18 +137,23 @@ class Tally:
         return out, {"wall": wall, "cpu": proc, "serial": serial, "critical": critical}
 
 
-def compare_runs(records: int) -> Callable[[int], Callable[[], Any]]:
-    """A factory: workers -> a thunk running the three parties' compare() on fresh engines."""
+def compare_runs(records: int, target: str = "all") -> Callable[[int], Callable[[], Any]]:
+    """A factory: workers -> a thunk running the three parties' compare() on fresh engines
+    (target any: PairEngines, the candidate pairs of every two parties)."""
+    import dataclasses
+
     import bench_scaling as bs
 
     from party.protocol.engine import PartyEngine
+    from party.protocol.pair_engine import PairEngine
 
     with tempfile.TemporaryDirectory(prefix="critical-path-") as d:
         tables = [bs.encode(p, 1)[0] for p in bs.make_data(Path(d), records)]
-    params = bs.params()
+    params = dataclasses.replace(bs.params(), target=target, one_to_one=target == "all")
+    engine_class = PairEngine if target == "any" else PartyEngine
 
     def prepare(workers: int) -> Callable[[], Any]:
-        engines = [PartyEngine(i, params, tables[i], workers=workers) for i in range(3)]
+        engines = [engine_class(i, params, tables[i], workers=workers) for i in range(3)]
         common = engines[0].common_of([e.block_digests() for e in engines])
         for e in engines:
             e.set_common_blocks(common)
@@ -221,6 +227,9 @@ def main() -> int:
     ap.add_argument("what", choices=("compare", "mpc3"))
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--target", choices=("all", "any"), default="all", help="compare: the linkage target"
+    )
     args = ap.parse_args()
     if args.records is not None and args.records < 1:
         ap.error("--records must be at least 1")
@@ -228,14 +237,15 @@ def main() -> int:
         ap.error("--workers must be at least 2 (it is compared with one thread)")
     w = args.workers
     records = args.records or (100_000 if args.what == "compare" else 200_000)
-    prepare = (compare_runs if args.what == "compare" else mpc3_runs)(records)
+    prepare = compare_runs(records, args.target) if args.what == "compare" else mpc3_runs(records)
     tally = Tally()
     tally.install()
     prepare(1)()  # compile and warm every kernel once, for both paths
     prepare(w)()
     best: dict[int, dict[str, float]] = {}
     outputs = {}
-    print(f"{args.what}: {records:,} records per party, 3 parties; load {os.getloadavg()[0]:.1f}")
+    what = f"{args.what} (target {args.target})" if args.what == "compare" else args.what
+    print(f"{what}: {records:,} records per party, 3 parties; load {os.getloadavg()[0]:.1f}")
     for k in (1, w, 1, w):
         run = prepare(k)
         outputs[k], m = tally.measure(run)
