@@ -22,7 +22,8 @@ Many small blocks (``compare_block_batch``, the common case with fine multi-pass
 depth-first loop over a range of blocks (``_numba_kernel.batch_blocks``), which reads each group of
 blocks' rows ahead in a loop of independent loads; ``distinct=True`` then keeps each candidate set
 once (multi-pass blocking finds most sets in several blocks) by sorting row tuples packed into one
-uint64 (``distinct_sets``).
+uint64 (``distinct_sets``). ``fast_block_rows`` (the engine's fast path) does the same per range
+of blocks on the kernel threads and merges the sorted ranges into distinct ring rows.
 
 Every core (``workers`` > 1): the numba kernel splits the partial sets of a chunk into contiguous row
 ranges, one per thread (the compiled loop releases the GIL; each range writes its own output slots,
