@@ -115,6 +115,26 @@ def test_seen_values_hand_out_new_values_once_and_stay_bounded():
     assert seen.new_values(batch(["a", "\udcff"])) == {"name": [b"a", b"\xff"]}
 
 
+def test_seen_values_of_a_parsed_batch_by_hash_hand_out_new_values_once():
+    import pyarrow as pa
+
+    seen = SeenValues(("name",))
+
+    def parsed(values: list[bytes]) -> _Batch:
+        rb = pa.record_batch([pa.array(values, pa.binary())], names=["c0"])
+        return _Batch(len(values), 1, {}, arrow=rb, arrow_names={"name": "c0"})
+
+    def new(values: list[bytes]) -> list[bytes]:
+        got = seen.new_of(parsed(values))
+        return sorted(got["name"].to_pylist()) if "name" in got else []
+
+    assert new([b"a", b"b", b"a", b""]) == [b"", b"a", b"b"]
+    assert new([b"b", b"c", b"\xff"]) == [b"c", b"\xff"]
+    assert new([b"a", b"c", b"", b"\xff"]) == []
+    # a batch the csv module read (no arrow record batch): the set path, same answer
+    assert seen.new_of(_Batch(2, 1, {"name": _Column.from_values(["d", "d"])})) == {"name": [b"d"]}
+
+
 def test_invalid_utf8_in_a_blocking_column_is_reported_as_by_one_process(tmp_path, monkeypatch):
     monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 8 * 1024)
     path = _people(tmp_path, 900)
