@@ -25,7 +25,7 @@ record-id checks, the first error); at most two waves of ranges are held or in f
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -176,8 +176,6 @@ class WaveLanes(_RangeLanes):
                     break
             while self.results:
                 yield self._take()
-        finally:
-            for fut in self.results:
-                fut.cancel()
-            for _, _, scan in scans:
-                scan.cancel()
+        finally:  # a task already running is waited for: it may still write to the job's folder
+            running = [f for f in [*self.results, *(s for _, _, s in scans)] if not f.cancel()]
+            wait(running)
