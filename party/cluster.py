@@ -114,6 +114,13 @@ def dask_client(
             f"cluster: cannot reach the scheduler {cluster.scheduler} ({type(exc).__name__})"
         ) from None
     with client:
+        try:  # a scheduler whose workers have not joined (yet) has nothing to encode on
+            client.wait_for_workers(1, timeout=connect_timeout)
+        except (OSError, TimeoutError):
+            raise ClusterError(
+                f"cluster: no worker joined the scheduler {cluster.scheduler} within "
+                f"{connect_timeout:g} s"
+            ) from None
         client.run(warm_up)
         yield client
 
@@ -121,9 +128,12 @@ def dask_client(
 def dask_lanes(client: Any) -> list[Executor]:
     """One executor per worker of the client's cluster, pinned to that worker (in address
     order), so that the same worker runs every task of its lane."""
+    workers = sorted(client.scheduler_info()["workers"])
+    if not workers:  # they left after the client connected (a restart, a lost heartbeat)
+        raise ClusterError("cluster: the scheduler has no workers to encode on")
     return [
         client.get_executor(workers=[address], allow_other_workers=False, pure=False)
-        for address in sorted(client.scheduler_info()["workers"])
+        for address in workers
     ]
 
 

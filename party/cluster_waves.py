@@ -25,7 +25,7 @@ record-id checks, the first error); at most two waves of ranges are held or in f
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent.futures import Future, wait
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ import pyarrow as pa
 from party.encoding.csv_ranges import CsvRange, read_range
 from party.encoding.encoder import EncodeDataError, _BatchResult
 from party.encoding.first_sight import RawValues, Unit
-from party.encoding.parallel import _RangeLanes, first_sight_task
+from party.encoding.parallel import _RangeLanes, first_sight_task, stop_tasks
 
 _Scanned = tuple[int, int, int, dict[str, tuple[Any, np.ndarray]]]  # key, lane, rows, distinct
 
@@ -176,6 +176,5 @@ class WaveLanes(_RangeLanes):
                     break
             while self.results:
                 yield self._take()
-        finally:  # a task already running is waited for: it may still write to the job's folder
-            running = [f for f in [*self.results, *(s for _, _, s in scans)] if not f.cancel()]
-            wait(running)
+        finally:
+            stop_tasks([*self.results, *(s for _, _, s in scans)])

@@ -566,12 +566,13 @@ class _Lanes:
             while self.results:
                 yield self._take()
         finally:
-            for fut in self.results:
-                fut.cancel()
-            for _, sight in waiting:
-                for f in sight:
-                    if f is not None:
-                        f.cancel()
+            stop_tasks([*self.results, *(f for _, sight in waiting for f in sight)])
+
+
+def stop_tasks(futures: Sequence[Future[Any] | None]) -> None:
+    """Cancels the lanes' tasks not yet started and waits for those already running: a running
+    task may still write its result into the job's tmpfs folder, which is removed next."""
+    wait([f for f in futures if f is not None and not f.cancel()])
 
 
 class _RangeLanes(_Lanes):
@@ -643,10 +644,7 @@ class _RangeLanes(_Lanes):
             while self.results:
                 yield self._take()
         finally:
-            for fut in self.results:
-                fut.cancel()
-            for _, _, scan in scans:
-                scan.cancel()
+            stop_tasks([*self.results, *(scan for _, _, scan in scans)])
 
 
 class _PeerLanes:
@@ -715,8 +713,7 @@ class _PeerLanes:
                 row += result.n
                 yield result
         finally:
-            for _, _, fut in pending:
-                fut.cancel()
+            stop_tasks([fut for _, _, fut in pending])
 
 
 class _ProgressOnce:

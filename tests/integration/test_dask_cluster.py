@@ -59,8 +59,10 @@ def test_embedded_cluster_talks_tls_only() -> None:
 
 
 @pytest.fixture
-def own_scheduler(tmp_path):
-    """A TLS Dask scheduler and two workers as separate processes, as a party would run them."""
+def own_scheduler(tmp_path, request):
+    """A TLS Dask scheduler and two workers (or ``request.param``) as separate processes, as a
+    party would run them."""
+    nworkers = getattr(request, "param", 2)
     certs = tmp_path / "certs"
     make_certs(certs, ["scheduler", "worker", "node"], ca_name="party cluster CA")
     tls = ["--tls-ca-file", str(certs / "ca.pem")]
@@ -81,14 +83,15 @@ def own_scheduler(tmp_path):
             assert procs[0].poll() is None, "scheduler exited"
             time.sleep(0.1)
         address = json.loads(sched_file.read_text())["address"]
-        procs.append(
-            subprocess.Popen(
-                [dask, "worker", address, "--nworkers", "2", "--nthreads", "1", "--no-dashboard",
-                 *tls, "--tls-cert", str(certs / "worker.pem"),
-                 "--tls-key", str(certs / "worker.key")],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            )
-        )  # fmt: skip
+        if nworkers:
+            procs.append(
+                subprocess.Popen(
+                    [dask, "worker", address, "--nworkers", str(nworkers), "--nthreads", "1",
+                     "--no-dashboard", *tls, "--tls-cert", str(certs / "worker.pem"),
+                     "--tls-key", str(certs / "worker.key")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
         yield ClusterConfig(address, certs / "ca.pem", certs / "node.pem", certs / "node.key")
     finally:
         for proc in reversed(procs):
@@ -115,6 +118,16 @@ def test_the_partys_own_tls_scheduler_encodes_like_one_process(
     got, _ = encode_csv_on_workers(Encoder(schema, SECRET), path, cluster=own_scheduler)
     assert got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
     assert np.array_equal(got.block_digests, ref.block_digests)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("own_scheduler", [0], indirect=True)
+def test_a_scheduler_without_workers_is_a_clear_error(own_scheduler) -> None:
+    with (
+        pytest.raises(ClusterError, match=r"no worker joined the scheduler tls://.* within 5 s"),
+        dask_client(own_scheduler, connect_timeout=5),
+    ):
+        pass
 
 
 def test_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:
