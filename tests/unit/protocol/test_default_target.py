@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import pathlib
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -19,6 +17,7 @@ from party.protocol.pair_engine import PairEngine
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
 from proto import common_pb2, linkage
+from tests.scripts import load_script
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
 SCHEMA = json.loads((ROOT / "examples" / "schema.json").read_text())
@@ -34,14 +33,6 @@ def file_object(**changes: Any) -> dict[str, Any]:
     }
     obj.update(changes)
     return obj
-
-
-def load_script(name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_protocol_parameters_default_to_target_any_with_groups_of_two_or_more() -> None:

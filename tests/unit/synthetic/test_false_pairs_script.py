@@ -1,22 +1,13 @@
 """scripts/false_pairs.py: every pair inside an output group counted true or false against the truth,
 the false pairs' differing fields counted; a folder that is not a results folder is refused."""
 
-import importlib.util
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "false_pairs.py"
+from tests.scripts import load_script
+
 HEADER = "rec_id,given_name,surname,sex,dob,street_address,suburb,postcode,state\n"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("false_pairs_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _write(path: Path, text: str) -> None:
@@ -47,7 +38,7 @@ def test_counts_false_pairs_and_their_differing_fields(tmp_path: Path, capsys) -
         tmp_path / "results" / "party-1" / "matches.csv", head + "L0,1.0,b1,3,x\nL1,0.85,b2,2,x\n"
     )
     _write(tmp_path / "results" / "party-2" / "matches.csv", head + "L0,1.0,c1,3,x\n")
-    assert _script().main([str(tmp_path)]) == 0
+    assert load_script("false_pairs").main([str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert "pairs in groups: 4, true 3, false 1" in out
     assert "false pairs by group size: [(2, 1)]" in out
@@ -59,6 +50,6 @@ def test_counts_false_pairs_and_their_differing_fields(tmp_path: Path, capsys) -
 
 def test_a_folder_that_is_not_a_results_folder_is_refused(tmp_path: Path, capsys) -> None:
     with pytest.raises(SystemExit) as exit_info:
-        _script().main([str(tmp_path)])
+        load_script("false_pairs").main([str(tmp_path)])
     assert exit_info.value.code == 2
     assert "is not a simulate.py results folder" in capsys.readouterr().err

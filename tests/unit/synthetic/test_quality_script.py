@@ -1,28 +1,16 @@
 """scripts/quality.py: "ours" runs the default linkage target of ProtocolParameters, the other beside."""
 
-import importlib.util
 import json
 from dataclasses import fields
-from pathlib import Path
-from types import ModuleType
 
 import numpy as np
 
 from party.protocol.params import ProtocolParameters
-
-SCRIPT = Path(__file__).resolve().parents[3] / "scripts" / "quality.py"
-
-
-def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("quality_script", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import load_script
 
 
 def test_ours_is_the_default_target_and_the_other_target_is_beside_it(tmp_path):
-    quality = _script()
+    quality = load_script("quality")
     default = next(f.default for f in fields(ProtocolParameters) if f.name == "target")
     assert default == quality.DEFAULT_TARGET
     assert {quality.DEFAULT_TARGET, quality.OTHER_TARGET} == {"all", "any"}
@@ -41,7 +29,7 @@ def test_ours_is_the_default_target_and_the_other_target_is_beside_it(tmp_path):
 
 
 def test_scale_bits_writes_a_scaled_copy_and_leaves_the_schema_alone(tmp_path):
-    quality = _script()
+    quality = load_script("quality")
     args = quality.build_parser().parse_args(["--out", str(tmp_path), "--scale-bits", "0.5"])
     shipped = quality.febrl4_schema_path()
     got = quality.scaled(shipped, "febrl4", args)
@@ -60,7 +48,7 @@ def test_febrl4_schema_lsh_keys_block_a_pair_that_only_shares_its_address():
     from party.encoding.encoder import Encoder
     from party.encoding.schema import parse_schema
 
-    schema = parse_schema(json.loads(_script().febrl4_schema_path().read_text()))
+    schema = parse_schema(json.loads(load_script("quality").febrl4_schema_path().read_text()))
     lsh = {b.name: b.lsh for b in schema.blocking if b.lsh is not None}
     assert set(lsh) == {"lsh_address", "lsh_names"}
     address = {
