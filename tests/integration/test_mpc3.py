@@ -77,7 +77,9 @@ def test_five_parties_mpc3_equal_the_oracle(make_cluster) -> None:  # type: igno
 
 
 def _filter_words(cluster: Cluster) -> np.ndarray:
-    """Every distinctive 64-bit word (>= 12 bits set) of every party's filters and segments."""
+    """Every distinctive 64-bit word of every party's filters and segments: >= 12 bits set and a
+    value of at least 2^32. A segment's last, partial word can be a small number (0xb7b7), which
+    the random shares of mpc3's small rings hit by chance (one hit in a CI run); full words stay."""
     from party.encoding.bits import slice_bits
     from party.encoding.encoder import Encoder
     from party.encoding.schema import parse_schema
@@ -93,7 +95,7 @@ def _filter_words(cluster: Cluster) -> np.ndarray:
         for j in range(p):
             words.append(slice_bits(filters, j * w, (j + 1) * w).ravel())
     allw = np.unique(np.concatenate(words))
-    return allw[np.bitwise_count(allw) >= 12]
+    return allw[(np.bitwise_count(allw) >= 12) & (allw >= np.uint64(1 << 32))]
 
 
 def _found(capture: bytes, needles: np.ndarray) -> int:
