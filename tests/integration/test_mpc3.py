@@ -78,8 +78,9 @@ def test_five_parties_mpc3_equal_the_oracle(make_cluster) -> None:  # type: igno
 
 def _filter_words(cluster: Cluster) -> np.ndarray:
     """Every distinctive 64-bit word of every party's filters and segments: >= 12 bits set and a
-    value of at least 2^32. A segment's last, partial word can be a small number (0xb7b7), which
-    the random shares of mpc3's small rings hit by chance (one hit in a CI run); full words stay."""
+    value of at least 2^32. A segment's last, partial word can be a small number (0xb7b7), which a
+    CI run found once by chance inside an array of numbers below 2^16 that a node sent; full words
+    stay."""
     from party.encoding.bits import slice_bits
     from party.encoding.encoder import Encoder
     from party.encoding.schema import parse_schema
