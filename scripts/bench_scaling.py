@@ -2,7 +2,7 @@
 """Scaling benchmark: speedup from 1 to all cores, time and memory exponents in N, and a 4-worker
 Dask cluster's CPU per worker against the ideal quarter.
 
-    .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only | --comparison-only]
+    .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only | --comparison-only] [--target any|all]
     .venv/bin/python scripts/bench_scaling.py sizes   [--sizes 25000,50000,100000,200000,400000,1000000]
     .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4]
 
@@ -18,7 +18,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
   on idle cores: one process's CPU over the larger of the busiest process and all CPU / cores)
-  and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads). Checks that the outputs are identical.
+  and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads;
+  ``--target any``, the shipped default, or ``--target all``). Checks that the outputs are
+  identical.
   Prints wall-clock speedups and the CPU ratio, and before and after the comparison runs the
   ceiling of ``scripts/thread_ceiling.py`` (a perfectly parallel loop, 1 vs W threads, same
   pool): on a shared machine a process may get one core however many threads it runs.
@@ -83,7 +85,9 @@ def schema():  # type: ignore[no-untyped-def]
     return parse_schema(raw)
 
 
-def params():  # type: ignore[no-untyped-def]
+def params(target: str = "all"):  # type: ignore[no-untyped-def]
+    """The run's parameters: s_t 0.8, s_m 0.7, a 2 GiB budget; ``target`` all (one-to-one off)
+    or any (the shipped default: groups at two or more parties)."""
     from party.protocol.params import ProtocolParameters
 
     return ProtocolParameters(
@@ -92,7 +96,7 @@ def params():  # type: ignore[no-untyped-def]
         match_threshold=0.8,
         segment_threshold=0.7,
         memory_budget_bytes=2**31,
-        target="all",
+        target=target,
     )
 
 
@@ -142,6 +146,18 @@ def idle_bound(one: float, parent: float, stats, cores: int) -> float:  # type: 
     return one / max(busiest, (parent + stats.cpu_seconds) / cores)
 
 
+def matched_groups(run) -> list[tuple[float, tuple[tuple[int, str], ...]]]:  # type: ignore[no-untyped-def]
+    """A run's matches without its pseudonym-dependent labels: each group's similarity and its
+    (party, record id) members, sorted (two runs agree iff they matched the same groups)."""
+    groups: dict[str, list[tuple[int, str]]] = {}
+    sims: dict[str, float] = {}
+    for party, rows in enumerate(run.matches):
+        for row in rows:
+            groups.setdefault(row.linkage_id, []).append((party, row.record_id))
+            sims[row.linkage_id] = row.similarity
+    return sorted((sims[k], tuple(sorted(v))) for k, v in groups.items())
+
+
 def cmd_cores(args: argparse.Namespace) -> None:
     import numpy as np
     from thread_ceiling import thread_ceiling
@@ -188,18 +204,19 @@ def cmd_cores(args: argparse.Namespace) -> None:
         cpu: dict[int, list[float]] = {}
         for k in (1, w, 1, w):
             c0, t0 = self_cpu(), time.perf_counter()
-            run = run_in_process(tables, params(), workers=k)
+            run = run_in_process(tables, params(args.target), workers=k)
             times.setdefault(k, []).append(time.perf_counter() - t0)
             cpu.setdefault(k, []).append(self_cpu() - c0)
             compare = run.metrics.step_seconds["compare"]
             times.setdefault(f"compare{k}", []).append(compare)
-            sets[k] = run.classification.sets_summed
+            sets[k] = (run.classification.sets_summed, matched_groups(run))
         c_1, c_w = min(times["compare1"]), min(times[f"compare{w}"])
         print(
-            f"comparison of 3 parties: 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
+            f"comparison of 3 parties (target {args.target}): 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
             f"{c_1 / c_w:.2f}x (best of 2); whole protocol {min(times[1]):.2f}s vs "
             f"{min(times[w]):.2f}s ({min(cpu[1]):.2f} vs {min(cpu[w]):.2f} CPU-s); identical "
-            f"summed sets: {sets[1] == sets[w]}; {load()}"
+            f"summed sets and matched groups: {sets[1] == sets[w]} ({sets[w][0]:,} sets summed, "
+            f"{len(sets[w][1]):,} groups); {load()}"
         )
         print(f"before: {ceiling_before}\nafter:  {thread_ceiling(w)[1]}")
 
@@ -343,6 +360,12 @@ def main() -> int:
     ap.add_argument("--workers", type=int, default=0, help="0: every core")
     ap.add_argument(
         "--comparison-only", action="store_true", help="cores: skip the encoding speedup"
+    )
+    ap.add_argument(
+        "--target",
+        choices=("any", "all"),
+        default="any",
+        help="cores: the comparison's linkage target (default any, the shipped default)",
     )
     ap.add_argument("--sizes", default="25000,50000,100000,200000,400000,1000000")
     ap.add_argument("--cluster-workers", type=int, default=4)

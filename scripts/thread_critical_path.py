@@ -2,9 +2,10 @@
 speedup on idle cores, measured from CPU seconds (which a loaded machine inflates far less than it
 stretches wall-clock).
 
-Every piece of work the kernels hand to the pool threads (``run_split`` ranges and the many-blocks
-kernel's block ranges) is timed with ``time.thread_time`` and grouped by parallel region (one call
-of ``run_split`` or ``compare_block_batch`` from the calling thread). Then
+Every piece of work the kernels hand to the pool threads (``run_split`` ranges, the many-blocks
+kernel's block ranges and the pair kernel's ranges) is timed with ``time.thread_time`` and grouped
+by parallel region (one call of ``run_split`` or ``compare_block_batch`` from the calling thread,
+or one piece of ``PairPlan.kept_pairs``). Then
 
     critical = CPU of the calling thread outside regions + sum over regions of the busiest
                thread's CPU in the region
@@ -14,7 +15,7 @@ aside), and ``T1 / critical`` (T1 = process CPU of the one-thread run) the speed
 would give. The wrappers replace the pool entry points of the kernel modules for the measurement
 only (results are unchanged: the script checks them).
 
-    .venv/bin/python scripts/thread_critical_path.py compare [--records 100000] [--workers 2] [--target any]
+    .venv/bin/python scripts/thread_critical_path.py compare [--records 100000] [--workers 2] [--target any|all]
     .venv/bin/python scripts/thread_critical_path.py mpc3    [--records 200000] [--workers 2]
 
 ``compare``: the three parties' ``compare()`` on generated people with the shipped schema (as
@@ -41,6 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import party.protocol.kernel as kernel_module  # noqa: E402
+import party.protocol.pairwise as pairwise_module  # noqa: E402
 import party.protocol.threads as threads_module  # noqa: E402
 
 _MODULES = (
@@ -112,6 +114,20 @@ class Tally:
                 tally.region += 1
             return batch(*args, **kw)
 
+        kept_pairs = pairwise_module.PairPlan.kept_pairs
+
+        def kept_pairs_by_piece(*args: Any, **kw: Any) -> Any:
+            # each piece (computed inside next()) is a parallel region of its own
+            pieces = kept_pairs(*args, **kw)
+            while True:
+                tally.region += 1
+                try:
+                    item = next(pieces)
+                except StopIteration:
+                    return
+                yield item
+
+        pairwise_module.PairPlan.kept_pairs = kept_pairs_by_piece  # type: ignore[method-assign]
         for name in _MODULES:
             mod = importlib.import_module(name)
             for attr, fn in (
@@ -122,7 +138,9 @@ class Tally:
                 if hasattr(mod, attr):
                     setattr(mod, attr, fn)
 
-    def measure(self, fn: Callable[[], Any]) -> tuple[Any, dict[str, float]]:
+    def measure(self, fn: Callable[[], Any], workers: int = 1) -> tuple[Any, dict[str, float]]:
+        """Run ``fn``: (its output, wall, process CPU, serial CPU, critical path, and the pooled
+        regions' CPU and its busiest threads' excess over an even share of ``workers``)."""
         self.cpu.clear()
         c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
         out = fn()
@@ -133,11 +151,19 @@ class Tally:
             regions[r][t] = c
         in_main = sum(d.get(self.main, 0.0) for d in regions.values())
         serial = main - in_main
-        critical = serial + sum(max(d.values()) for d in regions.values())
-        return out, {"wall": wall, "cpu": proc, "serial": serial, "critical": critical}
+        busiest = sum(max(d.values()) for d in regions.values())
+        pooled = sum(sum(d.values()) for d in regions.values())
+        return out, {
+            "wall": wall,
+            "cpu": proc,
+            "serial": serial,
+            "critical": serial + busiest,
+            "pooled": pooled,
+            "imbalance": busiest - pooled / workers,
+        }
 
 
-def compare_runs(records: int, target: str = "all") -> Callable[[int], Callable[[], Any]]:
+def compare_runs(records: int, target: str = "any") -> Callable[[int], Callable[[], Any]]:
     """A factory: workers -> a thunk running the three parties' compare() on fresh engines
     (target any: PairEngines, the candidate pairs of every two parties)."""
     import dataclasses
@@ -149,7 +175,7 @@ def compare_runs(records: int, target: str = "all") -> Callable[[int], Callable[
 
     with tempfile.TemporaryDirectory(prefix="critical-path-") as d:
         tables = [bs.encode(p, 1)[0] for p in bs.make_data(Path(d), records)]
-    params = dataclasses.replace(bs.params(), target=target, one_to_one=target == "all")
+    params = dataclasses.replace(bs.params(target), one_to_one=target == "all")
     engine_class = PairEngine if target == "any" else PartyEngine
 
     def prepare(workers: int) -> Callable[[], Any]:
@@ -228,7 +254,10 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument(
-        "--target", choices=("all", "any"), default="all", help="compare: the linkage target"
+        "--target",
+        choices=("any", "all"),
+        default="any",
+        help="compare: the linkage target (default any, the shipped default)",
     )
     args = ap.parse_args()
     if args.records is not None and args.records < 1:
@@ -248,11 +277,12 @@ def main() -> int:
     print(f"{what}: {records:,} records per party, 3 parties; load {os.getloadavg()[0]:.1f}")
     for k in (1, w, 1, w):
         run = prepare(k)
-        outputs[k], m = tally.measure(run)
+        outputs[k], m = tally.measure(run, k)
         print(
             f"  {k} thread(s): wall {m['wall']:.2f}s, CPU {m['cpu']:.2f}s, serial (calling "
-            f"thread outside pooled work) {m['serial']:.2f}s, critical path {m['critical']:.2f}s; "
-            f"load {os.getloadavg()[0]:.1f}",
+            f"thread outside pooled work) {m['serial']:.2f}s, critical path {m['critical']:.2f}s "
+            f"(pooled {m['pooled']:.2f} CPU-s, busiest threads {m['imbalance']:.2f}s over an even "
+            f"share); load {os.getloadavg()[0]:.1f}",
             flush=True,
         )
         if k not in best or m["cpu"] < best[k]["cpu"]:
