@@ -91,7 +91,13 @@ def solve_pair_groups(outcome: PairOutcome, params: ProtocolParameters) -> list[
             f"{PYTHON_SOLVER_BYTES_PER_PAIR * k // 2**20 + 1} MiB, more than half of the memory budget: "
             "raise the party's memory_budget_mib (or s_t)"
         )
-    return solve_groups(outcome.pairs(), params.min_parties, params.solver, params.match_threshold)
+    return solve_groups(
+        outcome.pairs(),
+        params.min_parties,
+        params.solver,
+        params.match_threshold,
+        parties=params.party_count,
+    )
 
 
 def solve_pair_rows(

@@ -140,7 +140,9 @@ def run_any_in_process(
             (a, x, b, y, s) for x, y, s in zip(ka, kb, similarity[hit].tolist(), strict=True)
         )
     stats.matched_pairs = len(matched)
-    groups = solve_groups(matched, params.min_parties, params.solver, params.match_threshold)
+    groups = solve_groups(
+        matched, params.min_parties, params.solver, params.match_threshold, parties=p
+    )
     stats.groups = len(groups)
     return AnyRun(
         matches=group_rows(groups, params, tables, pseudonyms),

@@ -47,7 +47,7 @@ from party.protocol._numba_groups import (
     sort_partners,
 )
 from party.protocol.errors import MemoryBudgetError, ProtocolError
-from party.protocol.solver import _strong_level, check_solver
+from party.protocol.solver import _strong_level, check_solver, effective_solver
 from party.protocol.spill import MemoryGauge, RowStore
 
 #: Bytes per pair inside a kept group, collected for the group similarities (id, Dice, and the
@@ -165,13 +165,17 @@ def solve_streamed(
     """Per party, a finished store of its (k_q, 5) result rows in linkage-id order (the columns of
     ``group_result_rows``), and the number of groups (module docstring). ``pair_chunks()`` yields
     (ends (k, 4) uint64: party a, key a, party b, key b; Dice (k,) float64) and is read once;
-    ``known[q]`` holds every key of party q that a pair can name, sorted; ``new_store(width, name,
+    ``known[q]`` holds every key of party q that a pair can name, sorted, one entry per party of
+    the run (at P = 2 every rule is greedy: ``solver.effective_solver``); ``new_store(width, name,
     key_columns)`` makes the spilling stores; ``gauge`` is charged for the per-record state, the
     partner lists, the inner pairs and the result rows while they are held; ``chunk_rows``: pairs
     read from the sorted store at a time."""
     check_solver(solver)
     strong = _strong_level(solver, match_threshold)
     parties = len(known)
+    solver = effective_solver(solver, parties)  # greedy at P = 2 (``party.protocol.solver``)
+    if solver == "greedy":
+        strong = -math.inf
     nodes = _Nodes(known)
     n = nodes.count
     if n >= 2**31 - 1:

@@ -11,7 +11,9 @@ engine's blocking, pair, Dice or solver code (``pairwise``, ``blocks``, ``classi
   unless they are one group, share a party, or the rule rejects: "greedy" never, "majority" unless
   at least half the cross pairs are matched, "weakest-link" unless all are; "guarded" merges as
   greedy when Dice >= s_t + 0.02, and below that only a lone record into a group of 2+ that holds
-  every record the lone one is matched with (never two lone records, never two groups). Similarity = mean Dice
+  every record the lone one is matched with (never two lone records, never two groups); in a run of
+  two parties (``parties`` = 2) that weak band does not apply: "guarded" merges as greedy there.
+  Similarity = mean Dice
   of the matched internal pairs (``math.fsum``). Groups smaller than min_parties are dropped; the
   rest are ordered by their smallest (party, key).
 
@@ -81,15 +83,18 @@ def oracle_groups(
     solver: str,
     keys: Sequence[np.ndarray | Sequence[int]] | None = None,
     match_threshold: float | None = None,
+    parties: int | None = None,
 ) -> list[OracleGroup]:
-    """Groups of (party, row) built from matched pairs by the documented rule (see module doc)."""
+    """Groups of (party, row) built from matched pairs by the documented rule (see module doc);
+    ``parties``: the run's number of parties (None: not known, the weak band applies)."""
     if solver not in ("greedy", "majority", "weakest-link", "guarded"):
         raise ProtocolError(f"oracle_groups: unknown solver {solver!r}")
     weak_below = -math.inf
     if solver == "guarded":
         if match_threshold is None:
             raise ProtocolError("oracle_groups: solver 'guarded' needs the match threshold")
-        weak_below = match_threshold + 0.02
+        if parties != 2:
+            weak_below = match_threshold + 0.02
 
     def key(party: int, row: int) -> tuple[int, int]:
         return (party, row if keys is None else int(keys[party][row]))

@@ -21,6 +21,13 @@ rejects the merge:
   household member or neighbour, and a corrupted copy of a group's person is told apart from them
   by having no other candidate; two groups joined by a weak pair are almost always two people.
 
+At P = 2 every group is one record of each party, so a merge always joins two lone records: there
+every rule is one-to-one greedy (``effective_solver``). ``weakest-link`` and ``majority`` agree with
+greedy by construction (the only cross pair is the pair itself); ``guarded``'s weak band, which
+never joins two lone records, would drop every pair in it, so it does not apply at P = 2 (what
+clkhash + anonlink's greedy solver does and two-party users expect; docs/benchmarks.md, "All pairs
+at P = 2").
+
 A group's similarity is the mean Dice of its matched internal pairs (``math.fsum`` / count, so
 the order of summation does not matter). Groups of fewer than ``min_parties`` records are dropped; the rest are ordered by their
 smallest member ``(party, key)`` and numbered 0, 1, ... (the linkage id).
@@ -62,6 +69,13 @@ def check_solver(name: str) -> str:
     return name
 
 
+def effective_solver(solver: str, parties: int | None) -> str:
+    """The rule a run of ``parties`` parties applies: greedy at P = 2 (module docstring), else
+    ``solver``; ``parties`` None: not known, ``solver`` as given."""
+    check_solver(solver)
+    return "greedy" if parties == 2 else solver
+
+
 def _accepts(rule: str, matched_cross: int, cross: int) -> bool:
     if rule == "majority":
         return 2 * matched_cross >= cross
@@ -100,13 +114,19 @@ def solve_groups(
     min_parties: int,
     solver: str = DEFAULT_SOLVER,
     match_threshold: float | None = None,
+    parties: int | None = None,
 ) -> list[Group]:
     """Groups from matched pairs (see the module docstring for the rules and tie-breaks).
 
-    ``match_threshold`` (the run's s_t) is needed by the ``guarded`` rule only.
+    ``match_threshold`` (the run's s_t) is needed by the ``guarded`` rule only. ``parties``: the
+    run's number of parties P (at P = 2 every rule is greedy); None when not known (the rule as
+    named).
     """
     check_solver(solver)
     strong = _strong_level(solver, match_threshold)
+    solver = effective_solver(solver, parties)
+    if solver == "greedy":
+        strong = -math.inf
     edges: list[tuple[float, Member, Member]] = []
     for pa, ka, pb, kb, sim in pairs:
         a, b = (int(pa), int(ka)), (int(pb), int(kb))

@@ -78,7 +78,12 @@ def oracle_group_set(
     for _ in range(draws):
         keys = [rng.permutation(len(t.record_ids)) + 1 for t in tables]
         groups = oracle_groups(
-            pairs, params.min_parties, params.solver, keys, params.match_threshold
+            pairs,
+            params.min_parties,
+            params.solver,
+            keys,
+            params.match_threshold,
+            parties=params.party_count,
         )
         found.append(
             {

@@ -81,6 +81,7 @@ def run_oracle_groups(
         params.solver,
         run.pseudonyms,
         params.match_threshold,
+        parties=params.party_count,
     )
     return [sorted((p, tables[p].record_ids[row]) for p, row in g.members) for g in want]
 

@@ -49,7 +49,12 @@ def groups_by_record_id(run, tables) -> set:
 def oracle_by_record_id(tables, params, run) -> set:
     pairs = oracle_pairs(tables, params)
     want = oracle_groups(
-        pairs, params.min_parties, params.solver, run.pseudonyms, params.match_threshold
+        pairs,
+        params.min_parties,
+        params.solver,
+        run.pseudonyms,
+        params.match_threshold,
+        parties=params.party_count,
     )
     assert len(run.matched_pairs) == len(pairs)
     return {

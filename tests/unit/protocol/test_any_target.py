@@ -140,9 +140,15 @@ def test_threshold_boundary_pair_is_a_match_in_the_protocol() -> None:
     assert [(r.record_id, r.similarity, r.group_size, r.parties) for r in run.matches[0]] == [
         ("a", 0.8, 2, ("p0", "p1"))
     ]
-    # guarded: the pair is matched (in the weak band) but joins two lone records: no group
+    # guarded at P = 2 is greedy: the pair at exactly s_t (its weak band) is a group
     run = run_any_in_process(tables, params(2, solver="guarded"))
-    assert run.stats.matched_pairs == 1 and run.matches == [[], []]
+    assert run.stats.matched_pairs == 1 and [r.record_id for r in run.matches[1]] == ["b"]
+    # at P = 3 the weak band applies: the pair joins two lone records, so no group
+    c = np.zeros((1, 120), np.uint8)
+    c[0, [90, 91, 92]] = 1
+    tables.append(EncodedRecords(("c",), pack_rows(c), 120, dig))
+    run = run_any_in_process(tables, params(3, solver="guarded", filter_bits=120))
+    assert run.stats.matched_pairs == 1 and run.matches == [[], [], []]
 
 
 @given(
@@ -229,7 +235,7 @@ def test_sm_zero_groups_equal_the_oracle(seed: int, p: int, solver: str) -> None
     run = run_any_in_process(tables, prm)
     pairs = oracle_pairs(tables, prm)
     assert len(run.matched_pairs) == len(pairs)
-    want = oracle_groups(pairs, 2, solver, run.pseudonyms, 0.75)
+    want = oracle_groups(pairs, 2, solver, run.pseudonyms, 0.75, parties=p)
     got = {
         (
             tuple(

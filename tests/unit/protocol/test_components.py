@@ -59,7 +59,7 @@ def _whole(ends: np.ndarray, sims: np.ndarray, p: int, m: int, solver: str) -> l
     pairs = [
         (a, ka, b, kb, s) for (a, ka, b, kb), s in zip(ends.tolist(), sims.tolist(), strict=True)
     ]
-    return group_result_rows(solve_groups(pairs, m, solver, 0.8), p)
+    return group_result_rows(solve_groups(pairs, m, solver, 0.8, parties=p), p)
 
 
 class _Stores:
@@ -209,7 +209,8 @@ def test_partner_lists_beyond_the_budget_are_refused_by_name(tmp_path: Path) -> 
     stores = _Stores(tmp_path, 1 << 20)
     gauge = LocalGauge(NODE_BYTES * 201 + 1000)  # less than 8 bytes per pair beside the state
     with pytest.raises(MemoryBudgetError, match="partner lists of 200 matched pairs"):
-        _solve(ends, np.full(200, 0.9), 2, 2, "guarded", stores, 10, 16, gauge)
+        # three parties (the third has no pairs): at P = 2 guarded is greedy, without the lists
+        _solve(ends, np.full(200, 0.9), 3, 2, "guarded", stores, 10, 16, gauge)
     assert gauge.held == 0 and stores.gauge.held == 0
     # greedy needs no partner lists: it reaches the result rows
     with pytest.raises(MemoryBudgetError, match="result rows of 200 records of party 1"):

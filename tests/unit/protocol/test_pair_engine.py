@@ -41,7 +41,12 @@ def groups_of(matches: list[list[GroupRow]]) -> Groups:
 
 def expected(tables: list[EncodedRecords], prm, keys: list[np.ndarray]) -> Groups:  # type: ignore[no-untyped-def]
     want = oracle_groups(
-        oracle_pairs(tables, prm), prm.min_parties, prm.solver, keys, prm.match_threshold
+        oracle_pairs(tables, prm),
+        prm.min_parties,
+        prm.solver,
+        keys,
+        prm.match_threshold,
+        parties=prm.party_count,
     )
     return {
         (
@@ -179,6 +184,6 @@ def test_threshold_boundary_pair_matches_through_the_engines() -> None:
         EncodedRecords(("a",), pack_rows(a), 120, dig),
         EncodedRecords(("b",), pack_rows(b), 120, dig),
     ]
-    # greedy: under guarded a pair at exactly s_t (weak band) never joins two lone records
+    # a pair at exactly s_t (guarded's weak band, which does not apply at P = 2)
     run = run_in_process(tables, params(2, solver="greedy"))
     assert groups_of(run.matches) == {(((0, "a"), (1, "b")), 0.8, 2, ("p0", "p1"))}  # type: ignore[arg-type]
