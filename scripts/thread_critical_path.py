@@ -50,6 +50,7 @@ _MODULES = (
     "party.protocol.blocks",
     "party.protocol.engine",
     "party.protocol.pairwise",
+    "party.protocol.row_sort",
     "party.mpc.gates",
     "party.mpc.keys",
     "party.mpc.compute",

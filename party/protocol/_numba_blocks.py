@@ -299,3 +299,81 @@ def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarr
                 order[i:j] = sub
         i = j
     return order
+
+
+@jit
+def _key_below(rows: np.ndarray, i: int, bounds: np.ndarray, j: int, key_columns: int) -> bool:
+    """True iff row i of ``rows`` is below row j of ``bounds`` on the first key columns."""
+    for c in range(key_columns):
+        x, y = rows[i, c], bounds[j, c]
+        if x != y:
+            return bool(x < y)
+    return False
+
+
+@jit
+def _key_range(rows: np.ndarray, i: int, splitters: np.ndarray, key_columns: int) -> int:
+    """The key range of row i: how many of the sorted ``splitters`` are at most its key."""
+    lo = 0
+    hi = splitters.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _key_below(rows, i, splitters, mid, key_columns):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@jit
+def key_range_counts(
+    rows: np.ndarray, splitters: np.ndarray, key_columns: int, lo: int, hi: int, counts: np.ndarray
+) -> None:
+    """Add to ``counts[r]`` how many of rows lo..hi-1 fall in key range r (``_key_range``)."""
+    for i in range(lo, hi):
+        counts[_key_range(rows, i, splitters, key_columns)] += 1
+
+
+@jit
+def key_range_fill(
+    rows: np.ndarray,
+    splitters: np.ndarray,
+    key_columns: int,
+    lo: int,
+    hi: int,
+    at: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """Copy rows lo..hi-1 to ``out``, each at ``at[its key range]`` (then advanced): rows of a
+    range keep their order."""
+    width = rows.shape[1]
+    for i in range(lo, hi):
+        r = _key_range(rows, i, splitters, key_columns)
+        p = at[r]
+        for c in range(width):
+            out[p, c] = rows[i, c]
+        at[r] = p + 1
+
+
+@jit
+def first_keys_in_order(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarray:
+    """The positions in ``order`` (a permutation sorting ``rows`` by key) of the first row of
+    each key: of equal keys, the one the order puts first."""
+    n = order.shape[0]
+    keep = np.empty(n, dtype=np.int64)
+    k = 0
+    for t in range(n):
+        if t == 0 or _key_below(rows, order[t - 1], rows, order[t], key_columns):
+            keep[k] = t
+            k += 1
+    return keep[:k].copy()
+
+
+@jit
+def gather_rows(rows: np.ndarray, order: np.ndarray, picks: np.ndarray, out: np.ndarray) -> None:
+    """out[t] = rows[order[picks[t]]] for every t."""
+    width = rows.shape[1]
+    for t in range(picks.shape[0]):
+        i = order[picks[t]]
+        for c in range(width):
+            out[t, c] = rows[i, c]

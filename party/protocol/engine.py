@@ -616,6 +616,7 @@ class PartyEngine:
             key_columns=self.parties,
             name="survivors",
             merge_bytes=self.params.memory_budget_bytes // 8,
+            workers=self.workers,
         )
 
     def _finish_compare(

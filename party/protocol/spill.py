@@ -48,6 +48,7 @@ import numpy as np
 from party.protocol._numba_blocks import first_of_each_key
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows, sort_rows
+from party.protocol.row_sort import PARALLEL_MIN_ROWS, sort_unique_rows
 
 _U64 = np.dtype("<u8")
 #: At most this many sorted runs are merged at once (more are merged in rounds), so the merge's
@@ -144,10 +145,13 @@ class SpillFolder:
         self._path = None
 
 
-def _sort_unique(rows: np.ndarray, key_columns: int) -> np.ndarray:
-    """Rows sorted by their first ``key_columns`` columns, one row per key."""
+def _sort_unique(rows: np.ndarray, key_columns: int, workers: int = 1) -> np.ndarray:
+    """Rows sorted by their first ``key_columns`` columns, one row per key (the first in input
+    order); on ``workers`` kernel threads (``row_sort``, the same result) when there are many."""
     if rows.shape[0] < 2:
         return rows
+    if workers > 1 and rows.shape[0] >= PARALLEL_MIN_ROWS:
+        return sort_unique_rows(np.ascontiguousarray(rows), key_columns, workers)
     # Drop repeated keys first (linear; the comparison finds a set once per block it shares, so
     # most rows repeat), keeping each key's first row as a stable sort would; then sort the rest.
     first = first_of_each_key(np.ascontiguousarray(rows), key_columns)
@@ -219,8 +223,11 @@ class RowStore:
         key_columns: int | None = None,
         name: str = "rows",
         merge_bytes: int = 8 * 2**20,
+        workers: int = 1,
     ) -> None:
+        """``workers``: kernel threads a sorted store's sorts use (``row_sort``)."""
         self.width = width
+        self.workers = workers
         self.gauge = gauge
         self.folder = folder
         self.key_columns = key_columns
@@ -269,7 +276,7 @@ class RowStore:
             rows = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
             pieces.clear()
             self._mem = []  # the pieces' memory is the concatenation's now (still reserved)
-            run = _sort_unique(rows, self.key_columns)
+            run = _sort_unique(rows, self.key_columns, self.workers)
             del rows
             path = self.folder.new_file(self.name)
             _write(path, run, self.folder)
@@ -300,7 +307,7 @@ class RowStore:
             if self._mem:
                 rows = np.concatenate(self._mem) if len(self._mem) > 1 else self._mem[0]
                 self._mem = []  # reserved with the sort's room until sorted
-                rows = _sort_unique(rows, self.key_columns)
+                rows = _sort_unique(rows, self.key_columns, self.workers)
                 self._drop_memory()
                 if not self.gauge.try_reserve(rows.nbytes):
                     self._files = [(self.folder.new_file(self.name), 0)]
@@ -366,7 +373,7 @@ class RowStore:
             else:
                 parts = [bufs[i] for i in live]
                 bufs = [b[:0] for b in bufs]
-            batch = _sort_unique(np.concatenate(parts), k)
+            batch = _sort_unique(np.concatenate(parts), k, self.workers)
             _write(out, batch, self.folder)
             written += batch.shape[0]
         for p, _ in files:
