@@ -40,7 +40,7 @@ from party.protocol.threads import split_range, split_running_sum, thread_pool
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
 #: kept_pairs cuts each piece into this many ranges per thread (evens out the filtering).
-PIECES_PER_THREAD = 4
+PIECES_PER_THREAD = 16
 
 
 @dataclass(frozen=True)
