@@ -225,6 +225,19 @@ def strictly_increasing(a: np.ndarray) -> bool:
 
 
 @jit
+def keys_strictly_increasing(rows: np.ndarray, key_columns: int) -> bool:
+    """True iff the first ``key_columns`` columns of the rows of an (n, w) uint64 array are
+    strictly increasing in lexicographic order (no two rows share a key)."""
+    for i in range(1, rows.shape[0]):
+        c = 0
+        while c < key_columns and rows[i, c] == rows[i - 1, c]:
+            c += 1
+        if c == key_columns or rows[i, c] < rows[i - 1, c]:
+            return False
+    return True
+
+
+@jit
 def first_of_each_key(rows: np.ndarray, key_columns: int) -> np.ndarray:
     """Mask of the rows of an (n, w) uint64 array whose first ``key_columns`` columns no earlier
     row has (a hash set of the keys: linear time, whatever the order)."""

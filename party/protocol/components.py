@@ -10,6 +10,8 @@ by the records, however many pairs matched and however large one connected compo
    node number whose order is the ``(party, key)`` order) under the key (~Dice bits, smaller end,
    larger end), into a sorted ``RowStore`` (in memory within the stores' gauge, spilled to the
    run's folder and merged by streaming beyond it): an external sort into the solver's order;
+   or, while ``gauge`` grants 16 then 8 bytes per pair, one sorted int64 per pair in memory
+   (``party.protocol.pair_order``: no lexsort, no merge; the same order);
 2. for the rules that look at a record's other pairs, the partner lists of every record are built
    from that store (CSR, ``ADJACENCY_BYTES_PER_PAIR`` per pair: the only per-pair memory);
 3. the sorted pairs are read back a chunk at a time through the compiled merge scan
@@ -47,6 +49,7 @@ from party.protocol._numba_groups import (
     sort_partners,
 )
 from party.protocol.errors import MemoryBudgetError, ProtocolError
+from party.protocol.pair_order import MemoryOrder
 from party.protocol.solver import _strong_level, check_solver, effective_solver
 from party.protocol.spill import MemoryGauge, RowStore
 
@@ -161,6 +164,7 @@ def solve_streamed(
     new_store: NewStore,
     gauge: MemoryGauge,
     chunk_rows: int = CHUNK_ROWS,
+    memory_order: bool = True,
 ) -> tuple[list[RowStore], int]:
     """Per party, a finished store of its (k_q, 5) result rows in linkage-id order (the columns of
     ``group_result_rows``), and the number of groups (module docstring). ``pair_chunks()`` yields
@@ -169,7 +173,10 @@ def solve_streamed(
     the run (at P = 2 every rule is greedy: ``solver.effective_solver``); ``new_store(width, name,
     key_columns)`` makes the spilling stores; ``gauge`` is charged for the per-record state, the
     partner lists, the inner pairs and the result rows while they are held; ``chunk_rows``: pairs
-    read from the sorted store at a time."""
+    read from the sorted store at a time. ``memory_order``: hold the visiting order in memory
+    (``party.protocol.pair_order``, on ``gauge``) while the gauge grants it, moving it to the
+    sorted store when the gauge refuses it or a later step; False: always the store. The groups
+    are the same either way."""
     check_solver(solver)
     strong = _strong_level(solver, match_threshold)
     parties = len(known)
@@ -183,9 +190,45 @@ def solve_streamed(
     chunk_rows = max(1, int(chunk_rows))
     held = 0
 
+    by_dice: RowStore | None = None
+    order = MemoryOrder(n, gauge) if memory_order else None
+    out: list[RowStore] = []
+
+    def to_store(a: np.ndarray, b: np.ndarray, dice: np.ndarray) -> None:
+        nonlocal by_dice
+        if by_dice is None:
+            by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
+        rows = np.empty((a.shape[0], _SORTED), dtype=np.uint64)
+        rows[:, 0] = np.invert((dice + 0.0).view(np.uint64))  # descending Dice (+0.0: no -0)
+        rows[:, 1] = a
+        rows[:, 2] = b
+        by_dice.append(rows)
+
+    def finish_store() -> RowStore:
+        nonlocal by_dice
+        if by_dice is None:
+            by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
+        return by_dice.finish()
+
+    def order_to_store() -> bool:
+        """Move the pairs held in memory into the sorted store (a finished order in its order,
+        so the store stays ordered: no sort, and finish it); False when none were held."""
+        nonlocal order
+        if order is None:
+            return False
+        done = order.finished
+        for a, b, dice in order.chunks(chunk_rows) if done else order.drain():
+            to_store(a, b, dice)
+        order.close()
+        order = None
+        if done:
+            finish_store()
+        return True
+
     def reserve(nbytes: int, what: str) -> None:
         nonlocal held
-        if not gauge.try_reserve(nbytes):
+        # the order in memory gives its bytes back (to the store) before the solver is refused
+        if not gauge.try_reserve(nbytes) and not (order_to_store() and gauge.try_reserve(nbytes)):
             raise MemoryBudgetError(
                 f"solving the groups needs about {(held + nbytes) // 2**20 + 1} MiB for {what}, "
                 "more than the party's memory budget leaves the solver (half of it, less what "
@@ -198,10 +241,14 @@ def solve_streamed(
         gauge.release(nbytes)
         held -= nbytes
 
-    by_dice: RowStore | None = None
-    out: list[RowStore] = []
+    def sorted_pairs() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if order is not None:
+            return order.chunks(chunk_rows)
+        assert by_dice is not None
+        return _sorted_pairs(by_dice, chunk_rows)
+
     try:
-        by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
+        reserve(NODE_BYTES * n, f"the state of {n} records")
         for ends, sims in pair_chunks():
             pa, pb = ends[:, 0].astype(np.int64), ends[:, 2].astype(np.int64)
             same = np.flatnonzero(pa == pb)
@@ -211,15 +258,15 @@ def solve_streamed(
             if not np.all((dice >= 0.0) & (dice <= 1.0)):
                 raise ProtocolError("a matched pair's Dice is outside [0, 1]")
             a, b = nodes.of(pa, ends[:, 1]), nodes.of(pb, ends[:, 3])
-            rows = np.empty((ends.shape[0], _SORTED), dtype=np.uint64)
-            rows[:, 0] = np.invert((dice + 0.0).view(np.uint64))  # descending Dice (+0.0: no -0)
-            rows[:, 1] = np.minimum(a, b)  # node order is (party, key) order
-            rows[:, 2] = np.maximum(a, b)
-            by_dice.append(rows)
-        by_dice.finish()
-        pairs = by_dice.rows
+            lo, hi = np.minimum(a, b), np.maximum(a, b)  # node order is (party, key) order
+            if order is not None and not order.add(lo, hi, dice):
+                order_to_store()  # the gauge refused: the store takes the pairs from here on
+            if order is None:
+                to_store(lo, hi, dice)
+        if order is not None and not order.finish():
+            order_to_store()
+        pairs = order.pairs if order is not None else finish_store().rows
 
-        reserve(NODE_BYTES * n, f"the state of {n} records")
         state = GroupState(nodes.party_bits())
         starts = np.zeros(n + 1, dtype=np.int64)
         partners = np.zeros(0, dtype=np.int32)
@@ -227,17 +274,17 @@ def solve_streamed(
         if needs_partners(solver):
             adjacency = ADJACENCY_BYTES_PER_PAIR * pairs
             reserve(adjacency, f"the partner lists of {pairs} matched pairs")
-            for a, b, _ in _sorted_pairs(by_dice, chunk_rows):
+            for a, b, _ in sorted_pairs():
                 count_degrees(starts, a, b)
             np.cumsum(starts, out=starts)
             cursor = starts[:-1].copy()
             partners = np.empty(2 * pairs, dtype=np.int32)
-            for a, b, _ in _sorted_pairs(by_dice, chunk_rows):
+            for a, b, _ in sorted_pairs():
                 fill_partners(cursor, partners, a, b)
             del cursor
             sort_partners(starts, partners)
         strong_value = -math.inf if strong == -math.inf else float(strong)
-        for a, b, dice in _sorted_pairs(by_dice, chunk_rows):
+        for a, b, dice in sorted_pairs():
             merge_chunk(
                 a,
                 b,
@@ -267,9 +314,13 @@ def solve_streamed(
         ids = np.empty(inner, dtype=np.int64)
         sims_in = np.empty(inner, dtype=np.float64)
         at = 0
-        for a, b, dice in _sorted_pairs(by_dice, chunk_rows):
+        for a, b, dice in sorted_pairs():
             at = int(inner_pairs(a, b, dice, state.group, label, ids, sims_in, at))
-        by_dice.close()
+        if by_dice is not None:
+            by_dice.close()
+        if order is not None:
+            order.close()
+            order = None
         similarity = group_similarity(ids[:at], sims_in[:at], count)
         del ids, sims_in
         release(INNER_BYTES_PER_PAIR * inner)
@@ -305,3 +356,5 @@ def solve_streamed(
         gauge.release(held)
         if by_dice is not None:
             by_dice.close()
+        if order is not None:
+            order.close()

@@ -16,6 +16,11 @@ Two kinds of store:
   smallest last key among blocks whose run has more rows on disk; rows above that bound stay for
   the next round. Any key equal to the bound is therefore
   emitted in one batch, so de-duplication within batches is complete.
+  A sorted store whose appends arrive already in order (every chunk's keys strictly increasing and
+  above the previous chunk's last key, e.g. the candidate pairs of one block enumerated in
+  pseudonym order) stays *ordered*: it reserves only the rows' data, spills by appending to one
+  file, and ``finish`` neither sorts nor merges. The first append out of order ends that: the rows
+  held so far (one sorted run) are written out, and the store goes on as above.
 - sequential (``key_columns=None``): rows keep their append order (callers append sorted chunks).
 
 What a store holds in memory is reserved on its gauge before it is held, including the room its
@@ -45,7 +50,7 @@ from typing import Protocol
 
 import numpy as np
 
-from party.protocol._numba_blocks import first_of_each_key
+from party.protocol._numba_blocks import first_of_each_key, keys_strictly_increasing
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows, sort_rows
 from party.protocol.row_sort import PARALLEL_MIN_ROWS, sort_unique_rows
@@ -237,6 +242,9 @@ class RowStore:
         self._mem_bytes = 0
         self._files: list[tuple[pathlib.Path, int]] = []
         self.appended = 0
+        #: a sorted store whose appends so far came in strictly increasing key order (docstring)
+        self.ordered = key_columns is not None
+        self._last_key: tuple[int, ...] | None = None
         self.finished = False
         self.rows = 0  # after finish: rows in the store (distinct keys for a sorted store)
 
@@ -252,6 +260,9 @@ class RowStore:
             raise ValueError(f"{self.name} rows must be (m, {self.width}) uint64")
         if rows.shape[0] == 0:
             return
+        if self.ordered and not self._in_order(rows):
+            self._spill()  # still ordered: what is held joins the one sorted run on disk as it is
+            self.ordered = False
         self.appended += rows.shape[0]
         cost = self._cost(rows.shape[0])
         if self.gauge.try_reserve(cost):
@@ -260,11 +271,25 @@ class RowStore:
             return
         self._spill(rows)
 
+    def _in_order(self, rows: np.ndarray) -> bool:
+        """Whether ``rows`` continue the strictly increasing key order of the appends so far
+        (and, if so, remember their last key)."""
+        k = self.key_columns
+        assert k is not None
+        first = tuple(rows[0, :k].tolist())
+        if self._last_key is not None and not self._last_key < first:
+            return False
+        if not keys_strictly_increasing(rows, k):
+            return False
+        self._last_key = tuple(rows[-1, :k].tolist())
+        return True
+
     def _cost(self, rows: int) -> int:
-        """Gauge bytes of ``rows`` rows kept in memory: their data and, in a sorted store, what
-        sorting them at a spill or at ``finish`` takes beside them (``sort_bytes_per_row``)."""
+        """Gauge bytes of ``rows`` rows kept in memory: their data and, in a sorted store that is
+        not ordered, what sorting them at a spill or at ``finish`` takes beside them
+        (``sort_bytes_per_row``)."""
         per_row = 8 * self.width
-        if self.key_columns is not None:
+        if self.key_columns is not None and not self.ordered:
             per_row += sort_bytes_per_row(self.width)
         return rows * per_row
 
@@ -272,7 +297,7 @@ class RowStore:
         pieces = self._mem + ([extra] if extra is not None else [])
         if not pieces:
             return
-        if self.key_columns is not None:
+        if self.key_columns is not None and not self.ordered:
             rows = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
             pieces.clear()
             self._mem = []  # the pieces' memory is the concatenation's now (still reserved)
@@ -300,7 +325,7 @@ class RowStore:
         if self.finished:
             return self
         self.finished = True
-        if self.key_columns is None:
+        if self.key_columns is None or self.ordered:  # in order already: nothing to sort
             self.rows = self.appended
             return self
         if not self._files:

@@ -18,8 +18,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from party.encoding.schema import LinkageSchema
-from party.protocol.any_driver import AnyRun, GroupRow, run_any_in_process
+from party.protocol.any_driver import AnyRun, AnyRunStats, GroupRow
+from party.protocol.driver import run_in_process
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable
@@ -61,17 +64,41 @@ class AnySimulationResult:
     identical_to_in_process: bool | None = None  # networked: groups equal an in-process run's
 
 
-def run_any_protocol(tables: Sequence[EncodedTable], params: ProtocolParameters) -> AnyRun:
-    """The in-process protocol of target any in the run's mode (segments or mpc3)."""
+@dataclass
+class AnyOutcome:
+    """What a simulation reads from an in-process run of target any: per party its group rows,
+    each party's pseudonyms (the run's tie-breaks) and the run's counts."""
+
+    matches: list[list[GroupRow]]
+    pseudonyms: list[np.ndarray]
+    stats: AnyRunStats
+
+
+def run_any_protocol(tables: Sequence[EncodedTable], params: ProtocolParameters) -> AnyOutcome:
+    """The in-process protocol of target any in the run's mode: mpc3, or segments through the
+    party engines and the streamed ring (``party.protocol.driver``: the nodes' code, whose
+    survivors, ring rows and matched pairs spill beyond the budget, so all pairs of two parties'
+    records in one block fit in memory)."""
     if params.mode == "mpc3":
         from party.mpc.pairs import run_mpc3_any_in_process
 
-        return run_mpc3_any_in_process(tables, params)
-    return run_any_in_process(tables, params)
+        run: AnyRun = run_mpc3_any_in_process(tables, params)
+        return AnyOutcome(run.matches, run.pseudonyms, run.stats)
+    engines = run_in_process(tables, params)
+    m = engines.metrics
+    matches = [[r for r in rows if isinstance(r, GroupRow)] for rows in engines.matches]
+    stats = AnyRunStats(
+        # as party 0's engine counts them: a pair in several blocks once per block
+        candidate_pairs=m.comparison[0].candidate_sets if m.comparison else 0,
+        pairs_summed=m.sets_summed,
+        matched_pairs=m.above_threshold,
+        groups=len({r.linkage_id for rows in matches for r in rows}),
+    )
+    return AnyOutcome(matches, engines.pseudonyms, stats)
 
 
 def run_oracle_groups(
-    tables: Sequence[EncodedTable], params: ProtocolParameters, run: AnyRun
+    tables: Sequence[EncodedTable], params: ProtocolParameters, run: AnyOutcome
 ) -> list[list[tuple[int, str]]]:
     """The plaintext oracle's groups as (party, record id) lists, ties broken by ``run``'s
     pseudonyms (as the protocol breaks them)."""

@@ -3,6 +3,7 @@ result rows, within its memory gauge (spilling its stores), and refuses a run th
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -93,6 +94,7 @@ def _solve(
     chunk_rows: int,
     chunk: int,
     gauge: LocalGauge | None = None,
+    memory_order: bool = False,
 ) -> tuple[list[np.ndarray], int]:
     out, count = solve_streamed(
         array_chunks(ends, sims, chunk),
@@ -103,6 +105,7 @@ def _solve(
         stores,
         gauge or LocalGauge(1 << 30),
         chunk_rows,
+        memory_order=memory_order,
     )
     got = []
     for store in out:
@@ -131,6 +134,59 @@ def test_streamed_solver_equals_the_whole_run(solver: str, seed: int, tmp_path: 
                 assert stores.folder.bytes_written > 0  # the pairs went through the disk
             assert stores.gauge.held == 0  # every store released its bytes
             stores.folder.close()
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", range(4))
+def test_the_order_in_memory_gives_the_same_groups_wherever_the_gauge_stops_it(
+    solver: str, seed: int, tmp_path: Path
+) -> None:
+    """The visiting order held in memory (pair_order) equals the sorted store's: with room for
+    everything, and with a solver gauge that refuses it while pairs arrive (the store takes over
+    mid-stream), at its sort, or later (the partner lists: the order moves into the store)."""
+    rng = np.random.default_rng(100 + seed)
+    p = int(rng.integers(2, 5))
+    ends, sims = _pairs(rng, p, records=int(rng.integers(5, 60)), k=int(rng.integers(100, 400)))
+    ends = np.concatenate([ends, ends[:3]])  # a pair given twice is one pair, as in the store
+    sims = np.concatenate([sims, sims[:3]])
+    k = ends.shape[0]
+    for m in (2, p):
+        want = _whole(ends, sims, p, m, solver)
+        for case, gauge in enumerate(
+            [
+                _RefuseOnce(lambda nbytes, seen: False),  # room for everything
+                # refused while the pairs arrive (the third chunk of 23): the store takes over
+                _RefuseOnce(lambda nbytes, seen: seen.count(16 * 23) == 2 and nbytes == 16 * 23),
+                _RefuseOnce(lambda nbytes, seen: nbytes == 8 * k),  # refused at the sort
+                # the first step after the sort is refused once: the order moves into the store
+                _RefuseOnce(lambda nbytes, seen: 8 * k in seen),
+            ]
+        ):
+            stores = _Stores(tmp_path, 1 << 20)
+            got, _ = _solve(ends, sims, p, m, solver, stores, 7, 23, gauge, memory_order=True)
+            for q in range(p):
+                np.testing.assert_array_equal(got[q], want[q])
+            assert gauge.held == 0 and stores.gauge.held == 0
+            assert gauge.refused == (case > 0)
+            stores.folder.close()
+
+
+class _RefuseOnce(LocalGauge):
+    """Grants everything but the first reservation for which ``refuse(nbytes, sizes granted so
+    far)`` is true."""
+
+    def __init__(self, refuse: Callable[[int, list[int]], bool]) -> None:
+        super().__init__(1 << 30)
+        self.refuse = refuse
+        self.seen: list[int] = []
+        self.refused = False
+
+    def try_reserve(self, nbytes: int) -> bool:
+        if not self.refused and self.refuse(nbytes, self.seen):
+            self.refused = True
+            return False
+        self.seen.append(nbytes)
+        return super().try_reserve(nbytes)
 
 
 @pytest.mark.parametrize("solver", SOLVERS)

@@ -31,6 +31,38 @@ def _plain_sorted_unique(rows: np.ndarray, k: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("gauge_bytes", [0, 5_000, 10**9])
+@pytest.mark.parametrize("break_at", [None, 0, 1, 150, -1])
+def test_ordered_appends_skip_the_sort_and_a_late_disorder_still_sorts(
+    tmp_path: pathlib.Path, gauge_bytes: int, break_at: int | None
+) -> None:
+    """Appends in strictly increasing key order (ties in the later key column, chunk edges where
+    the first column repeats) keep the store ordered; an out-of-order chunk (a repeated key or a
+    smaller one, inside a chunk or at its edge) at append ``break_at`` makes it sort and merge:
+    the result is a plain sort either way."""
+    rng = np.random.default_rng(9)
+    keys = np.unique(rng.integers(0, 40, size=(4000, 2), dtype=np.uint64), axis=0)
+    rows = np.column_stack([keys, keys[:, 0] * 100 + keys[:, 1]]).astype(np.uint64)
+    chunks = [rows[a : a + 5] for a in range(0, rows.shape[0], 5)]
+    if break_at is not None:
+        break_at %= len(chunks)  # -1: the last chunk
+        late = chunks[break_at].copy()
+        late[-1] = chunks[max(0, break_at - 1)][0]  # a key seen before (or repeated in the chunk)
+        chunks.insert(break_at + 1, late)
+    folder = SpillFolder(tmp_path)
+    store = RowStore(3, gauge=LocalGauge(gauge_bytes), folder=folder, key_columns=2, merge_bytes=64)
+    for c in chunks:
+        store.append(c)
+    store.finish()
+    assert store.ordered == (break_at is None)
+    got = np.concatenate(list(store.chunks(7)))
+    np.testing.assert_array_equal(got, _plain_sorted_unique(np.concatenate(chunks), 2))
+    assert store.rows == got.shape[0] == rows.shape[0]
+    store.close()
+    folder.close()
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("gauge_bytes", [0, 5_000, 10**9])
 def test_sorted_store_equals_a_plain_sort_whatever_it_spills(
     tmp_path: pathlib.Path, gauge_bytes: int
 ) -> None:
