@@ -2,10 +2,10 @@
 speedup on idle cores, measured from CPU seconds (which a loaded machine inflates far less than it
 stretches wall-clock).
 
-Every piece of work the kernels hand to the pool threads (``run_split`` ranges, the many-blocks
-kernel's block ranges and the pair kernel's ranges) is timed with ``time.thread_time`` and grouped
-by parallel region (one call of ``run_split`` or ``compare_block_batch`` from the calling thread,
-or one piece of ``PairPlan.kept_pairs``). Then
+Every piece of work the kernels hand to the pool threads (``run_split`` / ``run_ranges`` ranges,
+``run_tasks`` tasks such as the pair kernel's block ranges, the many-blocks kernel's block ranges)
+is timed with ``time.thread_time`` and grouped by parallel region (one call of ``run_split``,
+``run_ranges``, ``run_tasks`` or ``compare_block_batch`` from the calling thread). Then
 
     critical = CPU of the calling thread outside regions + sum over regions of the busiest
                thread's CPU in the region
@@ -46,7 +46,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import party.protocol.kernel as kernel_module  # noqa: E402
-import party.protocol.pairwise as pairwise_module  # noqa: E402
 import party.protocol.threads as threads_module  # noqa: E402
 
 _MODULES = (
@@ -90,8 +89,10 @@ class Tally:
         return run
 
     def install(self) -> None:
-        split, pool, batch = (
+        split, ranges, tasks, pool, batch = (
             threads_module.run_split,
+            threads_module.run_ranges,
+            threads_module.run_tasks,
             threads_module.thread_pool,
             kernel_module.compare_block_batch,
         )
@@ -104,6 +105,16 @@ class Tally:
             tally._inside = True
             try:
                 return split(workers, total, tally.timed(fn, tally.region), **kw)
+            finally:
+                tally._inside = False
+
+        def run_ranges(workers: int, parts: list[tuple[int, int]], fn: Callable[..., None]) -> None:
+            if threading.get_ident() != tally.main or tally._inside:
+                return ranges(workers, parts, fn)
+            tally.region += 1
+            tally._inside = True
+            try:
+                return ranges(workers, parts, tally.timed(fn, tally.region))
             finally:
                 tally._inside = False
 
@@ -125,24 +136,22 @@ class Tally:
                 tally.region += 1
             return batch(*args, **kw)
 
-        kept_pairs = pairwise_module.PairPlan.kept_pairs
+        def run_tasks(workers: int, count: int, fn: Callable[[int], Any]) -> Any:
+            if threading.get_ident() != tally.main or tally._inside:
+                return tasks(workers, count, fn)
+            tally.region += 1
+            tally._inside = True
+            try:
+                return tasks(workers, count, tally.timed(fn, tally.region))
+            finally:
+                tally._inside = False
 
-        def kept_pairs_by_piece(*args: Any, **kw: Any) -> Any:
-            # each piece (computed inside next()) is a parallel region of its own
-            pieces = kept_pairs(*args, **kw)
-            while True:
-                tally.region += 1
-                try:
-                    item = next(pieces)
-                except StopIteration:
-                    return
-                yield item
-
-        pairwise_module.PairPlan.kept_pairs = kept_pairs_by_piece  # type: ignore[method-assign]
         for name in _MODULES:
             mod = importlib.import_module(name)
             for attr, fn in (
                 ("run_split", run_split),
+                ("run_ranges", run_ranges),
+                ("run_tasks", run_tasks),
                 ("thread_pool", thread_pool),
                 ("compare_block_batch", compare_block_batch),
             ):

@@ -180,19 +180,25 @@ def pair_counts(counts_a: np.ndarray, counts_b: np.ndarray):  # type: ignore[no-
 
 
 @jit
-def live_blocks(starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray):  # type: ignore[no-untyped-def]
-    """(ids, cum): the whole blocks where both parties have rows, increasing, and the running sum
-    of their pairs (cum[t] = pairs of ids[0..t])."""
-    blocks = whole.shape[0]
+def live_count(starts_a, starts_b, whole, lo, hi, out):  # type: ignore[no-untyped-def]
+    """out[0], out[1] = the whole blocks among lo..hi-1 where both parties have rows, their pairs."""
     live = 0
-    for b in range(blocks):
-        if whole[b] and starts_a[b + 1] > starts_a[b] and starts_b[b + 1] > starts_b[b]:
+    pairs = 0
+    for b in range(lo, hi):
+        na = starts_a[b + 1] - starts_a[b]
+        nb = starts_b[b + 1] - starts_b[b]
+        if whole[b] and na > 0 and nb > 0:
             live += 1
-    ids = np.empty(live, dtype=np.int64)
-    cum = np.empty(live, dtype=np.int64)
-    k = 0
-    run = 0
-    for b in range(blocks):
+            pairs += na * nb
+    out[0] = live
+    out[1] = pairs
+
+
+@jit
+def live_fill(starts_a, starts_b, whole, lo, hi, ids, cum, k, run):  # type: ignore[no-untyped-def]
+    """Write the live blocks among lo..hi-1 (``live_count``) to ids[k:], their running pair sum
+    from ``run`` (the pairs of the live blocks before lo) to cum[k:]."""
+    for b in range(lo, hi):
         na = starts_a[b + 1] - starts_a[b]
         nb = starts_b[b + 1] - starts_b[b]
         if whole[b] and na > 0 and nb > 0:
@@ -200,4 +206,3 @@ def live_blocks(starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray): 
             ids[k] = b
             cum[k] = run
             k += 1
-    return ids, cum

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import live_blocks, pair_blocks, plan_pairs
+from party.protocol._numba_pairs import live_count, live_fill, pair_blocks, plan_pairs
 from party.protocol.blocks import (
     BlockIndex,
     block_index,
@@ -35,7 +35,13 @@ from party.protocol.blocks import (
 )
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.kernel import PARALLEL_MIN_PAIRS
-from party.protocol.threads import split_range, split_running_sum, thread_pool
+from party.protocol.threads import (
+    run_ranges,
+    run_tasks,
+    split_range,
+    split_running_sum,
+    thread_ranges,
+)
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -52,6 +58,30 @@ class PairSide:
     segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
     pops: np.ndarray  # (n,) int64 popcounts of those segments
     positions: np.ndarray  # (n, B) int32 common-block positions, each row sorted (-1 first)
+
+
+def live_blocks(
+    starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray, workers: int = 1
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, cum): the whole blocks where both parties have rows, increasing, and the running sum
+    of their pairs (cum[t] = pairs of ids[0..t]); ranges of blocks counted, then written at their
+    offsets, on ``workers`` kernel threads (the same arrays for any number)."""
+    ranges = thread_ranges(workers, int(whole.shape[0]))
+    counts = np.zeros((len(ranges), 2), dtype=np.int64)
+    run_ranges(
+        workers, ranges, lambda k, lo, hi: live_count(starts_a, starts_b, whole, lo, hi, counts[k])
+    )
+    before = np.cumsum(counts, axis=0) - counts  # live blocks and pairs of the ranges before
+    ids = np.empty(int(counts[:, 0].sum()), dtype=np.int64)
+    cum = np.empty(ids.size, dtype=np.int64)
+    run_ranges(
+        workers,
+        ranges,
+        lambda k, lo, hi: live_fill(
+            starts_a, starts_b, whole, lo, hi, ids, cum, int(before[k, 0]), int(before[k, 1])
+        ),
+    )
+    return ids, cum
 
 
 def pair_side(
@@ -143,7 +173,7 @@ class PairPlan:
         threads; the rows and their order do not depend on ``workers``."""
         max_pairs = max(1, int(max_pairs))
         ia, ib = self.index_a, self.index_b
-        ids, cum = live_blocks(ia.starts, ib.starts, self.whole)
+        ids, cum = live_blocks(ia.starts, ib.starts, self.whole, workers)
         fixed: tuple[Any, ...] = (
             ia.starts,
             ia.rows,
@@ -162,10 +192,7 @@ class PairPlan:
         def piece(tasks: list[tuple[int, int, int, int]], pairs: int) -> tuple[list, int, int]:
             if cancel is not None and cancel.is_set():
                 raise ComparisonCancelled("comparison cancelled")
-            if len(tasks) == 1:
-                outs = [run(tasks[0])]
-            else:
-                outs = [f.result() for f in [thread_pool(workers).submit(run, t) for t in tasks]]
+            outs = run_tasks(workers, len(tasks), lambda i: run(tasks[i]))
             return [o[0] for o in outs if o[0].shape[0]], pairs, sum(int(o[1]) for o in outs)
 
         parts = workers * PIECES_PER_THREAD if workers > 1 else 1

@@ -21,7 +21,7 @@ from party.protocol._numba_blocks import (
     key_range_fill,
 )
 from party.protocol.ring import sort_rows
-from party.protocol.threads import run_split, split_range
+from party.protocol.threads import run_ranges, run_split, thread_ranges
 
 #: Below this many rows a sort stays on the calling thread.
 PARALLEL_MIN_ROWS = 1 << 15
@@ -46,24 +46,23 @@ def sort_unique_rows(rows: np.ndarray, key_columns: int, workers: int) -> np.nda
     m, width = rows.shape
     ranges = max(1, workers)
     splitters = splitters_of(rows, key_columns, ranges)
-    slices = split_range(m, ranges)
-    slice_of = {lo: s for s, (lo, _) in enumerate(slices)}
+    slices = thread_ranges(workers, m)
     counts = np.zeros((len(slices), ranges), dtype=np.int64)
 
-    def count(lo: int, hi: int) -> None:
-        key_range_counts(rows, splitters, key_columns, lo, hi, counts[slice_of[lo]])
+    def count(s: int, lo: int, hi: int) -> None:
+        key_range_counts(rows, splitters, key_columns, lo, hi, counts[s])
 
-    run_split(workers, m, count)
+    run_ranges(workers, slices, count)
     per_range = counts.sum(axis=0)
     starts = np.concatenate([[0], np.cumsum(per_range)])
     # slice s's rows of range r go after those of slices 0..s-1
     at = starts[:-1] + np.cumsum(counts, axis=0) - counts
     parted = np.empty_like(rows)
 
-    def fill(lo: int, hi: int) -> None:
-        key_range_fill(rows, splitters, key_columns, lo, hi, at[slice_of[lo]].copy(), parted)
+    def fill(s: int, lo: int, hi: int) -> None:
+        key_range_fill(rows, splitters, key_columns, lo, hi, at[s].copy(), parted)
 
-    run_split(workers, m, fill)
+    run_ranges(workers, slices, fill)
     orders: list[np.ndarray] = [np.zeros(0, np.int64)] * ranges
     firsts: list[np.ndarray] = [np.zeros(0, np.int64)] * ranges
 

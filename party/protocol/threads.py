@@ -9,10 +9,15 @@ output elements, so results do not depend on the number of threads.
 from __future__ import annotations
 
 import functools
+import itertools
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 @functools.lru_cache(maxsize=8)
@@ -49,6 +54,66 @@ def split_running_sum(cum: np.ndarray, lo: int, hi: int, parts: int) -> list[tup
             cuts.append(c)
     cuts.append(hi)
     return list(zip(cuts[:-1], cuts[1:], strict=False))
+
+
+def thread_ranges(workers: int, total: int, words: int | None = None) -> list[tuple[int, int]]:
+    """The [lo, hi) ranges of [0, total) that ``run_split`` hands out: one per thread, or one
+    range (the calling thread) when the ``words`` of work (default ``total``) are too few."""
+    work = total if words is None else words
+    if workers <= 1 or work < PARALLEL_MIN_WORDS:
+        return [(0, total)] if total > 0 else []
+    return split_range(total, workers)
+
+
+def run_ranges(
+    workers: int, ranges: list[tuple[int, int]], fn: Callable[[int, int, int], None]
+) -> None:
+    """Call ``fn(k, lo, hi)`` for the k-th of ``ranges``, each on a thread of its own (the first
+    in the calling thread): for work that writes per-range results (counts, then offsets)."""
+    if len(ranges) <= 1:
+        for k, (lo, hi) in enumerate(ranges):
+            fn(k, lo, hi)
+        return
+    pool = thread_pool(workers)
+    futures = [pool.submit(fn, k, lo, hi) for k, (lo, hi) in enumerate(ranges) if k]
+    try:
+        fn(0, *ranges[0])
+    finally:
+        for fut in futures:
+            fut.result()
+
+
+def run_tasks(workers: int, count: int, fn: Callable[[int], T]) -> list[T]:
+    """``[fn(0), ..., fn(count - 1)]``, the calls taken in order by ``workers`` threads (the
+    calling thread one of them) as each becomes free: uneven tasks even out, and the pool gets
+    one hand-off per thread, not one per task."""
+    if workers <= 1 or count <= 1:
+        return [fn(i) for i in range(count)]
+    out: list[T | None] = [None] * count
+    order = itertools.count()
+    lock = threading.Lock()
+    failed = threading.Event()  # a task raised: the others take no more
+
+    def take() -> None:
+        while not failed.is_set():
+            with lock:
+                i = next(order)
+            if i >= count:
+                return
+            try:
+                out[i] = fn(i)
+            except BaseException:
+                failed.set()
+                raise
+
+    pool = thread_pool(workers)
+    futures = [pool.submit(take) for _ in range(min(workers, count) - 1)]
+    try:
+        take()
+    finally:
+        for fut in futures:
+            fut.result()
+    return out  # type: ignore[return-value]
 
 
 def run_split(

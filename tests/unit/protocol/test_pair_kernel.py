@@ -184,6 +184,25 @@ def test_index_of_sorted_rows_equals_the_unsorted_index(workers: int, threads_al
         assert np.array_equal(got.starts, want.starts) and np.array_equal(got.rows, want.rows)
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_live_blocks_on_threads_equal_a_plain_scan(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    from party.protocol.pairwise import live_blocks
+
+    rng = np.random.default_rng(workers)
+    for blocks in (0, 1, 7, 500):
+        sizes_a, sizes_b = (rng.integers(0, 3, size=blocks) for _ in range(2))
+        whole = rng.random(blocks) < 0.8
+        starts_a, starts_b = (np.concatenate([[0], np.cumsum(z)]) for z in (sizes_a, sizes_b))
+        want_ids, want_cum, run = [], [], 0
+        for b in range(blocks):
+            if whole[b] and sizes_a[b] and sizes_b[b]:
+                run += int(sizes_a[b] * sizes_b[b])
+                want_ids.append(b)
+                want_cum.append(run)
+        ids, cum = live_blocks(starts_a, starts_b, whole, workers)
+        assert ids.tolist() == want_ids and cum.tolist() == want_cum
+
+
 @pytest.mark.parametrize("parties", [2, 3, 5])
 def test_shared_blocks_are_the_digests_of_two_or_more_parties(parties: int) -> None:
     """Against a plain count, with zeros, repeats, unsorted and already sorted inputs."""
