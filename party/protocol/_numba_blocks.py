@@ -282,11 +282,15 @@ def _row_less(rows: np.ndarray, a: int, b: int, first: int, last: int) -> bool:
 
 
 @jit
-def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarray:
+def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int, long_run: int):  # type: ignore[no-untyped-def]
     """``order`` (sorting the rows stably by column 0) with each run of equal column-0 values
-    sorted stably by columns 1..key_columns-1: a stable lexicographic order of the rows' keys
-    (insertion sort for short runs, least-significant-column-first merge sorts for long ones)."""
+    shorter than ``long_run`` sorted stably by columns 1..key_columns-1 (insertion sort for short
+    runs, least-significant-column-first merge sorts for longer ones), and the (r, 2) int64
+    [start, end) bounds of the runs of ``long_run`` rows or more, left for the caller to sort
+    (numpy's stable sort is about 3x faster than numba's merge sort on long runs)."""
     n = order.shape[0]
+    longs = np.empty((0, 2), dtype=np.int64)
+    found = 0
     i = 0
     while i < n:
         v = rows[order[i], 0]
@@ -294,7 +298,15 @@ def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarr
         while j < n and rows[order[j], 0] == v:
             j += 1
         if j - i > 1 and key_columns > 1:
-            if j - i <= 32:
+            if j - i >= long_run:
+                if found == longs.shape[0]:
+                    grown = np.empty((max(8, 2 * found), 2), dtype=np.int64)
+                    grown[:found] = longs[:found]
+                    longs = grown
+                longs[found, 0] = i
+                longs[found, 1] = j
+                found += 1
+            elif j - i <= 32:
                 for a in range(i + 1, j):
                     x = order[a]
                     b = a - 1
@@ -311,7 +323,7 @@ def sort_ties(rows: np.ndarray, order: np.ndarray, key_columns: int) -> np.ndarr
                     sub = sub[np.argsort(keys, kind="mergesort")]
                 order[i:j] = sub
         i = j
-    return order
+    return order, longs[:found].copy()
 
 
 @jit
