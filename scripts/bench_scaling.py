@@ -23,7 +23,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   identical.
   Prints wall-clock speedups and the CPU ratio, and before and after the comparison runs the
   ceiling of ``scripts/thread_ceiling.py`` (a perfectly parallel loop, 1 vs W threads, same
-  pool): on a shared machine a process may get one core however many threads it runs.
+  pool): on a shared machine a process may get one core however many threads it runs; after
+  them also its throughput- and memory-bound ceilings (two hyperthreads of one physical core, or
+  shared caches, give those loops less than W x however idle the machine is).
 - ``sizes``: for each N (records per party) a fresh subprocess generates the data, encodes the
   three parties (all cores) and runs the protocol in process; it reports encode and protocol
   wall-clock and CPU seconds (CPU is the figure that survives a loaded machine) and its peak RSS (all three parties in one process). The exponents are
@@ -219,6 +221,8 @@ def cmd_cores(args: argparse.Namespace) -> None:
             f"{len(sets[w][1]):,} groups); {load()}"
         )
         print(f"before: {ceiling_before}\nafter:  {thread_ceiling(w)[1]}")
+        for kind in ("throughput", "memory"):  # what the cores give ALU- and cache-bound loops
+            print(f"        {thread_ceiling(w, kind=kind)[1]}")
 
 
 def run_one(n: int, workers: int) -> dict[str, float]:
