@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from party.config import PartyConfig  # noqa: E402
 from party.errors import PprlError  # noqa: E402
-from party.protocol.any_driver import run_any_in_process  # noqa: E402
 from party.protocol.params import ProtocolParameters  # noqa: E402
 from party.synthetic.blocking_recall import blocking_recall, true_set_dice  # noqa: E402
 from party.synthetic.external import load_folder  # noqa: E402
@@ -61,6 +61,7 @@ from party.synthetic.simulation import (  # noqa: E402
     prepare_encoded,
     run_in_process_simulation,
 )
+from party.synthetic.simulation_any import run_any_protocol  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "scripts" / "reference"
@@ -228,8 +229,9 @@ def target_any_sets(enc: Any, s_m: float, s_t: float, min_parties: str) -> tuple
         segment_threshold=s_m,
         target="any",
         min_parties=m,
+        memory_budget_bytes=PartyConfig.memory_budget_mib * 2**20,  # a node's default budget
     )
-    run = run_any_in_process(enc.tables, params)
+    run = run_any_protocol(enc.tables, params)  # the party engines' streamed path
     groups: dict[str, list[tuple[int, str]]] = {}
     for p, rows in enumerate(run.matches):
         for row in rows:

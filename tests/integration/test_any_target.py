@@ -116,6 +116,33 @@ def test_three_parties_any_equals_the_oracle(
         assert not spill.exists() or not list(spill.iterdir()), "the run's spill folder is gone"
 
 
+def test_two_parties_all_pairs_equals_the_oracle(
+    make_cluster: Callable[..., Cluster], tmp_path: pathlib.Path
+) -> None:
+    """A schema without blocking keys at P = 2: every record pair is a candidate (one block), the
+    default solver is one-to-one greedy there, and the groups equal the oracle's."""
+    from party.synthetic.cluster import write_schema
+
+    schema = write_schema(tmp_path / "schema.json", 1020)
+    schema["blocking"] = []
+    csvs = subset_csvs(tmp_path / "data", 2, 250, seed=3)
+    cluster = make_cluster(2, 0, csvs=csvs, schema=schema)
+    params = any_parameters(cluster, "p-all-pairs.json")
+    status = run_and_wait(cluster, params)
+    assert status.stage == S.STAGE_DONE, status.reason
+    got = network_groups(cluster, status.run_id)
+    assert got == oracle_any_groups(cluster, params)
+    rows = [len(cluster.results(name, status.run_id)) for name in cluster.parties]
+    assert rows[0] == rows[1] == len(got) > 150  # one-to-one: every group is one pair
+    from party.encoding.encoder import Encoder
+    from party.encoding.schema import parse_schema
+
+    encoder = Encoder(parse_schema(schema), SECRET)
+    sizes = [len(encoder.encode_csv(c, id_column="rec_id")[0].record_ids) for c in csvs]
+    for s in status.summaries:
+        assert s.candidate_sets == sizes[0] * sizes[1]  # all pairs
+
+
 @pytest.mark.slow
 def test_four_parties_min_three_majority_equals_the_oracle(
     make_cluster: Callable[..., Cluster], tmp_path: pathlib.Path
