@@ -187,3 +187,51 @@ def test_threshold_boundary_pair_matches_through_the_engines() -> None:
     # a pair at exactly s_t (guarded's weak band, which does not apply at P = 2)
     run = run_in_process(tables, params(2, solver="greedy"))
     assert groups_of(run.matches) == {(((0, "a"), (1, "b")), 0.8, 2, ("p0", "p1"))}  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("solver", ["guarded", "weakest-link"])
+def test_all_pairs_of_two_parties_equal_the_oracle(
+    solver: str,
+    tmp_path,
+    monkeypatch,  # type: ignore[no-untyped-def]
+) -> None:
+    """No blocking at P = 2 (one block of every record) with a high fill, so most pairs match (as
+    FEBRL4 at s_t 0.8): at a threshold some pairs reach exactly (boundary, ties), in ring chunks
+    of ~100 rows, with 1 kernel thread and room for everything, and with 2 threads and a 1 MiB
+    budget (survivors spilled, the solver's order refused into its store), the groups are the
+    oracle's (at P = 2 every rule is one-to-one greedy)."""
+    from party.protocol import engine as engine_module
+
+    rng = np.random.default_rng(21)
+    bits = 128
+    base = (rng.random((200, bits)) < 0.8).astype(np.uint8)
+    tables = []
+    for j in range(2):
+        at = np.flatnonzero(rng.random(200) < 0.7)
+        noise = (rng.random((at.size, bits)) < 0.05).astype(np.uint8)
+        ids = tuple(f"p{j}e{e}" for e in at.tolist())
+        tables.append(
+            EncodedRecords(
+                ids, pack_rows(base[at] ^ noise), bits, np.full((at.size, 1), 7, np.uint64)
+            )
+        )
+    every = oracle_pairs(tables, params(2, filter_bits=bits, match_threshold=0.0))
+    assert len(every) == len(tables[0].record_ids) * len(tables[1].record_ids)
+    values = sorted({d for *_, d in every})
+    s_t = values[len(values) // 4]  # a Dice value that pairs have exactly
+    at_s_t = sum(1 for *_, d in every if d == s_t)
+    assert at_s_t > 1 and sum(1 for *_, d in every if d >= s_t) > len(every) // 2
+    monkeypatch.setattr(engine_module, "CHUNK_BYTES", 4096)
+    for workers, budget in ((1, 1 << 30), (2, 1 << 20)):
+        prm = params(
+            2,
+            filter_bits=bits,
+            match_threshold=s_t,
+            solver=solver,
+            memory_budget_bytes=budget,
+        )
+        run = run_in_process(tables, prm, workers=workers, spill_dir=tmp_path)
+        got = groups_of(run.matches)  # type: ignore[arg-type]
+        assert got == expected(tables, prm, run.pseudonyms)
+        assert len(got) > 100 and run.metrics.above_threshold > len(every) // 2
+        assert run.metrics.comparison[0].candidate_sets == len(every)
