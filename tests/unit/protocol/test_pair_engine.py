@@ -198,8 +198,9 @@ def test_all_pairs_of_two_parties_equal_the_oracle(
     """No blocking at P = 2 (one block of every record) with a high fill, so most pairs match (as
     FEBRL4 at s_t 0.8): at a threshold some pairs reach exactly (boundary, ties), in ring chunks
     of ~100 rows, with 1 kernel thread and room for everything, and with 2 threads and a 1 MiB
-    budget (survivors spilled, the solver's order refused into its store), the groups are the
-    oracle's (at P = 2 every rule is one-to-one greedy)."""
+    budget (survivors, masks and ring rows spilled; the solver's order refused into its store is
+    tested in test_components), the groups are the oracle's (at P = 2 every rule is one-to-one
+    greedy)."""
     from party.protocol import engine as engine_module
 
     rng = np.random.default_rng(21)
