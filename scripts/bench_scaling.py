@@ -12,8 +12,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
 
 - ``cores``: the same work with 1 and with all cores, measured in the same run: encoding one
   party's CSV (``encode_csv_parallel`` with 1 process (the plain encoder), then with W worker
-  processes given batches the parent reads (the default), then with W worker processes
-  reading their own ranges and sharing first sight among themselves (``peer_sight``), alternated,
+  processes reading and encoding their own ranges (the default), then given batches the
+  parent reads, then reading their own ranges and sharing first sight among themselves
+  (``peer_sight``), alternated,
   best of two each; the persistent workers are started once before, as a node starts them, and
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
@@ -102,10 +103,11 @@ def params(target: str = "all"):  # type: ignore[no-untyped-def]
     )
 
 
-def encode(path: Path, workers: int, peer_sight: bool = False):  # type: ignore[no-untyped-def]
+def encode(path: Path, workers: int, **how: Any):  # type: ignore[no-untyped-def]
     """(records, wall seconds, CPU seconds in this process + in the workers, worker stats);
-    ``peer_sight``: the workers read their own ranges and share first sight among themselves
-    (by default they get batches the parent reads)."""
+    ``how``: ``encode_csv_parallel``'s options (default: the workers read and encode their own
+    ranges; ``own_ranges=False``: they get batches the parent reads; ``peer_sight=True``: own
+    ranges, first sight shared among the workers)."""
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import ParallelStats, encode_csv_parallel
 
@@ -117,7 +119,7 @@ def encode(path: Path, workers: int, peer_sight: bool = False):  # type: ignore[
         workers=workers,
         id_column="rec_id",
         stats=stats,
-        peer_sight=peer_sight,
+        **how,
     )
     return records, time.perf_counter() - t0, self_cpu() - c0 + stats.cpu_seconds, stats
 
@@ -175,15 +177,21 @@ def cmd_cores(args: argparse.Namespace) -> None:
         startup = start_workers(w)
         best: dict[str, tuple[float, float, Any]] = {}
         outputs = {}
-        # 1 process; W workers given batches the parent reads (the default); W workers reading
-        # their own ranges, sharing first sight among themselves (peer_sight): best of 2 each
-        runs = {"1": (1, False), "parent reads": (w, False), "peers": (w, True)}
+        # 1 process; W workers reading and encoding their own ranges (the default); W workers
+        # given batches the parent reads; W workers reading their own ranges and sharing first
+        # sight among themselves (peer_sight): best of 2 each
+        runs: dict[str, tuple[int, dict[str, bool]]] = {
+            "1": (1, {}),
+            "own ranges, the default": (w, {}),
+            "parent reads": (w, {"own_ranges": False}),
+            "peers": (w, {"peer_sight": True}),
+        }
         for k in () if args.comparison_only else [*runs, *runs]:
-            records, t, c, stats = encode(csvs[0], *runs[k])
+            records, t, c, stats = encode(csvs[0], runs[k][0], **runs[k][1])
             outputs[k] = records
             if k not in best or t < best[k][0]:
                 best[k] = (t, c, stats)
-        for k in () if args.comparison_only else ("parent reads", "peers"):
+        for k in () if args.comparison_only else list(runs)[1:]:
             r1, rw = outputs["1"], outputs[k]
             same = r1.record_ids == rw.record_ids and np.array_equal(r1.filters, rw.filters)
             same = same and np.array_equal(r1.block_digests, rw.block_digests)

@@ -73,6 +73,26 @@ def split_ranges(
     return ranges, math.ceil(per_byte * (size - len(header)) * 1.02) + 1
 
 
+def line_counts(path: str | Path, ranges: list[CsvRange]) -> list[int] | None:
+    """The lines of each range (a last line without a line end counted), read in one pass
+    over the file; equal to each range's rows whenever ``read_range`` accepts it, so the
+    caller knows every range's first row before any is parsed. None if unreadable."""
+    counts: list[int] = []
+    buf = bytearray(max((r.size for r in ranges), default=0))
+    try:
+        with open(path, "rb", buffering=0) as fh:
+            for r in ranges:
+                fh.seek(r.start)
+                got = fh.readinto(memoryview(buf)[: r.size])
+                if got != r.size:
+                    return None
+                ends = buf.count(b"\n", 0, got)
+                counts.append(ends + (0 if got and buf[got - 1] == 0x0A else 1))
+    except OSError:
+        return None
+    return counts
+
+
 def _lines(data: bytes) -> int:
     return data.count(b"\n") + (0 if data.endswith(b"\n") else 1)
 

@@ -481,6 +481,8 @@ class _BatchResult:
     ids: list[str] | None
     skipped: Counter[str]
     popcounts: np.ndarray | None = None  # 1-bits per filter (uint16), for the fill statistics
+    ids_valid: bool = False  # every id is known to be valid UTF-8 (checked in C)
+    placed: int | None = None  # filters and digests already written at this output row
 
     def row(self, j: int) -> int:
         return self.first_row + j if self.rownos is None else self.rownos[j]
@@ -795,14 +797,16 @@ class Encoder:
         id_column: str | None,
         progress: Callable[[int], None] | None = None,
         rows: int = CHUNK_ROWS,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> tuple[EncodedRecords, EncodeReport]:
         """The records and report of ``encode_batch`` results made elsewhere (in input order),
         checked and assembled as ``encode_csv`` does; ``rows``: the rows expected (an estimate:
-        the output arrays are allocated once for as many and grow if needed)."""
+        the output arrays are allocated once for as many and grow if needed); ``out``: the
+        output arrays, a row for every input row (``_encode_stream``)."""
         t0 = time.perf_counter()
         report = EncodeReport(source=source)
         records = self._encode_stream(
-            iter(()), source, id_column, report, progress, lambda _: results, rows
+            iter(()), source, id_column, report, progress, lambda _: results, rows, out
         )
         report.seconds = time.perf_counter() - t0
         return records, report
@@ -827,6 +831,7 @@ class Encoder:
             ids,
             skipped,
             bits.popcount_rows(f_batch).astype(np.uint16),  # here: in a lane, if there is one
+            id_column is not None and batch.columns[id_column]._valid is True,
         )
 
     def _encode_stream(
@@ -838,13 +843,21 @@ class Encoder:
         progress: Callable[[int], None] | None,
         map_batches: BatchMap | None = None,
         rows: int = CHUNK_ROWS,
+        out: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> EncodedRecords:
+        """``out``: the output arrays (filters, digests), with a row for every input row (lanes
+        may have written their rows in place: ``_BatchResult.placed``); the records are views
+        of their first rows. Else arrays allocated for ``rows`` rows, grown if needed."""
         t0 = time.perf_counter()
         out_words = bits.words_for(self.schema.output_bits)
         nblock = self.schema.digest_width
-        cap = max(1, rows)
-        filters = np.zeros((cap, out_words), dtype=np.uint64)
-        digests = np.zeros((cap, nblock), dtype=np.uint64)
+        if out is None:
+            cap = max(1, rows)
+            filters = np.zeros((cap, out_words), dtype=np.uint64)
+            digests = np.zeros((cap, nblock), dtype=np.uint64)
+        else:
+            filters, digests = out
+            cap = filters.shape[0]
         ids: list[str] = []
         seen_ids: set[str] = set()
         n = 0
@@ -863,25 +876,36 @@ class Encoder:
             rows_read += batch.n + batch.blank_lines
             if batch.blank_lines:
                 skipped["blank line"] += batch.blank_lines
-            if batch.ids is None:
+            if batch.ids is None and batch.rownos is None and len(kept) == batch.n:
+                ids.extend(map(str, range(batch.first_row, batch.first_row + batch.n)))
+            elif batch.ids is None:
                 ids.extend(str(batch.row(j)) for j in kept)
             else:
-                ids.extend(self._check_ids(batch, batch.ids, id_column or "", source, seen_ids))
-            m = f_batch.shape[0]
-            if n + m > cap:
-                cap = max(2 * cap, n + m)
-                filters.resize((cap, out_words), refcheck=False)
-                digests.resize((cap, nblock), refcheck=False)
-            filters[n : n + m] = f_batch
-            digests[n : n + m] = d_batch
+                ids.extend(self._check_ids(batch, id_column or "", source, seen_ids, ids))
+            m = len(kept)
+            if batch.placed is not None:  # written in place by a lane: moved up past skips
+                if batch.placed != n:
+                    filters[n : n + m] = filters[batch.placed : batch.placed + m]
+                    digests[n : n + m] = digests[batch.placed : batch.placed + m]
+            else:
+                if n + m > cap:
+                    assert out is None, "more rows than the output arrays hold"
+                    cap = max(2 * cap, n + m)
+                    filters.resize((cap, out_words), refcheck=False)
+                    digests.resize((cap, nblock), refcheck=False)
+                filters[n : n + m] = f_batch
+                digests[n : n + m] = d_batch
             counts.append(
                 bits.popcount_rows(f_batch) if batch.popcounts is None else batch.popcounts
             )
             n += m
             if progress is not None:
                 progress(batch.n + batch.blank_lines)
-        filters.resize((n, out_words), refcheck=False)
-        digests.resize((n, nblock), refcheck=False)
+        if out is None:
+            filters.resize((n, out_words), refcheck=False)
+            digests.resize((n, nblock), refcheck=False)
+        else:
+            filters, digests = filters[:n], digests[:n]
 
         records = EncodedRecords(tuple(ids), filters, self.schema.output_bits, digests)
         del ids
@@ -979,20 +1003,24 @@ class Encoder:
 
     @staticmethod
     def _check_ids(
-        batch: _BatchResult, ids: list[str], id_column: str, source: str, seen_ids: set[str]
+        batch: _BatchResult, id_column: str, source: str, seen_ids: set[str], earlier: list[str]
     ) -> list[str]:
-        """Checks the kept rows' record ids are non-empty, unique and valid UTF-8."""
+        """Checks the kept rows' record ids are non-empty, unique and valid UTF-8; ``seen_ids``
+        holds the ``earlier`` batches' ids and gains this batch's."""
+        ids = batch.ids
+        assert ids is not None
         kept = batch.kept
-        new = set(ids)
+        before = len(seen_ids)
+        seen_ids.update(ids)
         if (
-            len(new) == len(ids)
-            and seen_ids.isdisjoint(new)
+            len(seen_ids) == before + len(ids)
             and all(ids)
-            and valid_text("".join(ids))
+            and (batch.ids_valid or valid_text("".join(ids)))
         ):
-            seen_ids |= new
             return ids  # the common case, checked without a Python loop
-        for rid, j in zip(ids, kept, strict=True):  # find the first bad id in row order
+        seen_ids.clear()  # an error follows: find the first bad id in row order
+        seen_ids.update(earlier)
+        for rid, j in zip(ids, kept, strict=True):
             if not rid or rid in seen_ids or not valid_text(rid):
                 problem = (
                     "empty record id"

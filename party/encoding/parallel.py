@@ -62,6 +62,7 @@ import atexit
 import contextlib
 import logging
 import math
+import mmap
 import multiprocessing
 import os
 import pickle
@@ -72,7 +73,7 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import (
     BrokenExecutor,
     CancelledError,
@@ -90,7 +91,13 @@ import numpy as np
 
 from party.encoding import bits
 from party.encoding import encoder as encoder_module
-from party.encoding.csv_ranges import CsvRange, NotSplittable, read_range, split_ranges
+from party.encoding.csv_ranges import (
+    CsvRange,
+    NotSplittable,
+    line_counts,
+    read_range,
+    split_ranges,
+)
 from party.encoding.encoder import (
     CsvLayout,
     EncodeDataError,
@@ -355,42 +362,97 @@ _PEERS: dict[str, PeerSight] = {}  # job token -> this lane's side of the first-
 
 @dataclass(frozen=True)
 class RangeJob:
-    """What a lane needs to read and encode ranges of one CSV on its own (``peer_range_task``)."""
+    """What a lane needs to read and encode ranges of one CSV on its own (``peer_range_task``):
+    ``output`` (a file on tmpfs, or None: arrays come back pickled) holds ``rows`` filters of
+    ``words`` words, then ``rows`` digest rows of ``width`` words; ``folder`` (tmpfs, or
+    None: no exchange) receives the first-sight entries the lanes share if ``exchange``."""
 
     path: str
     layout: CsvLayout
     source: str
     id_column: str | None
-    folder: str | None  # tmpfs: results and first-sight entries; None: pickled, no exchange
+    folder: str | None
     lanes: int
+    output: str | None = None
+    rows: int = 0
+    words: int = 0
+    width: int = 0
+    exchange: bool = False
+
+
+@dataclass
+class _Placed:
+    """A range's result whose arrays a lane wrote into the job's output file in place
+    (``result.placed``: its first output row); the kept rows' ids joined by newlines (a CSV
+    split into ranges has no newline inside a value)."""
+
+    result: _BatchResult
+    ids: str | None
+
+    def take(self) -> _BatchResult:
+        """In the parent: the result with its ids as a list."""
+        if self.ids is not None:
+            self.result.ids = self.ids.split("\n") if self.result.kept else []
+        return self.result
+
+
+def _write_rows(job: RangeJob, at: int, result: _BatchResult) -> bool:
+    """In a lane: write a result's filters and digests at output row ``at`` of ``job.output``
+    (positional writes; no mapping); False if the file cannot take them (tmpfs full)."""
+    assert job.output is not None
+    try:
+        fd = os.open(job.output, os.O_WRONLY)
+        try:
+            for array, base, width in (
+                (result.filters, 0, job.words),
+                (result.digests, 8 * job.rows * job.words, job.width),
+            ):
+                view = np.ascontiguousarray(array, dtype=np.uint64).data.cast("B")
+                offset = base + 8 * at * width
+                while view:
+                    done = os.pwrite(fd, view, offset)
+                    view, offset = view[done:], offset + done
+        finally:
+            os.close(fd)
+    except OSError:
+        return False
+    return True
 
 
 def peer_range_task(
-    spec: EncoderSpec, job: RangeJob, lane: int, key: int, part: CsvRange
-) -> tuple[_Handoff | _BatchResult, str, tuple[float, float, float], int]:
-    """Runs in lane ``lane``: parse range ``key`` of the CSV (rows numbered from 1: the parent
-    renumbers them), install the first-sight entries the other lanes published, encode the
-    range, publish the entries it computed (``peer_sight``) and hand the range over
-    (``_hand_over``); also the lane's name and the CPU seconds of reading, of the exchange
-    (installing and publishing entries) and of encoding, and the entries it installed."""
+    spec: EncoderSpec, job: RangeJob, lane: int, part: CsvRange, first_row: int
+) -> tuple[_Placed | _BatchResult, str, tuple[float, float, float], int]:
+    """Runs in lane ``lane``: parse a range of the CSV whose first row is ``first_row`` (so
+    errors name the rows one process names), install the first-sight entries the other lanes
+    published (``job.exchange``), encode the range, publish the entries it computed and write
+    its arrays into the output file at their row (``_write_rows``; pickled back if there is
+    no file or no room); also the lane's name, the CPU seconds of reading, of the exchange
+    and of encoding, and the entries it installed."""
     c0 = time.process_time()
     with _WORKER_LOCK:
         encoder = _worker_encoder(spec)
-        batch = read_range(job.path, part, job.layout, job.source, 1)
+        batch = read_range(job.path, part, job.layout, job.source, first_row)
         batch.materialise()
         c1 = time.process_time()
         peers = _PEERS.get(spec.token)
         if peers is None:
-            peers = _PEERS[spec.token] = PeerSight(encoder, lane, job.lanes, job.folder)
+            folder = job.folder if job.exchange else None
+            peers = _PEERS[spec.token] = PeerSight(encoder, lane, job.lanes, folder)
         peers.take()
         c2 = time.process_time()
         result = encoder.encode_batch(batch, job.source, job.id_column)
         c3 = time.process_time()
         peers.publish()
-        handoff = _hand_over(result, job.folder, key)
+        out: _Placed | _BatchResult = result
+        if job.output is not None and _write_rows(job, first_row - 1, result):
+            ids = None if result.ids is None else "\n".join(result.ids)
+            out = _Placed(
+                replace(result, filters=_EMPTY, digests=_EMPTY, ids=None, placed=first_row - 1),
+                ids,
+            )
         installed, peers.installed = peers.installed, 0
     cpu = (c1 - c0, c2 - c1 + time.process_time() - c3, c3 - c2)
-    return handoff, _worker_name(), cpu, installed
+    return out, _worker_name(), cpu, installed
 
 
 def _ready() -> str:
@@ -474,6 +536,7 @@ RANGE_BYTES = 1 << 21  # at most, per range a lane reads: the last range decides
 PEER_RANGE_BYTES = 1 << 21  # at most, per range with first sight shared among the lanes
 PEER_FIRST_BYTES = 1 << 16  # the first such ranges: lanes meeting the commonest values at the
 # same moment both compute them, so the first ranges are small (sizes double per pair)
+PEER_SHARED_BYTES = 1 << 27  # tmpfs room per lane for the first-sight entries it publishes
 PROBE_VALUES = 1000  # per column: the first batch's sample that measures first-sight costs
 
 
@@ -648,33 +711,28 @@ class _RangeLanes(_Lanes):
 
 
 class _PeerLanes:
-    """Lanes that read their own ranges and share first sight among themselves (``peer_sight``):
-    the parent only hands out ranges (to the lane with the fewest in flight, at most two per
-    lane) and takes the results in input order, numbering their rows. A range a lane could not
-    encode (a parse error or a bad value, named with rows counted from the range's start) is
-    encoded again here with its true first row, so the error is the one one process raises."""
+    """Lanes that read and encode their own ranges (the default on this machine's lanes;
+    with ``peer_sight`` they also share first sight among themselves): the parent only hands
+    out ranges (to the lane with the fewest in flight, at most two per lane) with their first
+    rows, known from the line counts, and takes the results in input order; the lanes write
+    the arrays in place. An error a lane raises names its true row, and is raised here when
+    the results before it are taken, so it is the first error one process raises."""
 
     def __init__(
         self,
         lanes: Sequence[Executor],
-        encoder: Encoder,
         spec: EncoderSpec,
         job: RangeJob,
         stats: ParallelStats | None,
     ) -> None:
-        self.lanes, self.encoder, self.spec, self.job, self.stats = (
-            list(lanes),
-            encoder,
-            spec,
-            job,
-            stats,
-        )
+        self.lanes, self.spec, self.job, self.stats = list(lanes), spec, job, stats
 
-    def run(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
+    def run(self, ranges: list[CsvRange], lines: list[int]) -> Generator[_BatchResult]:
         """Results in input order; raises ``NotSplittable`` (the caller starts again)."""
         busy = [0] * len(self.lanes)  # ranges in flight per lane
-        pending: deque[tuple[int, int, Future[Any]]] = deque()
-        todo = iter(enumerate(ranges))
+        pending: deque[tuple[int, Future[Any]]] = deque()
+        firsts = np.cumsum([1, *lines[:-1]]).tolist()  # each range's first row
+        todo = iter(zip(ranges, firsts, strict=True))
 
         def submit() -> None:
             nxt = next(todo, None)
@@ -682,38 +740,27 @@ class _PeerLanes:
                 w = busy.index(min(busy))
                 busy[w] += 1
                 fut = self.lanes[w].submit(peer_range_task, self.spec, self.job, w, *nxt)
-                pending.append((nxt[0], w, fut))
+                pending.append((w, fut))
 
         submit()
-        if pending:  # a head start: the first (small) range's commonest values reach every
-            wait([pending[0][2]])  # lane before they start, instead of each computing them
+        if pending and self.job.exchange:  # a head start: the first (small) range's commonest
+            wait([pending[0][1]])  # values reach every lane before they start
         for _ in range(2 * len(self.lanes) - 1):
             submit()
-        row = 1  # the first row of the next range
         try:
             while pending:
-                key, w, fut = pending.popleft()
-                try:
-                    handoff, worker, (reading, sight, encoding), installed = fut.result()
-                except EncodeDataError:  # rows named from the range's start: again, here
-                    batch = read_range(
-                        self.job.path, ranges[key], self.job.layout, self.job.source, row
-                    )
-                    result = self.encoder.encode_batch(batch, self.job.source, self.job.id_column)
-                else:
-                    result = _take_handoff(handoff) if isinstance(handoff, _Handoff) else handoff
-                    if self.stats is not None:
-                        self.stats.add(worker, reading, reading=True)
-                        self.stats.add(worker, sight, first_sight=True)
-                        self.stats.add(worker, encoding)
-                        self.stats.shared_values += installed
+                w, fut = pending.popleft()
+                out, worker, (reading, sight, encoding), installed = fut.result()
+                if self.stats is not None:
+                    self.stats.add(worker, reading, reading=True)
+                    self.stats.add(worker, sight, first_sight=True)
+                    self.stats.add(worker, encoding)
+                    self.stats.shared_values += installed
                 busy[w] -= 1
                 submit()
-                result.first_row = row
-                row += result.n
-                yield result
+                yield out.take() if isinstance(out, _Placed) else out
         finally:
-            stop_tasks([fut for _, _, fut in pending])
+            stop_tasks([fut for _, fut in pending])
 
 
 class _ProgressOnce:
@@ -745,6 +792,7 @@ def encode_csv_parallel(
     stats: ParallelStats | None = None,
     lanes_read_file: bool = False,
     range_lanes: type[_RangeLanes] | None = None,
+    own_ranges: bool | None = None,
     peer_sight: bool = False,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
@@ -752,17 +800,18 @@ def encode_csv_parallel(
     worker, e.g. ``party.cluster.dask_lanes``); identical results (module docstring). A file of
     one CSV block is encoded here, without starting processes.
 
-    ``lanes_read_file``: the lanes run on this machine and read their own ranges of the CSV
-    (``_RangeLanes``). Off by default: on a quiet machine it measured slower than the parent
-    reading (0.70x against 1.22x at 1M records; every range's first sight is a barrier between
-    the lanes). A CSV ``csv_ranges`` cannot split is read by this process either way.
-    ``range_lanes``: the driver of such lanes (default ``_RangeLanes``; the embedded Dask
-    cluster's is ``party.cluster_waves.WaveLanes``).
+    ``own_ranges`` (default: yes for the persistent local lanes, no for ``lanes`` given): each
+    lane reads and encodes whole ranges of the CSV on its own, computing the first sight of
+    the values it meets itself, and writes the arrays into the output in place
+    (``_PeerLanes``); the parent only counts lines, hands out ranges and checks record ids.
+    ``peer_sight``: the same, the lanes also sharing the first-sight entries they compute
+    (``peer_sight`` module; measured costlier than computing them again at 1M records).
 
-    ``peer_sight`` (off by default: under load it measured no better than the parent reading):
-    the lanes read their own ranges and share first sight among themselves without waiting
-    for each other (``_PeerLanes``, ``peer_sight`` module); the parent only hands out ranges
-    and assembles the results.
+    ``lanes_read_file``: the lanes run on this machine and read their own ranges of the CSV
+    with the parent sharing first sight out (``_RangeLanes``; the embedded Dask cluster's
+    path). ``range_lanes``: the driver of such lanes (default ``_RangeLanes``; the embedded
+    Dask cluster's is ``party.cluster_waves.WaveLanes``). Otherwise the parent reads the CSV
+    and sends batches (``_Lanes``), as for any CSV ``csv_ranges`` cannot split.
     """
     n = resolve_workers(workers)
     seeded_blip = (
@@ -772,42 +821,44 @@ def encode_csv_parallel(
         if seeded_blip and n > 1:
             log.info("a seeded BLIP generator was injected: encoding in one process")
         return encoder.encode_csv(path, id_column=id_column, progress=progress)
+    if own_ranges is None:
+        own_ranges = lanes is None and not lanes_read_file
+    own_ranges = own_ranges or peer_sight
     use = start_lanes(n) if lanes is None else list(lanes)
     spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
     args = (use, encoder, spec, str(Path(path)), id_column, stats)
     block_bytes = block_bytes_for(path, len(use))
     progress_once = _ProgressOnce(progress)
     try:
-        if peer_sight:
-            split = split_ranges(path, min(block_bytes, PEER_RANGE_BYTES), PEER_FIRST_BYTES)
-        else:
-            split = (
-                split_ranges(path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES)))
-                if lanes_read_file
-                else None
-            )  # the same whole number of ranges for every lane
-        if split is not None:
-            ranges, rows = split
-            layout = encoder.csv_layout(Path(path), id_column)
-            try:
-                in_flight = (2 * len(use) + 4) * rows // max(1, len(ranges))
-                need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
-                need += 2 * in_flight * 8 * encoder.schema.digest_width
-                with _scratch(need) as out:
-                    if peer_sight:
-                        job = RangeJob(str(path), layout, str(Path(path)), id_column, out, len(use))
-                        results = _PeerLanes(use, encoder, spec, job, stats).run(ranges)
-                    else:
+        try:
+            if own_ranges:
+                return _encode_own_ranges(
+                    encoder, path, use, spec, id_column, stats, progress_once, peer_sight
+                )
+            if lanes_read_file:
+                split = split_ranges(  # the same whole number of ranges for every lane
+                    path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES))
+                )
+                if split is not None:
+                    ranges, rows = split
+                    layout = encoder.csv_layout(Path(path), id_column)
+                    in_flight = (2 * len(use) + 4) * rows // max(1, len(ranges))
+                    need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
+                    need += 2 * in_flight * 8 * encoder.schema.digest_width
+                    with _scratch(need) as out:
                         ranged = (range_lanes or _RangeLanes)(
                             *args, path=str(path), layout=layout, out_dir=out
                         )
-                        results = ranged.run_ranges(ranges)
-                    return encoder.encode_results(
-                        results, str(Path(path)), id_column, progress_once, rows
-                    )
-            except NotSplittable:
-                log.info("the CSV has quotes, empty lines or lone carriage returns: read here")
-                progress_once.restart()
+                        return encoder.encode_results(
+                            ranged.run_ranges(ranges),
+                            str(Path(path)),
+                            id_column,
+                            progress_once,
+                            rows,
+                        )
+        except NotSplittable:
+            log.info("the CSV has quotes, empty lines or lone carriage returns: read here")
+            progress_once.restart()
         batched = _Lanes(*args)
         room = 2 * (2 * len(use) + 4) * block_bytes * 8  # results in flight (~8x their CSV)
         # results come back in files only from lanes on this machine (Dask's may be elsewhere)
@@ -822,6 +873,75 @@ def encode_csv_parallel(
             )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
         _forget_everywhere(use, spec.token)
+
+
+def _encode_own_ranges(
+    encoder: Encoder,
+    path: str | Path,
+    lanes: list[Executor],
+    spec: EncoderSpec,
+    id_column: str | None,
+    stats: ParallelStats | None,
+    progress: _ProgressOnce,
+    peer_sight: bool,
+) -> tuple[EncodedRecords, EncodeReport]:
+    """The lanes read, encode and write whole ranges (``_PeerLanes``); raises
+    ``NotSplittable`` if the CSV cannot be cut at line ends (the caller reads it here)."""
+    first = PEER_FIRST_BYTES if peer_sight else None
+    split = split_ranges(path, min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES), first)
+    lines = None if split is None else line_counts(path, split[0])
+    if split is None or lines is None:
+        raise NotSplittable
+    ranges, rows = split[0], sum(lines)
+    layout = encoder.csv_layout(Path(path), id_column)
+    words = bits.words_for(encoder.schema.output_bits)
+    width = encoder.schema.digest_width
+    size = 8 * rows * (words + width)
+    room = size + (PEER_SHARED_BYTES * len(lanes) if peer_sight else 0)
+    with _scratch(room) as folder:
+        output = _output_file(folder, size)
+        if output is None:
+            arrays = np.zeros(rows * (words + width), dtype=np.uint64)
+        else:
+            arrays = np.frombuffer(output[1], dtype=np.uint64)
+        out = (
+            arrays[: rows * words].reshape(rows, words),
+            arrays[rows * words :].reshape(rows, width),
+        )
+        source = str(Path(path))
+        job = RangeJob(
+            str(path),
+            layout,
+            source,
+            id_column,
+            folder,
+            len(lanes),
+            None if output is None else output[0],
+            rows,
+            words,
+            width,
+            peer_sight,
+        )
+        # closed before the folder is removed: a running task may still write into it
+        with contextlib.closing(_PeerLanes(lanes, spec, job, stats).run(ranges, lines)) as results:
+            return encoder.encode_results(results, source, id_column, progress, rows, out)
+
+
+def _output_file(folder: str | None, size: int) -> tuple[str, mmap.mmap] | None:
+    """A file of ``size`` bytes in ``folder`` (tmpfs), its space reserved (so neither a
+    lane's write nor a write through the mapping can find tmpfs full), mapped shared; None
+    if there is no folder or no room (the arrays then come back pickled)."""
+    if folder is None or size == 0:
+        return None
+    out = os.path.join(folder, "output.u64")
+    try:
+        with open(out, "w+b") as fh:
+            os.posix_fallocate(fh.fileno(), 0, size)
+            return out, mmap.mmap(fh.fileno(), size)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(out)
+        return None
 
 
 @contextlib.contextmanager

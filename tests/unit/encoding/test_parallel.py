@@ -62,10 +62,17 @@ def _same(a: Any, b: Any) -> None:
     assert np.array_equal(a.block_digests, b.block_digests)
 
 
-def _on_pool(schema: Any, path: Path, pool: Any, peer_sight: bool, **kw: Any) -> Any:
-    """Encode on the 2-lane pool; ``peer_sight``: the lanes read ranges and share first sight."""
+MODES = {  # how the lanes get their rows
+    "parent-reads": {"own_ranges": False},
+    "own-ranges": {"own_ranges": True},  # the default on the local lanes
+    "peers": {"peer_sight": True},  # own ranges, first sight shared among the lanes
+}
+
+
+def _on_pool(schema: Any, path: Path, pool: Any, mode: str, **kw: Any) -> Any:
+    """Encode on the 2-lane pool, the lanes getting their rows the way ``mode`` names."""
     return encode_csv_parallel(
-        Encoder(schema, SECRET), path, workers=2, lanes=pool, peer_sight=peer_sight, **kw
+        Encoder(schema, SECRET), path, workers=2, lanes=pool, **MODES[mode], **kw
     )
 
 
@@ -104,21 +111,21 @@ def test_generated_people_identical_to_one_process(tmp_path, small_batches, pool
     _same(ref2, got2)
 
 
-@pytest.mark.parametrize("peer_sight", [False, True])
-def test_hardened_and_salted_identical(tmp_path, small_batches, pool, peer_sight):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_hardened_and_salted_identical(tmp_path, small_batches, pool, mode):
     path = _people_csv(tmp_path, 1500, seed=5)
     raw = json.loads(SHIPPED.read_text())
     raw["hardening"] = {"xorFold": True, "balance": True, "blip": None}
     raw["features"][0]["salt"] = {"field": "suburb"}
     schema = parse_schema(raw)
     ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
-    got, _ = _on_pool(schema, path, pool, peer_sight, id_column="rec_id")
+    got, _ = _on_pool(schema, path, pool, mode, id_column="rec_id")
     _same(ref, got)
 
 
 @pytest.mark.parametrize("blank", [True, False])
-@pytest.mark.parametrize("peer_sight", [False, True])
-def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool, peer_sight, blank):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool, mode, blank):
     schema = parse_schema(
         {
             "version": 1,
@@ -144,7 +151,7 @@ def test_skips_and_blank_lines_identical(tmp_path, small_batches, pool, peer_sig
     path = tmp_path / "blank.csv"
     path.write_text("\n".join(lines) + "\n")
     ref, ref_report = Encoder(schema, SECRET).encode_csv(path, id_column="id")
-    got, report = _on_pool(schema, path, pool, peer_sight, id_column="id")
+    got, report = _on_pool(schema, path, pool, mode, id_column="id")
     _same(ref, got)
     _same_report(ref_report, report)
     assert report.skipped.get("blank line", 0) == (5 if blank else 0)
@@ -157,8 +164,8 @@ def _first_error(fn: Any) -> str:
     return str(info.value)
 
 
-@pytest.mark.parametrize("peer_sight", [False, True])
-def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool, peer_sight):
+@pytest.mark.parametrize("mode", list(MODES))
+def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool, mode):
     schema = parse_schema(
         {
             "version": 1,
@@ -179,7 +186,7 @@ def test_first_error_in_input_order_is_the_same(tmp_path, small_batches, pool, p
         return Encoder(schema, SECRET).encode_csv(path, id_column="id")
 
     def parallel() -> Any:
-        return _on_pool(schema, path, pool, peer_sight, id_column="id")
+        return _on_pool(schema, path, pool, mode, id_column="id")
 
     msg = _first_error(serial)
     assert "row 101" in msg and "duplicate record id" in msg
@@ -228,13 +235,27 @@ def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
     assert start_lanes(2)[1] is not lanes[1]
 
 
-@pytest.fixture(params=["parent-shares", "peers"])
+@pytest.fixture(params=["parent-shares", "own-ranges", "peers"])
 def ranged(request):
-    """How lanes that read their own ranges share first sight: through the parent
-    (``lanes_read_file``) or among themselves (``peer_sight``)."""
-    if request.param == "peers":
-        return {"peer_sight": True}
-    return {"lanes_read_file": True}
+    """How lanes that read their own ranges get first sight: shared out by the parent
+    (``lanes_read_file``), computed by each lane itself (``own_ranges``, the default) or
+    shared among the lanes (``peer_sight``)."""
+    if request.param == "parent-shares":
+        return {"lanes_read_file": True}
+    return MODES[request.param]
+
+
+def _mapped(array: Any) -> bool:
+    """True if the array is a view of a file mapping (the job's output on tmpfs)."""
+    import mmap
+
+    while array is not None and not isinstance(array, mmap.mmap):
+        array = (
+            getattr(array, "base", None)
+            if isinstance(array, np.ndarray)
+            else getattr(array, "obj", None)
+        )
+    return array is not None
 
 
 def _encode_both(
@@ -263,6 +284,8 @@ def test_lanes_read_their_own_ranges_identical(
     assert stats.ranges > 4 and stats.reading_seconds > 0  # the lanes parsed the rows
     if "peer_sight" in ranged:  # each lane installed entries the other computed
         assert stats.shared_values > 0 and len(stats.cpu_by_worker) == 2
+    if "lanes_read_file" not in ranged:  # the lanes wrote the arrays into a shared file
+        assert _mapped(got[0].filters) and _mapped(got[0].block_digests)
     # default ids (row numbers) and progress: every row once
     got2, _ = encode_csv_parallel(
         Encoder(_shipped_schema(), SECRET),
