@@ -62,7 +62,7 @@ def _same(a: Any, b: Any) -> None:
     assert np.array_equal(a.block_digests, b.block_digests)
 
 
-MODES = {  # how the lanes get their rows
+MODES: dict[str, dict[str, Any]] = {  # how the lanes get their rows
     "parent-reads": {"own_ranges": False},
     "own-ranges": {"own_ranges": True},  # the default on the local lanes
     "peers": {"peer_sight": True},  # own ranges, first sight shared among the lanes
