@@ -27,6 +27,7 @@ from typing import Protocol, TextIO, runtime_checkable
 
 import numpy as np
 
+from party.node._numba_csv import label_widths, put_fields, put_labels
 from party.protocol.classify import ResolvedMatches
 
 MATCH_HEADER = ("linkage_id", "similarity", "record_id")
@@ -114,26 +115,96 @@ def _similarity_texts(similarities: np.ndarray) -> list[str]:
     return [texts[i] for i in inverse.ravel().tolist()]
 
 
+def _text_column(texts: list[str], index: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A column of ASCII texts chosen per row from ``texts`` by ``index``: (bytes of the texts,
+    each row's start in them, each row's length)."""
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    blob = np.frombuffer("".join(texts).encode("ascii"), dtype=np.uint8)
+    return blob, (np.cumsum(lengths) - lengths)[index], lengths[index]
+
+
+def _joined_lines(
+    linkage_ids: np.ndarray, columns: list[tuple[np.ndarray, np.ndarray, np.ndarray]]
+) -> str:
+    """CSV lines of the linkage labels and text columns given as ``_text_column`` gives them:
+    fields joined by ",", each line ended by CRLF (byte copies compiled: ``_numba_csv``)."""
+    ids = np.ascontiguousarray(linkage_ids, dtype=np.uint64)
+    if ids.shape[0] == 0:
+        return ""
+    widths = label_widths(ids)
+    line = widths + sum(lengths for _, _, lengths in columns) + len(columns) + 2
+    ends = np.cumsum(line)
+    out = np.full(int(ends[-1]), ord(","), dtype=np.uint8)
+    out[ends - 2] = ord("\r")
+    out[ends - 1] = ord("\n")
+    at = ends - line
+    put_labels(out, at, ids, widths)
+    at = at + widths + 1  # where each row's next field starts
+    for blob, starts, lengths in columns:
+        put_fields(out, at, blob, starts, lengths)
+        at = at + lengths + 1
+    return out.tobytes().decode("ascii")
+
+
+def _party_texts(group_parties: list[tuple[str, ...]]) -> tuple[list[str], np.ndarray]:
+    """(the distinct party lists joined by ";"; each row's index in them). Rows share a few
+    tuple objects: rows are grouped by object identity in numpy (no tuple hash per row), the
+    distinct objects by value."""
+    k = len(group_parties)
+    oids = np.fromiter(map(id, group_parties), dtype=np.uint64, count=k)
+    _, first, index = np.unique(oids, return_index=True, return_inverse=True)
+    texts: dict[tuple[str, ...], int] = {}
+    slot = np.array(
+        [texts.setdefault(group_parties[i], len(texts)) for i in first.tolist()], dtype=np.int64
+    )
+    index = slot[index.ravel()] if k else np.zeros(0, dtype=np.int64)
+    return [";".join(t) for t in texts], index
+
+
 def _csv_lines(chunk: ResolvedMatches, groups: bool) -> str:
-    """The CSV lines of a chunk, byte for byte what ``write_matches`` writes for the same rows."""
-    cols = [chunk.labels(), _similarity_texts(chunk.similarities), chunk.record_ids]
+    """The CSV lines of a chunk, byte for byte what ``write_matches`` writes for the same rows:
+    ASCII fields that need no quotes are assembled with numpy and compiled copies, others by
+    the csv module (fields with quotes) or joined in Python (non-ASCII record ids)."""
+    if groups and (chunk.group_sizes is None or chunk.group_parties is None):
+        raise ValueError("target any's results need group sizes and parties")
+    parties: list[str] = []
+    party_index = np.zeros(0, dtype=np.int64)
     if groups:
-        if chunk.group_sizes is None or chunk.group_parties is None:
-            raise ValueError("target any's results need group sizes and parties")
-        joined: dict[tuple[str, ...], str] = {}
-        for parties in chunk.group_parties:
-            if parties not in joined:
-                joined[parties] = ";".join(parties)
-        cols += [
-            [str(n) for n in chunk.group_sizes.tolist()],
-            [joined[t] for t in chunk.group_parties],
-        ]
-    text = "".join(cols[2]) + ("".join(joined.values()) if groups else "")
-    if any(ch in text for ch in _NEEDS_QUOTES):
-        out = io.StringIO(newline="")
-        csv.writer(out).writerows(zip(*cols, strict=True))  # quotes what needs quoting
-        return out.getvalue()
-    return "".join(f"{line}\r\n" for line in map(",".join, zip(*cols, strict=True)))
+        assert chunk.group_parties is not None
+        parties, party_index = _party_texts(chunk.group_parties)
+    ids = "".join(chunk.record_ids)
+    text = ids + "".join(parties)
+    quoted = any(ch in text for ch in _NEEDS_QUOTES)
+    if quoted or not text.isascii():
+        cols = [chunk.labels(), _similarity_texts(chunk.similarities), chunk.record_ids]
+        if groups:
+            assert chunk.group_sizes is not None
+            cols += [
+                [str(n) for n in chunk.group_sizes.tolist()],
+                [parties[i] for i in party_index.tolist()],
+            ]
+        if quoted:  # fields with commas, quotes or line breaks: quoted by the csv module
+            out = io.StringIO(newline="")
+            csv.writer(out).writerows(zip(*cols, strict=True))
+            return out.getvalue()
+        return "".join(f"{line}\r\n" for line in map(",".join, zip(*cols, strict=True)))
+    k = len(chunk.record_ids)
+    sims, sim_index = np.unique(chunk.similarities, return_inverse=True)
+    id_lengths = np.fromiter(map(len, chunk.record_ids), dtype=np.int64, count=k)
+    columns = [
+        _text_column([repr(v) for v in sims.tolist()], sim_index.ravel()),
+        (
+            np.frombuffer(ids.encode("ascii"), dtype=np.uint8),
+            np.cumsum(id_lengths) - id_lengths,
+            id_lengths,
+        ),
+    ]
+    if groups:
+        assert chunk.group_sizes is not None
+        sizes, size_index = np.unique(chunk.group_sizes, return_inverse=True)
+        columns.append(_text_column([str(n) for n in sizes.tolist()], size_index.ravel()))
+        columns.append(_text_column(parties, party_index))
+    return _joined_lines(chunk.linkage_ids, columns)
 
 
 def write_match_chunks(
