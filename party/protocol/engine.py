@@ -96,6 +96,7 @@ from party.protocol.spill import (
     SpillFolder,
     count_at_most,
 )
+from party.protocol.threads import run_split
 
 logger = logging.getLogger(__name__)
 
@@ -320,12 +321,19 @@ class PartyEngine:
             raise StateError("this party's filters were freed when its comparison ended")
         a = j * self.segment_bits
         rows = self._shared_rows
-        step = max(1, CHUNK_BYTES * 16 // max(1, self._records.filters.shape[1] * 8))
+        filters = self._records.filters
+        step = max(1, CHUNK_BYTES * 16 // max(1, filters.shape[1] * 8))
         words = -(-self.segment_bits // 64)
         out = np.empty((rows.size, words), dtype=np.uint64)
-        for lo in range(0, rows.size, step):  # a chunk of the filters at a time, not all of them
-            part = self._records.filters[rows[lo : lo + step]]
-            out[lo : lo + step] = slice_bits(part, a, a + self.segment_bits)
+
+        def cut(first: int, last: int) -> None:
+            # a chunk of the filters at a time, not all of them; ranges of rows on the threads
+            # (numpy's gathers and shifts release the GIL)
+            for lo in range(first, last, step):
+                hi = min(last, lo + step)
+                out[lo:hi] = slice_bits(filters[rows[lo:hi]], a, a + self.segment_bits)
+
+        run_split(self.workers, int(rows.size), cut, words=int(rows.size) * filters.shape[1])
         return out
 
     # ----------------------------------------------------------------- segment exchange

@@ -243,7 +243,12 @@ def _linked(run) -> set[tuple[tuple[str, ...], float]]:
     return {(tuple(ids), sims[lid]) for lid, ids in groups.items()}
 
 
-def test_engine_with_workers_gives_the_same_run(threads_always) -> None:
+@pytest.mark.parametrize("target", ["all", "any"])
+def test_engine_with_workers_gives_the_same_run(threads_always, monkeypatch, target) -> None:  # type: ignore[no-untyped-def]
+    """Every threaded step (segments, indexes, kernels, the survivors' sort) on 2 threads."""
+    from party.protocol import spill as spill_module
+
+    monkeypatch.setattr(spill_module, "PARALLEL_MIN_ROWS", 2)
     rng = np.random.default_rng(8)
     tables = linked_tables(rng, 3, 400, 192, shared=150, blocks=5)
     params = ProtocolParameters(
@@ -251,7 +256,7 @@ def test_engine_with_workers_gives_the_same_run(threads_always) -> None:
         filter_bits=192,
         match_threshold=0.8,
         segment_threshold=0.5,
-        target="all",
+        target=target,
     )
     one = run_in_process(tables, params)
     two = run_in_process(tables, params, workers=2)
