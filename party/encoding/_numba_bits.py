@@ -1,7 +1,9 @@
-"""Compiled (numba) bit loop of the encoder: LSH band values (only schemas with LSH keys use it).
+"""Compiled (numba) loops of the encoder: LSH band values (only schemas with LSH keys use it) and
+the byte polynomial of ``first_sight.value_hashes``.
 
-An exact integer loop over the ``bits.py`` layout (position p = bit p % 64 of word p // 64); the
-LSH tests check it against the definition.
+Exact integer loops: the bands over the ``bits.py`` layout (position p = bit p % 64 of word
+p // 64), which the LSH tests check against the definition; the polynomial is checked against
+its numpy definition (``tests/unit/encoding/test_first_sight.py``).
 """
 
 from __future__ import annotations
@@ -29,8 +31,27 @@ def gather_bands(filters, positions):  # type: ignore[no-untyped-def]
     return out
 
 
+@jit
+def byte_polynomials(offsets, data, powers, out):  # type: ignore[no-untyped-def]
+    """out[i] = sum over byte j of value i of data[j] * powers[j % powers.size] (uint64,
+    wrapping), value i being data[offsets[i]:offsets[i + 1]]."""
+    m = powers.size
+    for i in range(out.size):
+        acc = np.uint64(0)
+        start = offsets[i]
+        for j in range(start, offsets[i + 1]):
+            acc += np.uint64(data[j]) * powers[(j - start) % m]
+        out[i] = acc
+
+
 def warm_up() -> None:
     """Run the loop once on tiny inputs: loads (or compiles) it and initialises numba, so a
     process forked after this (the encoding pool's forkserver) starts with it ready."""
     rows = np.zeros((1, 1), dtype=np.uint64)
     gather_bands(rows, np.zeros((1, 1), dtype=np.int64))
+    byte_polynomials(
+        np.zeros(2, dtype=np.int32),
+        np.zeros(1, dtype=np.uint8),
+        np.ones(1, dtype=np.uint64),
+        np.zeros(1, dtype=np.uint64),
+    )

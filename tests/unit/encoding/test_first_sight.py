@@ -151,3 +151,30 @@ def test_invalid_utf8_in_a_blocking_column_is_reported_as_by_one_process(tmp_pat
         encode_csv_parallel(Encoder(schema, SECRET), path, id_column="rec_id", lanes=start_lanes(2))
     assert str(parallel.value) == str(serial.value)
     assert f"row {row}" in str(serial.value) and "\\xff" not in str(serial.value)
+
+
+def _polynomial_hash(value: bytes) -> int:
+    """The definition of ``value_hashes``, one value in plain Python (not the code under test):
+    sum of byte j times base^(2 + j % 4096) mod 2^64, then mixed with the length."""
+    mask, base = (1 << 64) - 1, 0x100000001B3
+    h = 0
+    for j, byte in enumerate(value):
+        h = (h + byte * pow(base, 2 + j % 4096, 1 << 64)) & mask
+    h ^= (len(value) * 0x9E3779B97F4A7C15) & mask
+    h = (h * 0xBF58476D1CE4E5B9) & mask
+    return h ^ (h >> 31)
+
+
+def test_value_hashes_follow_their_definition_on_slices_empty_and_long_values():
+    import pyarrow as pa
+
+    from party.encoding.first_sight import value_hashes
+
+    rng = np.random.default_rng(5)
+    values = [b"", b"a", "Zoë".encode(), b"\x00\xff" * 3, bytes(rng.integers(0, 256, 4100))]
+    values += [bytes(rng.integers(0, 256, int(k))) for k in rng.integers(0, 40, 200)]
+    array = pa.array(values, type=pa.binary())
+    for part in (array, array.slice(3, 150), array.slice(0, 0), pa.array([b"", b""])):
+        want = np.array([_polynomial_hash(v) for v in part.to_pylist()], dtype=np.uint64)
+        assert np.array_equal(value_hashes(part), want)
+    assert value_hashes(pa.array([b"smith"])) != value_hashes(pa.array([b"smiht"]))
