@@ -236,13 +236,8 @@ class PairEngine(PartyEngine):
         if candidates.shape[0] and not np.all(np.count_nonzero(candidates, axis=1) == 2):
             raise RingError("ring message rows of target any must name exactly two records")
         for j in range(self.parties):
-            known = self._known[j]
             col = candidates[:, j]
-            col = col[col != 0]
-            if col.size == 0:
-                continue
-            pos = np.minimum(np.searchsorted(known, col), max(known.size - 1, 0))
-            if known.size == 0 or not np.all(known[pos] == col):
+            if col.size and np.any((self._known_positions(j, col) < 0) & (col != 0)):
                 raise RingError(f"ring message names an unknown pseudonym of party {j}")
 
     def ring_finish_end(self) -> tuple[int, int, int]:

@@ -236,3 +236,45 @@ def test_all_pairs_of_two_parties_equal_the_oracle(
         assert got == expected(tables, prm, run.pseudonyms)
         assert len(got) > 100 and run.metrics.above_threshold > len(every) // 2
         assert run.metrics.comparison[0].candidate_sets == len(every)
+
+
+def _seeded(seed: int):  # type: ignore[no-untyped-def]
+    rng = np.random.default_rng(seed)
+    return lambda n: rng.bytes(n)
+
+
+@pytest.mark.parametrize("refused", [False, True])
+def test_ring_rows_naming_an_unknown_pseudonym_are_refused(refused: bool) -> None:
+    """Hash tables of the known pseudonyms, or the binary search when the gauge refused them."""
+    tables = subset_tables(2, 3, 30, 0.05)
+    engines = engines_after_compare(tables, params(3))
+    for e in engines:
+        e._known_tables_refused = refused
+    start = engines[0].ring_start()
+    bad = start.candidates.copy()
+    col = int(np.flatnonzero(bad[-1])[-1])  # a column naming a record
+    bad[-1, col] = np.uint64(12345)
+    order = np.lexsort(bad.T[::-1])
+    forged = RingMessage(0, bad[order], start.c_masked[order], start.x_masked[order])
+    with pytest.raises(RingError, match=f"unknown pseudonym of party {col}"):
+        engines[1].ring_step(forged)
+
+
+def test_pseudonym_tables_and_binary_search_give_the_same_ring() -> None:
+    tables = subset_tables(3, 3, 40, 0.06)
+    prm = params(3, match_threshold=0.6)
+    runs = []
+    for refused in (False, True):
+        engines = engines_after_compare(tables, prm, random_bytes=_seeded(5))
+        for e in engines:
+            e._known_tables_refused = refused
+        msg = engines[0].ring_start()
+        for e in engines[1:]:
+            msg = e.ring_step(msg)
+        cls = engines[0].ring_finish(msg)
+        runs.append((cls.candidates.tolist(), cls.similarities.tolist()))
+        assert all(not e._known_lookups for e in engines), "freed when the ring ends"
+        assert all(e.resident_bytes().get("pseudonym lookup tables", 0) == 0 for e in engines)
+        for e in engines:
+            e.close()
+    assert runs[0] == runs[1] and runs[0][0], "the same matched pairs and Dice, and some"
