@@ -354,9 +354,13 @@ def _key_range(rows: np.ndarray, i: int, splitters: np.ndarray, key_columns: int
 def key_range_counts(
     rows: np.ndarray, splitters: np.ndarray, key_columns: int, lo: int, hi: int, counts: np.ndarray
 ) -> None:
-    """Add to ``counts[r]`` how many of rows lo..hi-1 fall in key range r (``_key_range``)."""
+    """Add to ``counts[r]`` how many of rows lo..hi-1 fall in key range r (``_key_range``);
+    counted in this call's own array (the threads' ``counts`` may share a cache line)."""
+    own = np.zeros(counts.shape[0], dtype=np.int64)
     for i in range(lo, hi):
-        counts[_key_range(rows, i, splitters, key_columns)] += 1
+        own[_key_range(rows, i, splitters, key_columns)] += 1
+    for r in range(counts.shape[0]):
+        counts[r] += own[r]
 
 
 @jit
@@ -369,15 +373,16 @@ def key_range_fill(
     at: np.ndarray,
     out: np.ndarray,
 ) -> None:
-    """Copy rows lo..hi-1 to ``out``, each at ``at[its key range]`` (then advanced): rows of a
-    range keep their order."""
+    """Copy rows lo..hi-1 to ``out``, row i of key range r at ``at[r]`` + the rows of range r
+    before it: rows of a range keep their order (positions advanced in this call's own array)."""
     width = rows.shape[1]
+    nxt = at.copy()
     for i in range(lo, hi):
         r = _key_range(rows, i, splitters, key_columns)
-        p = at[r]
+        p = nxt[r]
         for c in range(width):
             out[p, c] = rows[i, c]
-        at[r] = p + 1
+        nxt[r] = p + 1
 
 
 @jit

@@ -60,7 +60,7 @@ def sort_unique_rows(rows: np.ndarray, key_columns: int, workers: int) -> np.nda
     parted = np.empty_like(rows)
 
     def fill(s: int, lo: int, hi: int) -> None:
-        key_range_fill(rows, splitters, key_columns, lo, hi, at[s].copy(), parted)
+        key_range_fill(rows, splitters, key_columns, lo, hi, at[s], parted)
 
     run_ranges(workers, slices, fill)
     orders: list[np.ndarray] = [np.zeros(0, np.int64)] * ranges
