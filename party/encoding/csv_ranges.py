@@ -43,13 +43,18 @@ class NotSplittable(Exception):
 
 
 def split_ranges(
-    path: str | Path, block_bytes: int, first_bytes: int | None = None
+    path: str | Path,
+    block_bytes: int,
+    first_bytes: int | None = None,
+    last_bytes: int | None = None,
 ) -> tuple[list[CsvRange], int] | None:
     """The file's lines after the header as ranges of about ``block_bytes`` (found by seeking,
     not reading), and an estimate of its rows (from the first 64 KiB); None if the header is
     not one plain line (or the file cannot be read: the exact reader reports it).
     ``first_bytes``: the first ranges are this small, each pair of ranges twice the size of
-    the pair before, up to ``block_bytes``."""
+    the pair before, up to ``block_bytes``. ``last_bytes``: in the last three blocks' worth
+    of the file each range is a third of what is left, down to ``last_bytes`` (so that lanes
+    taking ranges as they become free end at nearly the same moment)."""
     size_of = block_bytes if first_bytes is None else min(block_bytes, first_bytes)
     ranges: list[CsvRange] = []
     try:
@@ -62,6 +67,8 @@ def split_ranges(
             per_byte = sample.count(b"\n") / max(1, len(sample))
             start = len(header)
             while start < size:
+                if last_bytes is not None and size - start < 3 * block_bytes:
+                    size_of = max(last_bytes, (size - start) // 3)
                 fh.seek(min(size, start + size_of))
                 end = min(size, fh.tell() + len(fh.readline()))
                 ranges.append(CsvRange(start, end))

@@ -887,8 +887,12 @@ def _encode_own_ranges(
 ) -> tuple[EncodedRecords, EncodeReport]:
     """The lanes read, encode and write whole ranges (``_PeerLanes``); raises
     ``NotSplittable`` if the CSV cannot be cut at line ends (the caller reads it here)."""
-    first = PEER_FIRST_BYTES if peer_sight else None
-    split = split_ranges(path, min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES), first)
+    if peer_sight:
+        block = min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES)
+        split = split_ranges(path, block, PEER_FIRST_BYTES)
+    else:  # ranges of two CSV blocks: measured cheaper per row than one or half a block
+        block = block_bytes_for(path, len(lanes), 2 * encoder_module.CSV_BLOCK_BYTES)
+        split = split_ranges(path, block, last_bytes=encoder_module.CSV_BLOCK_BYTES // 4)
     lines = None if split is None else line_counts(path, split[0])
     if split is None or lines is None:
         raise NotSplittable

@@ -1,0 +1,25 @@
+"""A CSV cut into ranges of whole lines: every byte once, in order; line counts per range."""
+
+from pathlib import Path
+
+import pytest
+
+from party.encoding.csv_ranges import line_counts, split_ranges
+
+
+@pytest.mark.parametrize("final_newline", [True, False])
+def test_ranges_cover_the_lines_and_the_last_ones_shrink(tmp_path: Path, final_newline: bool):
+    lines = [f"r{i},{'x' * (i % 37)}" for i in range(5000)]
+    text = "id,v\n" + "\n".join(lines) + ("\n" if final_newline else "")
+    path = tmp_path / "f.csv"
+    path.write_bytes(text.encode())
+    split = split_ranges(path, 4096, last_bytes=512)
+    assert split is not None
+    ranges, _ = split
+    assert ranges[0].start == len("id,v\n") and ranges[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(text[r.end - 1] == "\n" for r in ranges[:-1])  # cut at line ends
+    assert max(r.size for r in ranges[-3:]) < 4096 <= ranges[0].size  # the tail is smaller
+    counts = line_counts(path, ranges)
+    assert counts == [text[r.start : r.end].rstrip("\n").count("\n") + 1 for r in ranges]
+    assert sum(counts) == 5000
