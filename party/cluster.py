@@ -202,18 +202,20 @@ def encode_csv_on_workers(
         )
     with dask_client(cluster, workers) as client:
         before: dict[str, WorkerUsage] = {} if usage_by_worker is None else client.run(worker_usage)
+        lanes = dask_lanes(client)
         out = encode_csv_parallel(
             encoder,
             path,
             workers=workers,
             id_column=id_column,
             progress=progress,
-            lanes=dask_lanes(client),
+            lanes=lanes,
             stats=stats,
             # the embedded cluster's workers share this machine: they read their own byte
             # ranges of the CSV and hand their arrays back in files (tmpfs), not through Dask
             lanes_read_file=cluster.embedded,
-            range_lanes=WaveLanes,  # first sight of a value two workers meet: once, by one
+            # first sight of a value two workers meet: once, by one, sent to those lacking it
+            range_lanes=WaveLanes if len(lanes) <= WaveLanes.MAX_LANES else None,
         )
         if usage_by_worker is not None:
             after: dict[str, WorkerUsage] = client.run(worker_usage)

@@ -7,12 +7,14 @@ the CSV bytes they were given so far, so every lane gets the same share):
 
 1. every lane parses its ranges of the wave and reports each column's distinct raw values with
    their ``first_sight.value_hashes`` (``parallel.scan_range_task``);
-2. the parent keeps, per column, the values that two or more lanes hold in this wave and that no
-   lane was given before, and gives each to one of the lanes holding it, picked by its hash (so
-   the shares are even); those lanes compute the memo entries (``parallel.first_sight_task``)
-   and every other lane installs them with its next range. A value only one lane holds is
-   computed by that lane while it encodes: it never travels, unless another lane meets it in a
-   later wave; then the lane that computed it (its memo has it) sends it;
+2. the parent records, per column and value hash, which lanes' memo tables have the value
+   (a bit per lane). A value that lanes hold in this wave and whose memo lacks it goes, once,
+   to one owner: a lane whose memo has it already, or (a new value two or more lanes hold)
+   one of its holders picked by its hash (so the shares are even). The owners compute the
+   memo entries (``routed_sight_task``) and send each holder lacking them just its part,
+   which it installs with its next range: a lane gets only the entries of values it meets. A
+   new value only one lane holds is computed by that lane while it encodes and never travels,
+   unless another lane meets it in a later wave;
 3. every lane encodes its ranges of the wave (``parallel.encode_held_task``) and hands the
    arrays over in files on tmpfs; meanwhile the lanes parse the next wave.
 
@@ -24,6 +26,8 @@ record-id checks, the first error); at most two waves of ranges are held or in f
 
 from __future__ import annotations
 
+import pickle
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -33,24 +37,88 @@ import pyarrow as pa
 
 from party.encoding.csv_ranges import CsvRange, read_range
 from party.encoding.encoder import EncodeDataError, _BatchResult
-from party.encoding.first_sight import RawValues, Unit
-from party.encoding.parallel import _RangeLanes, first_sight_task, stop_tasks
+from party.encoding.first_sight import RawValues, SightEntries, Unit, compute_entries
+from party.encoding.parallel import (
+    _WORKER_LOCK,
+    EncoderSpec,
+    _RangeLanes,
+    _worker_encoder,
+    _worker_name,
+    stop_tasks,
+)
 
 _Scanned = tuple[int, int, int, dict[str, tuple[Any, np.ndarray]]]  # key, lane, rows, distinct
+_NO_HASHES = np.zeros(0, dtype=np.uint64)
+
+
+def routed_sight_task(
+    work: dict[Unit, RawValues], dests: dict[str, np.ndarray], spec: EncoderSpec, column_of: Any
+) -> tuple[dict[int, bytes], dict[Unit, tuple[int, float]], str, float]:
+    """Runs in a lane: the memo entries of one share of first-sight work (``compute_entries``:
+    left in this lane's memo tables too), cut per destination lane (bit d of ``dests[column]``,
+    aligned with the column's values in ``work``: lane d gets the value) and pickled once per
+    lane; also the CPU seconds per unit, the lane's name and the task's CPU seconds. Entries
+    are only a speed-up: if computing them fails, none are sent and each lane's batch reports
+    the problem in input order."""
+    c0 = time.process_time()
+    blobs: dict[int, bytes] = {}
+    with _WORKER_LOCK:
+        try:
+            entries = compute_entries(_worker_encoder(spec), work)
+        except Exception:  # noqa: BLE001 - the batch step raises the same problem in input order
+            entries = SightEntries()
+        lanes = np.bitwise_or.reduce(np.concatenate([np.zeros(1, np.uint64), *dests.values()]))
+        for d in range(int(lanes).bit_length()):
+            part = _entries_for(entries, dests, column_of, np.uint64(1 << d))
+            if len(part):
+                blobs[d] = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+    return blobs, entries.seconds, _worker_name(), time.process_time() - c0
+
+
+def _entries_for(
+    entries: SightEntries, dests: dict[str, np.ndarray], column_of: Any, bit: np.uint64
+) -> SightEntries:
+    """The entries of the values whose destination mask has ``bit``. A part memo's entry whose
+    values are not aligned with its column's (invalid UTF-8 left out) goes whole to every
+    destination of the column: an extra entry is identical to the one it replaces."""
+    out = SightEntries()
+    for name, (vals, codes, rows) in entries.filters.items():
+        sel = (dests[column_of[("filter", name)]] & bit) != 0
+        if sel.any():
+            out.filters[name] = (
+                [v for v, keep in zip(vals, sel.tolist(), strict=True) if keep],
+                codes[sel],
+                rows[sel[codes > 0]],
+            )
+    for m, (vals, blocks) in entries.parts.items():
+        mask = dests[column_of[("part", m)]]
+        if len(vals) != mask.size:  # some values left out: all of it, to every destination
+            if (np.bitwise_or.reduce(mask) & bit) != 0:
+                out.parts[m] = (vals, blocks)
+            continue
+        sel = (mask & bit) != 0
+        if sel.any():
+            out.parts[m] = (
+                [v for v, keep in zip(vals, sel.tolist(), strict=True) if keep],
+                blocks[sel],
+            )
+    return out
 
 
 class WaveLanes(_RangeLanes):
     """``_RangeLanes`` with first sight planned per wave (module docstring)."""
 
     RANGES_PER_LANE = 2  # per wave
-    HANDED_CAP = 1 << 21  # values per column remembered as handed out (then forgotten: a cost)
+    MAX_LANES = 64  # a bit per lane in a uint64 (more lanes: ``_RangeLanes``)
+    HANDED_CAP = 1 << 21  # values per column remembered (then forgotten: a cost, not an error)
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        # column -> sorted hashes of the values handed out, and of those one lane computed
-        # alone (with that lane)
-        self.handed: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        self.private: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # column -> sorted hashes of the values some lane's memo has, and for each the lanes
+        # whose memo has it (bit d: lane d)
+        self.known: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        # per lane of the last plan: column -> destination lanes (bits) of its share's values
+        self.dests: list[dict[str, np.ndarray]] = []
         self.ranges: list[CsvRange] = []
 
     def _scanned(
@@ -81,40 +149,43 @@ class WaveLanes(_RangeLanes):
                 row += n
         return done, None
 
-    def _sorted(self, table: dict[str, Any], column: str, extra: int) -> Any:
-        """A column's record in ``table``, forgotten when it would outgrow ``HANDED_CAP``."""
-        held = table.get(column)
-        if held is None or len(held[0]) + extra > self.HANDED_CAP:
-            held = (np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
-        return held
-
     def _owners(self, column: str, h: np.ndarray, holders: np.ndarray, pick: np.ndarray) -> Any:
-        """For a wave's distinct hashes ``h`` (sorted), held by ``holders`` lanes each, the one
-        a hash picks being lane ``pick``: which to share and with which owner. Shared: not
-        handed out before, and held by two or more lanes now, or by another lane than the one
-        that computed it alone in an earlier wave (that lane, whose memo has it, is its owner).
-        Values held by one lane are recorded as that lane's (``private``)."""
-        handed, _ = self._sorted(self.handed, column, h.size)
-        fresh = ~np.isin(h, handed, assume_unique=True)
-        mine, mine_lane = self._sorted(self.private, column, h.size)
-        at = np.minimum(np.searchsorted(mine, h), max(mine.size - 1, 0))
-        before = np.full(h.size, -1, dtype=np.int64)
-        if mine.size:
-            hit = mine[at] == h
-            before[hit] = mine_lane[at[hit]]
-        share = fresh & ((holders >= 2) | ((before >= 0) & (before != pick)))
-        owner = np.where(before >= 0, before, pick)[share]
-        self.handed[column] = (np.union1d(handed, h[share]), np.zeros(0, dtype=np.int64))
-        alone = fresh & ~share & (before < 0)  # first met, by one lane
-        keys = np.concatenate([mine, h[alone]])
+        """For a wave's distinct hashes ``h`` (sorted), held by the lanes of bit mask
+        ``holders``, the one a hash picks among them being lane ``pick``: which to share, with
+        which owner and to which lanes (bit masks, the owner left out). Shared: a value some
+        holder's memo lacks, unless it is new and held by one lane only (that lane computes
+        it); its owner is the first lane whose memo has it, or else the picked holder."""
+        known, have = self.known.get(column, (_NO_HASHES, _NO_HASHES))
+        if known.size + h.size > self.HANDED_CAP:  # forgotten: values may be computed again
+            known, have = _NO_HASHES, _NO_HASHES
+        at = np.minimum(np.searchsorted(known, h), max(known.size - 1, 0))
+        now = np.zeros(h.size, dtype=np.uint64)
+        if known.size:
+            hit = known[at] == h
+            now[hit] = have[at[hit]]
+        else:
+            hit = np.zeros(h.size, dtype=bool)
+        need = holders & ~now
+        alone = (now == 0) & (np.bitwise_count(holders) == 1)
+        share = (need != 0) & ~alone
+        lowest = now & (~now + np.uint64(1))  # the lowest lane whose memo has it (0: none)
+        first = np.where(lowest != 0, np.log2(np.maximum(lowest, 1)).astype(np.int64), pick)
+        owner = first[share]
+        dest = need[share] & ~(np.uint64(1) << owner.astype(np.uint64))
+        if known.size:
+            have = have.copy()
+            have[at[hit]] |= holders[hit]
+        fresh = ~hit
+        keys = np.concatenate([known, h[fresh]])
         order = np.argsort(keys, kind="stable")
-        self.private[column] = (keys[order], np.concatenate([mine_lane, pick[alone]])[order])
-        return share, owner
+        self.known[column] = (keys[order], np.concatenate([have, holders[fresh]])[order])
+        return share, owner, dest
 
     def plan(self, done: list[_Scanned]) -> list[dict[Unit, RawValues]]:
-        """One first-sight share per lane (``_owners``): each value of a column that two or more
-        lanes meet, once, to one lane (picked by its hash among the holders)."""
+        """One first-sight share per lane (``_owners``): each value some holder's memo lacks,
+        once, to one lane; ``self.dests`` says which lanes get each share's entries."""
         shares: list[dict[Unit, RawValues]] = [{} for _ in self.lanes]
+        self.dests = [{} for _ in self.lanes]
         for column, units in self.planner.column_units.items():
             parts = [(w, d[column]) for _, w, _, d in done if column in d and len(d[column][0])]
             if not parts:
@@ -127,29 +198,43 @@ class WaveLanes(_RangeLanes):
             first[1:] = (h[1:] != h[:-1]) | (ln[1:] != ln[:-1])
             at, h = order[first], h[first]  # one (hash, lane) pair per holder
             starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-            holders = np.diff(np.r_[starts, h.size])
-            picked = at[starts + (h[starts] % holders.astype(np.uint64)).astype(np.int64)]
-            share, owner = self._owners(column, h[starts], holders, lane[picked])
+            count = np.diff(np.r_[starts, h.size])
+            holders = np.bitwise_or.reduceat(np.uint64(1) << ln[first].astype(np.uint64), starts)
+            picked = at[starts + (h[starts] % count.astype(np.uint64)).astype(np.int64)]
+            share, owner, dest = self._owners(column, h[starts], holders, lane[picked])
             if not owner.size:
                 continue
             values = pa.concat_arrays([v for _, (v, _) in parts])
             where = picked[share]  # a position of each shared value in ``values``
             for w in range(len(self.lanes)):
-                mine = where[owner == w]
-                if mine.size:
-                    taken = values.take(pa.array(np.sort(mine)))
+                mine = owner == w
+                if mine.any():
+                    order = np.argsort(where[mine], kind="stable")
+                    taken = values.take(pa.array(where[mine][order]))
                     for unit in units:  # one array per column: decoded once in the lane
                         shares[w][unit] = taken
+                    self.dests[w][column] = dest[mine][order]
         return shares
 
     def _sight(self, done: list[_Scanned]) -> None:
-        """Compute the wave's shared first sight on the lanes and queue its entries for every
-        other lane (waits for all of it: the wave's ranges are encoded after)."""
-        sight: list[Future[Any] | None] = [
-            lane.submit(first_sight_task, share, self.spec) if share else None
-            for lane, share in zip(self.lanes, self.plan(done), strict=True)
+        """Compute the wave's shared first sight on the lanes and queue each lane's part of
+        the entries for it (waits for all of it: the wave's ranges are encoded after)."""
+        shares = self.plan(done)
+        sight = [
+            lane.submit(routed_sight_task, share, dests, self.spec, self.planner.units)
+            if share
+            else None
+            for lane, share, dests in zip(self.lanes, shares, self.dests, strict=True)
         ]
-        self._collect(sight)
+        for fut in sight:
+            if fut is None:
+                continue
+            blobs, seconds, worker, cpu = fut.result()
+            self.planner.learn(seconds)
+            if self.stats is not None:
+                self.stats.add(worker, cpu, first_sight=True)
+            for d, blob in blobs.items():
+                self.outbox[d].append(blob)
 
     def run_ranges(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
         """Results in input order; raises ``NotSplittable`` (the caller starts again the exact

@@ -125,6 +125,44 @@ def test_a_value_two_lanes_hold_goes_to_one_of_them_once():
     assert _given(driver, driver.plan(last)) == {"surname": {2: [b"white"]}}
 
 
+def _sent(driver: WaveLanes, shares: list[dict[Any, Any]], column: str) -> dict[bytes, set[int]]:
+    """value -> the lanes its entry is sent to (the owner's share, its destination bits)."""
+    out: dict[bytes, set[int]] = {}
+    for lane, share in enumerate(shares):
+        unit = driver.planner.column_units[column][0]
+        if unit in share:
+            masks = driver.dests[lane][column].tolist()
+            for value, mask in zip(share[unit].to_pylist(), masks, strict=True):
+                out[value] = {d for d in range(len(shares)) if mask >> d & 1}
+    return out
+
+
+def test_entries_go_only_to_the_holders_that_lack_them():
+    driver = _lanes_for_plan(4)
+    wave = [
+        (0, 0, 2, {"surname": _scan([b"smith", b"jones"])}),
+        (1, 1, 2, {"surname": _scan([b"smith", b"brown"])}),
+        (2, 2, 2, {"surname": _scan([b"jones", b"lee"])}),
+        (3, 3, 2, {"surname": _scan([b"smith", b"jones", b"white"])}),
+    ]
+    shares = driver.plan(wave)
+    sent = _sent(driver, shares, "surname")
+    owners = {v: w for w, values in _given(driver, shares)["surname"].items() for v in values}
+    assert sorted(sent) == [b"jones", b"smith"]  # brown, lee, white: one lane each
+    assert sent[b"smith"] == {0, 1, 3} - {owners[b"smith"]}  # not lane 2, which lacks smith
+    assert sent[b"jones"] == {0, 2, 3} - {owners[b"jones"]}
+    # later: lane 2 meets smith (lanes 0, 1, 3 have it: the first of them sends it), lane 0
+    # meets brown (lane 1's); lane 1 meets jones again and lane 3 white: nothing to send
+    later = [
+        (4, 2, 1, {"surname": _scan([b"smith"])}),
+        (5, 0, 1, {"surname": _scan([b"brown", b"jones"])}),
+        (6, 3, 1, {"surname": _scan([b"white"])}),
+    ]
+    shares = driver.plan(later)
+    assert _given(driver, shares) == {"surname": {0: [b"smith"], 1: [b"brown"]}}
+    assert _sent(driver, shares, "surname") == {b"smith": {2}, b"brown": {0}}
+
+
 def test_owners_are_spread_over_the_holders():
     driver = _lanes_for_plan(4)
     names = [f"name{i}".encode() for i in range(400)]
