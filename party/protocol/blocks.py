@@ -77,6 +77,14 @@ class DigestLookup:
         """Bytes of the hash table."""
         return int(self._keys.nbytes + self._vals.nbytes)
 
+    @staticmethod
+    def table_bytes(count: int) -> int:
+        """Bytes of the table of ``count`` digests (``_numba_blocks.digest_table``'s size)."""
+        slots = 16
+        while slots < 2 * count:
+            slots *= 2
+        return 12 * slots
+
     def find(self, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(pos, hit) for each needle: ``hit`` iff it occurs in the haystack, at index ``pos``
         (0 where not hit). Zero is never hit."""
