@@ -150,16 +150,22 @@ def idle_bound(one: float, parent: float, stats, cores: int) -> float:  # type: 
     return one / max(busiest, (parent + stats.cpu_seconds) / cores)
 
 
-def matched_groups(run) -> list[tuple[float, tuple[tuple[int, str], ...]]]:  # type: ignore[no-untyped-def]
-    """A run's matches without its pseudonym-dependent labels: each group's similarity and its
-    (party, record id) members, sorted (two runs agree iff they matched the same groups)."""
-    groups: dict[str, list[tuple[int, str]]] = {}
-    sims: dict[str, float] = {}
-    for party, rows in enumerate(run.matches):
-        for row in rows:
-            groups.setdefault(row.linkage_id, []).append((party, row.record_id))
-            sims[row.linkage_id] = row.similarity
-    return sorted((sims[k], tuple(sorted(v))) for k, v in groups.items())
+def matched_sets(run) -> list[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped-def]
+    """The initiator's matched sets (target any: pairs) by record position instead of by the
+    run's fresh pseudonyms (-1: no record of that party), with their Dice, sorted: two runs agree
+    iff they matched the same sets with the same similarities. (The solved groups are not
+    compared: the solver breaks ties by pseudonym, which differ between runs.)"""
+    import numpy as np
+
+    cls = run.classification
+    cols = []
+    for j, pseudonyms in enumerate(run.pseudonyms):
+        order = np.argsort(pseudonyms, kind="stable")
+        col = cls.candidates[:, j]
+        at = order[np.minimum(np.searchsorted(pseudonyms[order], col), order.size - 1)]
+        cols.append(np.where(col == 0, -1, at))
+    rows = np.stack(cols, axis=1).tolist() if cols else []
+    return sorted(zip(map(tuple, rows), cls.similarities.tolist(), strict=True))
 
 
 def cmd_cores(args: argparse.Namespace) -> None:
@@ -219,14 +225,14 @@ def cmd_cores(args: argparse.Namespace) -> None:
             cpu.setdefault(k, []).append(self_cpu() - c0)
             compare = run.metrics.step_seconds["compare"]
             times.setdefault(f"compare{k}", []).append(compare)
-            sets[k] = (run.classification.sets_summed, matched_groups(run))
+            sets[k] = (run.classification.sets_summed, matched_sets(run))
         c_1, c_w = min(times["compare1"]), min(times[f"compare{w}"])
         print(
             f"comparison of 3 parties (target {args.target}): 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
             f"{c_1 / c_w:.2f}x (best of 2); whole protocol {min(times[1]):.2f}s vs "
             f"{min(times[w]):.2f}s ({min(cpu[1]):.2f} vs {min(cpu[w]):.2f} CPU-s); identical "
-            f"summed sets and matched groups: {sets[1] == sets[w]} ({sets[w][0]:,} sets summed, "
-            f"{len(sets[w][1]):,} groups); {load()}"
+            f"summed sets and matched sets: {sets[1] == sets[w]} ({sets[w][0]:,} sets summed, "
+            f"{len(sets[w][1]):,} matched); {load()}"
         )
         print(f"before: {ceiling_before}\nafter:  {thread_ceiling(w)[1]}")
         for kind in ("throughput", "memory"):  # what the cores give ALU- and cache-bound loops
