@@ -483,12 +483,49 @@ class _BatchResult:
     popcounts: np.ndarray | None = None  # 1-bits per filter (uint16), for the fill statistics
     ids_valid: bool = False  # every id is known to be valid UTF-8 (checked in C)
     placed: int | None = None  # filters and digests already written at this output row
+    id_hashes: np.ndarray | None = None  # a 64-bit hash of each id (``_IdCheck``)
 
     def row(self, j: int) -> int:
         return self.first_row + j if self.rownos is None else self.rownos[j]
 
 
 BatchMap = Callable[[Iterator[_Batch]], Iterator[_BatchResult]]
+
+
+class _IdCheck:
+    """Record ids across batches: non-empty, unique, valid UTF-8, the first problem in row
+    order (``Encoder._check_ids``). Batches whose ids a lane hashed (``id_hashes``) and found
+    valid are checked together at the end by sorting the hashes, without a set of strings;
+    exactly (a set, in row order) only if two hashes are equal or an error comes first."""
+
+    def __init__(self, id_column: str, source: str, ids: list[str]) -> None:
+        self.id_column, self.source, self.ids = id_column, source, ids
+        self.seen: set[str] = set()  # the ids of every batch before the deferred ones
+        self.deferred: list[tuple[_BatchResult, int]] = []  # (batch, its first index in ids)
+
+    def add(self, batch: _BatchResult) -> None:
+        """Check a batch's ids (or defer the check) and append them to ``ids``."""
+        assert batch.ids is not None
+        if batch.id_hashes is not None and batch.ids_valid and all(batch.ids):
+            self.deferred.append((batch, len(self.ids)))
+            self.ids.extend(batch.ids)
+            return
+        self.settle()
+        self.ids.extend(Encoder._check_ids(batch, self.id_column, self.source, self.seen, self.ids))
+
+    def settle(self) -> None:
+        """Check the deferred batches exactly, in row order (raises the first problem)."""
+        for batch, start in self.deferred:
+            Encoder._check_ids(batch, self.id_column, self.source, self.seen, self.ids[:start])
+        self.deferred.clear()
+
+    def finish(self) -> None:
+        """At the end: the deferred batches' hashes all distinct, or the exact check."""
+        if self.deferred:
+            each = [b.id_hashes for b, _ in self.deferred if b.id_hashes is not None]
+            hashes = np.sort(np.concatenate(each))
+            if bool((hashes[1:] == hashes[:-1]).any()):
+                self.settle()
 
 
 class Encoder:
@@ -859,7 +896,7 @@ class Encoder:
             filters, digests = out
             cap = filters.shape[0]
         ids: list[str] = []
-        seen_ids: set[str] = set()
+        check = _IdCheck(id_column or "", source, ids)
         n = 0
         rows_read = 0
         skipped: Counter[str] = Counter()
@@ -870,37 +907,42 @@ class Encoder:
             )
         else:
             results = map_batches(batches)
-        for batch in results:
-            kept, f_batch, d_batch = batch.kept, batch.filters, batch.digests
-            skipped.update(batch.skipped)
-            rows_read += batch.n + batch.blank_lines
-            if batch.blank_lines:
-                skipped["blank line"] += batch.blank_lines
-            if batch.ids is None and batch.rownos is None and len(kept) == batch.n:
-                ids.extend(map(str, range(batch.first_row, batch.first_row + batch.n)))
-            elif batch.ids is None:
-                ids.extend(str(batch.row(j)) for j in kept)
-            else:
-                ids.extend(self._check_ids(batch, id_column or "", source, seen_ids, ids))
-            m = len(kept)
-            if batch.placed is not None:  # written in place by a lane: moved up past skips
-                if batch.placed != n:
-                    filters[n : n + m] = filters[batch.placed : batch.placed + m]
-                    digests[n : n + m] = digests[batch.placed : batch.placed + m]
-            else:
-                if n + m > cap:
-                    assert out is None, "more rows than the output arrays hold"
-                    cap = max(2 * cap, n + m)
-                    filters.resize((cap, out_words), refcheck=False)
-                    digests.resize((cap, nblock), refcheck=False)
-                filters[n : n + m] = f_batch
-                digests[n : n + m] = d_batch
-            counts.append(
-                bits.popcount_rows(f_batch) if batch.popcounts is None else batch.popcounts
-            )
-            n += m
-            if progress is not None:
-                progress(batch.n + batch.blank_lines)
+        try:
+            for batch in results:
+                kept, f_batch, d_batch = batch.kept, batch.filters, batch.digests
+                skipped.update(batch.skipped)
+                rows_read += batch.n + batch.blank_lines
+                if batch.blank_lines:
+                    skipped["blank line"] += batch.blank_lines
+                if batch.ids is None and batch.rownos is None and len(kept) == batch.n:
+                    ids.extend(map(str, range(batch.first_row, batch.first_row + batch.n)))
+                elif batch.ids is None:
+                    ids.extend(str(batch.row(j)) for j in kept)
+                else:
+                    check.add(batch)
+                m = len(kept)
+                if batch.placed is not None:  # written in place by a lane: moved up past skips
+                    if batch.placed != n:
+                        filters[n : n + m] = filters[batch.placed : batch.placed + m]
+                        digests[n : n + m] = digests[batch.placed : batch.placed + m]
+                else:
+                    if n + m > cap:
+                        assert out is None, "more rows than the output arrays hold"
+                        cap = max(2 * cap, n + m)
+                        filters.resize((cap, out_words), refcheck=False)
+                        digests.resize((cap, nblock), refcheck=False)
+                    filters[n : n + m] = f_batch
+                    digests[n : n + m] = d_batch
+                counts.append(
+                    bits.popcount_rows(f_batch) if batch.popcounts is None else batch.popcounts
+                )
+                n += m
+                if progress is not None:
+                    progress(batch.n + batch.blank_lines)
+        except EncodeDataError:
+            check.settle()  # a problem with an earlier record id comes first
+            raise
+        check.finish()
         if out is None:
             filters.resize((n, out_words), refcheck=False)
             digests.resize((n, nblock), refcheck=False)

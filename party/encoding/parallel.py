@@ -88,6 +88,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from party.encoding import bits
 from party.encoding import encoder as encoder_module
@@ -441,6 +442,8 @@ def peer_range_task(
         peers.take()
         c2 = time.process_time()
         result = encoder.encode_batch(batch, job.source, job.id_column)
+        if result.ids is not None and result.ids_valid:  # the parent checks them by hash
+            result.id_hashes = value_hashes(pa.array(result.ids, type=pa.string()))
         c3 = time.process_time()
         peers.publish()
         out: _Placed | _BatchResult = result

@@ -378,3 +378,17 @@ def test_without_room_on_tmpfs_results_come_back_pickled(
     assert stats.ranges > 2 and stats.shared_values == 0  # no folder: nothing exchanged
     with parallel._scratch(1 << 62) as out:  # the real one: no tmpfs has that much room
         assert out is None
+
+
+@pytest.mark.parametrize("mode", ["own-ranges", "parent-reads"])
+def test_a_duplicate_id_ranges_apart_is_found(tmp_path, small_batches, pool, mode):
+    """Lanes hash their ranges' ids and the parent compares the hashes at the end: a duplicate
+    far from its first occurrence, with no other error, is still the error one process raises."""
+    schema = parse_schema({"version": 1, "l": 128, "features": [{"identifier": "name"}]})
+    rows = [f"r{i},name{i}" for i in range(3000)]
+    rows[2800] = "r7,late"  # the id of row 8
+    path = tmp_path / "dup.csv"
+    path.write_text("id,name\n" + "\n".join(rows) + "\n")
+    msg = _first_error(lambda: Encoder(schema, SECRET).encode_csv(path, id_column="id"))
+    assert "row 2801" in msg and "duplicate record id" in msg
+    assert _first_error(lambda: _on_pool(schema, path, pool, mode, id_column="id")) == msg
