@@ -3,15 +3,20 @@
 Each worker ("lane": one process of a persistent pool, or one worker of the party's Dask
 cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema and secret.
 
-By default the parent reads the CSV (``_Lanes``, below). With ``peer_sight`` (``_PeerLanes``;
-an option: under load it measured no better than the default): the parent cuts the file into
-byte ranges of whole lines (``csv_ranges``, by seeking; small first ranges, the first one
-encoded alone as a head start) and hands each to the lane with the fewest in flight; the lane
-parses it, installs the first-sight memo entries the other lanes published, encodes it, and
-publishes the entries it computed (``party.encoding.peer_sight``: files on tmpfs, no lane ever
-waits for another); filters and digests come back in a file on tmpfs. The parent does nothing
-per row but the assembly below. A range a lane fails on is encoded again by the parent with its
-true row numbers, so errors are the ones one process raises.
+By default, on the persistent local lanes (``own_ranges``, ``_PeerLanes``), the parent only
+cuts the file into byte ranges of whole lines (``csv_ranges``: two CSV blocks each, the last
+ones smaller so the lanes end together) and counts each range's lines in one pass, so every
+range's first row and output row are known before any is parsed. Each lane parses its range
+with its true row numbers, encodes it computing the first sight of the values it meets itself
+(sharing first sight measured costlier than computing it again: installing a million entries
+the other lane mostly never meets), writes the filters and digests into the job's output file
+on tmpfs at their rows (positional writes; the parent maps the file, and the records are views
+of it), and hashes the record ids; the parent takes the results in input order, checks the
+ids (``encoder._IdCheck``: by sorting the hashes at the end, exactly on a tie or an error) and
+moves rows up past skipped ones. An error a lane raises names its true row and is raised when
+the results before it are taken. With ``peer_sight`` the lanes also share the first-sight
+entries they compute (``party.encoding.peer_sight``: files on tmpfs, no lane ever waits for
+another).
 
 Lanes can also read the CSV themselves with the parent sharing first sight out
 (``_RangeLanes``, with ``lanes_read_file``: the Dask path): the parent only cuts the file into
@@ -46,7 +51,9 @@ are the same as one process gives, bit for bit (``tests/unit/encoding/test_paral
 entries are a pure function of the value, and a lane that lacks one computes it itself.
 
 Memory stays bounded: at most ``2 * lanes`` ranges (each at most ``encoder.CSV_BLOCK_BYTES`` of
-CSV) are read ahead of their first sight, and at most ``2 * lanes`` results are in flight. The
+CSV, two with ``own_ranges``) are read ahead of their first sight, and at most ``2 * lanes``
+results are in flight; with ``own_ranges`` the output (the size of the records) is the job's
+file on tmpfs instead of the parent's memory (parent memory if tmpfs lacks room). The
 default lanes are a persistent pool: processes started once per process with ``forkserver`` (a
 node runs gRPC threads, which must not be forked), which import the encoder and load its numba
 loops before their first task (``start_lanes``), and are reused by later encodings.
