@@ -33,7 +33,8 @@ from party.encoding.bits import popcount_rows, unpack_rows
 log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK = 2048
-# Upper bound on similarity-matrix elements held at once (float32: 64 MiB).
+# Upper bound on similarity-matrix elements held at once (float32: 64 MiB, beside the float64
+# product it is rounded from: 128 MiB).
 MAX_ELEMENTS = 1 << 24
 # Blocks with at most this many pairs go through pair mode.
 PAIR_MODE_MAX_PAIRS = 4096
@@ -54,20 +55,29 @@ class Kernel(Protocol):
 
 
 class CosineKernel:
-    """Cosine similarity of dense vectors (rows are L2-normalised here; zero rows stay zero)."""
+    """Cosine similarity of dense vectors (rows are L2-normalised here; zero rows stay zero).
+
+    Rows are stored in ``dtype``, but dot products are summed in float64 and then rounded to
+    ``dtype``: a float32 BLAS product's last bit depends on the matrix shape (the kernel BLAS picks
+    for it, seen on one AMD EPYC machine: 26 of 500 best similarities differed by 1 ulp between
+    chunk sizes), which would make a chunked run differ from an unchunked one. Products of float32
+    values are exact in float64, so the rounded result no longer depends on the shape.
+    """
 
     def __init__(self, source: np.ndarray, target: np.ndarray, dtype: Any = np.float32) -> None:
         self.source = _normalise(source).astype(dtype, copy=False)
         self.target = _normalise(target).astype(dtype, copy=False)
 
     def prepare_target(self, tgt: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(self.target[tgt].T)
+        return np.ascontiguousarray(self.target[tgt].T, dtype=np.float64)
 
     def matrix(self, src: np.ndarray, prepared: np.ndarray) -> np.ndarray:
-        return self.source[src] @ prepared
+        product = self.source[src].astype(np.float64) @ prepared
+        return product.astype(self.source.dtype, copy=False)
 
     def pairs(self, src: np.ndarray, tgt: np.ndarray) -> np.ndarray:
-        return np.einsum("ij,ij->i", self.source[src], self.target[tgt])
+        s, t = self.source[src].astype(np.float64), self.target[tgt].astype(np.float64)
+        return np.einsum("ij,ij->i", s, t).astype(self.source.dtype, copy=False)
 
 
 def _normalise(x: np.ndarray) -> np.ndarray:
