@@ -98,25 +98,23 @@ class Tally:
         )
         tally = self
 
-        def run_split(workers: int, total: int, fn: Callable[[int, int], None], **kw: Any) -> None:
-            if threading.get_ident() != tally.main or tally._inside:
-                return split(workers, total, fn, **kw)
-            tally.region += 1
-            tally._inside = True
-            try:
-                return split(workers, total, tally.timed(fn, tally.region), **kw)
-            finally:
-                tally._inside = False
+        def region(inner: Callable[..., Any]) -> Callable[..., Any]:
+            """``inner(workers, what, fn, **kw)`` (run_split / run_ranges / run_tasks) timed as one
+            region when the calling thread starts it (nested calls run inside that region)."""
 
-        def run_ranges(workers: int, parts: list[tuple[int, int]], fn: Callable[..., None]) -> None:
-            if threading.get_ident() != tally.main or tally._inside:
-                return ranges(workers, parts, fn)
-            tally.region += 1
-            tally._inside = True
-            try:
-                return ranges(workers, parts, tally.timed(fn, tally.region))
-            finally:
-                tally._inside = False
+            def run(workers: int, what: Any, fn: Callable[..., Any], **kw: Any) -> Any:
+                if threading.get_ident() != tally.main or tally._inside:
+                    return inner(workers, what, fn, **kw)
+                tally.region += 1
+                tally._inside = True
+                try:
+                    return inner(workers, what, tally.timed(fn, tally.region), **kw)
+                finally:
+                    tally._inside = False
+
+            return run
+
+        run_split, run_ranges = region(split), region(ranges)
 
         class Pool:
             def __init__(self, inner: ThreadPoolExecutor) -> None:
@@ -136,15 +134,7 @@ class Tally:
                 tally.region += 1
             return batch(*args, **kw)
 
-        def run_tasks(workers: int, count: int, fn: Callable[[int], Any]) -> Any:
-            if threading.get_ident() != tally.main or tally._inside:
-                return tasks(workers, count, fn)
-            tally.region += 1
-            tally._inside = True
-            try:
-                return tasks(workers, count, tally.timed(fn, tally.region))
-            finally:
-                tally._inside = False
+        run_tasks = region(tasks)
 
         for name in _MODULES:
             mod = importlib.import_module(name)
