@@ -137,12 +137,13 @@ async def run_steps(
     with steps("compare"):
         for e in engines:
             e.compare()
-    with steps("ring"):
+    with steps("ring: start (party 0)"):
         rows, parts = engines[0].ring_start_chunks()
         msg = _round_trip(
             wire.ring_stream_to_chunks(ref, 0, 0, rows, p, parts), party_pb2.PassRingRequest
         )
-        for i in range(1, p):
+    for i in range(1, p):
+        with steps(f"ring: step (party {i})"):
             bound = engines[i].candidate_set_bound
             async for part in wire.ring_chunks(msg[0], _stream(msg[1:]), max_rows=bound):
                 engines[i].ring_step_feed(part)
@@ -151,9 +152,11 @@ async def run_steps(
                 wire.ring_stream_to_chunks(ref, i, i, out, p, engines[i].ring_out_chunks()),
                 party_pb2.PassRingRequest,
             )
+    with steps("ring: finish (party 0)"):
         bound = engines[0].ring_rows_sent
         async for part in wire.ring_chunks(msg[0], _stream(msg[1:]), max_rows=bound):
             engines[0].ring_finish_feed(part)
+    with steps("ring: classification and groups (party 0)"):
         summed, _, matches = engines[0].ring_finish_end()
     with steps("results"):
         for j in range(1, p):

@@ -11,7 +11,9 @@ partners (``ADJACENCY_BYTES_PER_PAIR``):
   (next, tail), its size and party bit mask; ``merge_chunk`` visits a chunk of pairs and merges as
   ``solve_groups`` does (the ``guarded`` weak band, ``weakest-link``/``majority`` cross pairs);
 - the partners in CSR form (``count_degrees``, ``fill_partners``, ``sort_partners``), each node's
-  partners increasing, searched by bisection for "is this cross pair matched".
+  partners increasing, searched by bisection for "is this cross pair matched";
+- ``group_means``: each group's similarity, ``math.fsum`` of its inner pairs' Dice over their count
+  (CPython's exact-sum algorithm compiled: the same doubles).
 
 Tested equal to ``solve_groups`` on random pairs with ties and weak-band Dice for every rule, every
 chunk size and every store spilled (tests/unit/protocol/test_components.py).
@@ -72,13 +74,26 @@ def fill_partners(
         cursor[y] += 1
 
 
+#: Partner lists up to this long are sorted by insertion in place (most are a few entries);
+#: longer ones by numpy's sort, in place too.
+SHORT_LIST = 16
+
+
 @jit
 def sort_partners(starts: np.ndarray, partners: np.ndarray) -> None:  # pragma: no cover
-    """Sort each node's partner list in place."""
+    """Sort each node's partner list in place (no copy per list)."""
     for v in range(starts.shape[0] - 1):
         lo, hi = starts[v], starts[v + 1]
-        if hi - lo > 1:
-            partners[lo:hi] = np.sort(partners[lo:hi])
+        if hi - lo > SHORT_LIST:
+            partners[lo:hi].sort()
+            continue
+        for i in range(lo + 1, hi):
+            x = partners[i]
+            j = i - 1
+            while j >= lo and partners[j] > x:
+                partners[j + 1] = partners[j]
+                j -= 1
+            partners[j + 1] = x
 
 
 @jit
@@ -191,3 +206,75 @@ def inner_pairs(  # pragma: no cover - compiled
             out_sim[at] = sims[i]
             at += 1
     return at
+
+
+@jit
+def _fsum(values: np.ndarray, lo: int, hi: int, partials: np.ndarray) -> float:  # pragma: no cover
+    """``math.fsum(values[lo:hi])`` for finite values: CPython's algorithm (Shewchuk's exact
+    partials, then the sum rounded half-even across partials), so the result is the same double."""
+    n = 0
+    for j in range(lo, hi):
+        x = values[j]
+        i = 0
+        for k in range(n):
+            y = partials[k]
+            if abs(x) < abs(y):
+                x, y = y, x
+            s = x + y
+            lo_part = y - (s - x)
+            if lo_part != 0.0:
+                partials[i] = lo_part
+                i += 1
+            x = s
+        n = i
+        if x != 0.0:
+            partials[n] = x
+            n += 1
+    total = 0.0
+    if n > 0:
+        n -= 1
+        total = partials[n]
+        rest = 0.0
+        while n > 0:
+            x = total
+            n -= 1
+            y = partials[n]
+            total = x + y
+            rest = y - (total - x)
+            if rest != 0.0:
+                break
+        if n > 0 and (
+            (rest < 0.0 and partials[n - 1] < 0.0) or (rest > 0.0 and partials[n - 1] > 0.0)
+        ):
+            y = rest * 2.0
+            x = total + y
+            if y == x - total:
+                total = x
+    return total
+
+
+@jit
+def group_means(ids: np.ndarray, sims: np.ndarray, groups: int) -> np.ndarray:  # pragma: no cover
+    """Per group 0..groups-1, ``math.fsum`` of the ``sims[i]`` with ``ids[i]`` = that group, divided
+    by their count (0.0 for a group with none): a counting sort by id keeps each group's values in
+    their given order, as a stable sort would."""
+    count = np.zeros(groups + 1, dtype=np.int64)
+    for i in range(ids.shape[0]):
+        count[ids[i] + 1] += 1
+    longest = 0
+    for g in range(groups):
+        longest = max(longest, count[g + 1])
+        count[g + 1] += count[g]
+    cursor = count[:-1].copy()
+    by_group = np.empty(sims.shape[0], dtype=np.float64)
+    for i in range(ids.shape[0]):
+        g = ids[i]
+        by_group[cursor[g]] = sims[i]
+        cursor[g] += 1
+    partials = np.empty(longest + 1, dtype=np.float64)
+    out = np.zeros(groups, dtype=np.float64)
+    for g in range(groups):
+        lo, hi = count[g], count[g + 1]
+        if hi > lo:
+            out[g] = _fsum(by_group, lo, hi, partials) / (hi - lo)
+    return out

@@ -42,6 +42,7 @@ from party.protocol._numba_groups import (
     GroupState,
     count_degrees,
     fill_partners,
+    group_means,
     inner_pairs,
     merge_chunk,
     needs_partners,
@@ -161,19 +162,12 @@ def _sorted_pairs(
 
 def group_similarity(ids: np.ndarray, sims: np.ndarray, groups: int) -> np.ndarray:
     """Per group 0..groups-1, the mean of the Dice of its inner pairs ``(ids[i], sims[i])``
-    (``math.fsum`` / count: sums of one or two values are exact float additions)."""
-    order = np.argsort(ids, kind="stable")
-    ids, sims = ids[order], sims[order]
-    del order
-    k = np.bincount(ids, minlength=groups)
-    total = np.zeros(groups, dtype=np.float64)
-    np.add.at(total, ids, sims)  # exact where a group has one or two inner pairs
-    many = np.flatnonzero(k >= 3)
-    if many.size:
-        at = np.concatenate([[0], np.cumsum(k)])
-        for gi in many.tolist():
-            total[gi] = math.fsum(sims[at[gi] : at[gi + 1]].tolist())
-    return total / np.maximum(k, 1)
+    (``math.fsum`` / count, compiled: ``_numba_groups.group_means``; 0.0 for a group without)."""
+    return group_means(
+        np.ascontiguousarray(ids, dtype=np.int64),
+        np.ascontiguousarray(sims, dtype=np.float64),
+        int(groups),
+    )
 
 
 def solve_streamed(
