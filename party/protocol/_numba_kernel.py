@@ -8,7 +8,9 @@ numba's default threading layer, whereas nested ``prange`` calls from several th
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 
@@ -33,6 +35,36 @@ def _popcnt64(typingctx, x):  # type: ignore[no-untyped-def]
 
     def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
         return builder.ctpop(args[0])
+
+    return sig, codegen
+
+
+@intrinsic
+def _prefetch_row(typingctx, arr, row):  # type: ignore[no-untyped-def]
+    """Ask the CPU to load element ``row`` of a 1-D array, or the first and last element of row
+    ``row`` of a 2-D C-contiguous one, into the caches (LLVM prefetch: a hint, never a fault;
+    row must be in bounds). For random rows needed a few iterations later."""
+    if not isinstance(arr, types.Array) or arr.ndim > 2 or not isinstance(row, types.Integer):
+        return None
+    sig = types.void(arr, row)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        aryty = signature.args[0]
+        ary = context.make_array(aryty)(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        byte = ir.IntType(8).as_pointer()
+        word = ir.IntType(32)
+        fnty = ir.FunctionType(ir.VoidType(), [byte, word, word, word])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "llvm.prefetch.p0i8")
+        points = [[i]]
+        if aryty.ndim == 2:
+            last = builder.sub(cgutils.unpack_tuple(builder, ary.shape)[1], ir.Constant(i.type, 1))
+            points = [[i, ir.Constant(i.type, 0)], [i, last]]
+        for idx in points:
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, idx, wraparound=False)
+            # read, high temporal locality, data cache
+            builder.call(fn, [builder.bitcast(ptr, byte), word(0), word(3), word(1)])
+        return context.get_dummy_value()
 
     return sig, codegen
 

@@ -182,7 +182,15 @@ class PairPlan:
             side_a.positions,
             side_b.positions,
         )
-        fixed += (self.whole, side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
+        fixed += (
+            self.whole,
+            not bool(self.whole.all()),
+            side_a.segments,
+            side_b.segments,
+            side_a.pops,
+            side_b.pops,
+            table,
+        )
         fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
         big = np.iinfo(np.int64).max
 

@@ -221,3 +221,57 @@ def test_shared_blocks_are_the_digests_of_two_or_more_parties(parties: int) -> N
     want = sorted(v for v, k in count.items() if k >= 2)
     got = shared_blocks(sets)
     assert got.dtype == np.uint64 and got.tolist() == want
+
+
+def _plain_shared(row_a, row_b, whole) -> list[int]:  # type: ignore[no-untyped-def]
+    """The distinct whole blocks two position rows both name, increasing; plain Python."""
+    return sorted(
+        {int(x) for x in row_a if x >= 0} & {int(x) for x in row_b if x >= 0 and whole[x]}
+    )
+
+
+@pytest.mark.parametrize("check", [False, True])
+def test_merges_of_position_rows_equal_plain_sets(check: bool) -> None:
+    """The canonical-block test and the shared-block count against sets: -1s, a block named twice
+    in a row, empty and full rows, the current block itself, non-whole blocks when checked."""
+    from party.protocol._numba_pairs import _shared_before, _shared_count
+
+    rng = np.random.default_rng(11 + check)
+    width, blocks = 6, 12
+    pos = rng.integers(-1, blocks, size=(300, width)).astype(np.int32)
+    pos[::9] = -1  # empty rows
+    pos[1::9] = rng.integers(0, 3, size=(pos[1::9].shape[0], width))  # repeats within a row
+    pos[2::9, 3] = pos[2::9, 1]
+    pos.sort(axis=1)
+    whole = rng.random(blocks) < (0.7 if check else 2.0)
+    for _ in range(3000):
+        ra, rb = (int(v) for v in rng.integers(0, pos.shape[0], size=2))
+        shared = _plain_shared(pos[ra], pos[rb], whole)
+        assert _shared_count(pos, ra, pos, rb, whole, check) == len(shared)
+        for below in (0, int(rng.integers(0, blocks + 1)), blocks):
+            want = any(x < below for x in shared)
+            assert _shared_before(pos, ra, pos, rb, below, whole, check) == want
+
+
+def test_with_a_cap_kept_with_duplicates_counts_whole_blocks_only(threads_always) -> None:  # type: ignore[no-untyped-def]
+    """Kept pairs counted once per whole block they share (non-whole blocks not counted)."""
+    rng = np.random.default_rng(7)
+    bits_a, dig_a = _party(rng, 50, 64, 3, 4)
+    bits_b, dig_b = _party(rng, 40, 64, 3, 4)
+    for dig in (dig_a, dig_b):  # pass 3 repeats pass 2's small blocks: pairs share several
+        dig[:, 1] = rng.integers(10, 30, dig.shape[0]) * (dig[:, 1] != 0)
+        dig[:, 2] = np.where(dig[:, 1] != 0, dig[:, 1] + 1000, 0)
+    keys_a = np.arange(1, 51, dtype=np.uint64)
+    keys_b = np.arange(1, 41, dtype=np.uint64)
+    for workers in (1, 2):
+        plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, 3, workers)
+        assert not plan.whole.all() and plan.whole.any()
+        rows, _, dup = _kept(plan, sides, 0.3, 64, 7, workers)
+        pos_a, pos_b = sides[0].positions, sides[1].positions
+        row_of_a = {int(k): i for i, k in enumerate(sides[0].keys)}
+        row_of_b = {int(k): i for i, k in enumerate(sides[1].keys)}
+        want = sum(
+            len(_plain_shared(pos_a[row_of_a[int(r[0])]], pos_b[row_of_b[int(r[2])]], plan.whole))
+            for r in rows
+        )
+        assert dup == want and want > rows.shape[0]
