@@ -51,7 +51,7 @@ are the same as one process gives, bit for bit (``tests/unit/encoding/test_paral
 entries are a pure function of the value, and a lane that lacks one computes it itself.
 
 Memory stays bounded: at most ``2 * lanes`` ranges (each at most ``encoder.CSV_BLOCK_BYTES`` of
-CSV, two with ``own_ranges``) are read ahead of their first sight, and at most ``2 * lanes``
+CSV, two with ``own_ranges``, the driver's ``RANGE_BLOCKS`` with ``lanes_read_file``) are read ahead of their first sight, and at most ``2 * lanes``
 results are in flight; with ``own_ranges`` the output (the size of the records) is the job's
 file on tmpfs instead of the parent's memory (parent memory if tmpfs lacks room). The
 default lanes are a persistent pool: processes started once per process with ``forkserver`` (a
@@ -542,9 +542,6 @@ def _one_batch(path: str | Path) -> bool:
         return True
 
 
-RANGE_BYTES = 1 << 22  # at most, per range a lane reads with the parent sharing first sight
-# (the Dask path): 4 MiB ranges cost the embedded cluster's busiest worker 0.90 CPU-s at 200k
-# records, 2 MiB ones 1.08 (3 runs each, alternated, load 14-19)
 PEER_RANGE_BYTES = 1 << 21  # at most, per range with first sight shared among the lanes
 PEER_FIRST_BYTES = 1 << 16  # the first such ranges: lanes meeting the commonest values at the
 # same moment both compute them, so the first ranges are small (sizes double per pair)
@@ -655,6 +652,9 @@ class _RangeLanes(_Lanes):
     parsed by one lane, which reports its distinct values; the parent keeps only the values no
     lane was given (``SeenValues.new_in``, in C), shares their first sight out as ``_Lanes``
     does, and the lane that parsed the range encodes it and hands the arrays over in a file."""
+
+    RANGE_BLOCKS = 1  # CSV blocks (``encoder.CSV_BLOCK_BYTES``) per range at most; a range is
+    # parsed whole (``csv_ranges.read_range``), so a driver may take more
 
     def __init__(self, *args: Any, path: str, layout: CsvLayout, out_dir: str | None) -> None:
         super().__init__(*args)
@@ -848,19 +848,19 @@ def encode_csv_parallel(
                     encoder, path, use, spec, id_column, stats, progress_once, peer_sight
                 )
             if lanes_read_file:
+                ranger = range_lanes or _RangeLanes
+                most = ranger.RANGE_BLOCKS * encoder_module.CSV_BLOCK_BYTES
                 split = split_ranges(  # the same whole number of ranges for every lane
-                    path, block_bytes_for(path, len(use), min(block_bytes, RANGE_BYTES))
+                    path, block_bytes_for(path, len(use), most)
                 )
                 if split is not None:
                     ranges, rows = split
                     layout = encoder.csv_layout(Path(path), id_column)
-                    in_flight = (2 * len(use) + 4) * rows // max(1, len(ranges))
+                    in_flight = min(rows, (2 * len(use) + 4) * rows // max(1, len(ranges)))
                     need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
                     need += 2 * in_flight * 8 * encoder.schema.digest_width
                     with _scratch(need) as out:
-                        ranged = (range_lanes or _RangeLanes)(
-                            *args, path=str(path), layout=layout, out_dir=out
-                        )
+                        ranged = ranger(*args, path=str(path), layout=layout, out_dir=out)
                         return encoder.encode_results(
                             ranged.run_ranges(ranges),
                             str(Path(path)),

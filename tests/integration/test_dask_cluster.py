@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from party.cluster import ClusterError, WorkerUsage, dask_client, encode_csv_on_workers
+from party.cluster_waves import WaveLanes
 from party.config import ClusterConfig
 from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder
@@ -26,6 +27,7 @@ SHIPPED = Path(__file__).resolve().parents[2] / "party" / "synthetic" / "data" /
 
 def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 32 * 1024)
+    monkeypatch.setattr(WaveLanes, "RANGE_BLOCKS", 1)  # several ranges per worker
     path = tmp_path / "people.csv"
     generate(2, 3000, seed=9).tables[1].write_csv(path)
     schema = parse_schema(json.loads(SHIPPED.read_text()))

@@ -33,6 +33,7 @@ def lanes():
 def small_ranges(monkeypatch):
     """Ranges of about 16 KiB: a few thousand rows make several waves on two lanes."""
     monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 16 * 1024)
+    monkeypatch.setattr(WaveLanes, "RANGE_BLOCKS", 1)
 
 
 def _waves(path: Any, lanes: Any, stats: ParallelStats | None = None, **kw: Any) -> Any:
@@ -62,6 +63,21 @@ def test_waves_encode_like_one_process(tmp_path, small_ranges, lanes, newline):
     assert stats.ranges >= 3 * 2 * WaveLanes.RANGES_PER_LANE - 1  # three waves or more
     assert stats.first_sight_seconds > 0 and len(stats.cpu_by_worker) == 2
     assert sum(ticks) == 3000
+
+
+def test_a_range_takes_several_csv_blocks(tmp_path, small_ranges, lanes, monkeypatch):
+    """``RANGE_BLOCKS`` CSV blocks per range (parsed whole): fewer ranges, the same records."""
+    path = _people_csv(tmp_path, 3000, seed=6)
+    ref = Encoder(_shipped_schema(), SECRET).encode_csv(path, id_column="rec_id")
+    ranges = []
+    for blocks in (1, 4):
+        monkeypatch.setattr(WaveLanes, "RANGE_BLOCKS", blocks)
+        stats = ParallelStats()
+        got = _waves(path, lanes, stats, id_column="rec_id")
+        _same(ref[0], got[0])
+        _same_report(ref[1], got[1])
+        ranges.append(stats.ranges)
+    assert ranges[0] >= 3 * ranges[1] >= 3 * len(lanes)
 
 
 def _lanes_for_plan(k: int) -> WaveLanes:
