@@ -48,6 +48,53 @@ class ClusterError(PprlError):
     """The party's Dask cluster cannot be started or reached (names the scheduler, not data)."""
 
 
+EMBEDDED_HEARTBEAT_S = 5.0  # the embedded workers' heartbeat interval (Dask's: 0.5 s)
+_heartbeats_lock = threading.Lock()
+_heartbeats_users = 0
+_heartbeats_default: Callable[[int], float] | None = None
+
+
+@contextlib.contextmanager
+def _slow_heartbeats() -> Iterator[None]:
+    """While an embedded cluster runs, its scheduler (in this process) asks the workers for a
+    heartbeat every ``EMBEDDED_HEARTBEAT_S`` seconds: Dask's scheduler sets 0.5 s for up to 10
+    workers (``distributed.scheduler.heartbeat_interval``, which no configuration key sets),
+    and each heartbeat costs a worker's event loop CPU (about 2.6 ms each in a profile at 200k
+    records) for as long as the encoding's wall-clock lasts. Heartbeats only report liveness and
+    metrics here (workers are dropped after ``worker-ttl``, 5 minutes); tasks are not paced by
+    them. Shared by overlapping embedded clusters (counted); without that function (another
+    Dask version) nothing changes."""
+    global _heartbeats_users, _heartbeats_default
+    import distributed.scheduler as scheduler
+
+    default = getattr(scheduler, "heartbeat_interval", None)
+    if not callable(default):
+        yield
+        return
+    with _heartbeats_lock:
+        if _heartbeats_users == 0:
+            _heartbeats_default = default
+            setattr(scheduler, "heartbeat_interval", _embedded_heartbeat(default))  # noqa: B010
+        _heartbeats_users += 1
+    try:
+        yield
+    finally:
+        with _heartbeats_lock:
+            _heartbeats_users -= 1
+            if _heartbeats_users == 0 and _heartbeats_default is not None:
+                setattr(scheduler, "heartbeat_interval", _heartbeats_default)  # noqa: B010
+                _heartbeats_default = None
+
+
+def _embedded_heartbeat(default: Callable[[int], float]) -> Callable[[int], float]:
+    """Dask's interval for ``n`` workers (``default``), at least ``EMBEDDED_HEARTBEAT_S``."""
+
+    def interval(n: int) -> float:
+        return max(EMBEDDED_HEARTBEAT_S, float(default(n)))
+
+    return interval
+
+
 @contextlib.contextmanager
 def dask_client(
     cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 60.0
@@ -55,8 +102,9 @@ def dask_client(
     """A ``distributed.Client`` on the party's cluster (embedded or at its scheduler address).
     Every worker loads the encoder's numba loops once when the client connects (``warm_up``), as
     the process pool's forkserver does; the embedded cluster runs without Dask's sampling
-    profiler thread and with its monitors at long intervals (a party's own workers: set the
-    same three keys in their Dask configuration, docs/scaling.md)."""
+    profiler thread, with its monitors at long intervals (a party's own workers: set the
+    same three keys in their Dask configuration, docs/scaling.md) and with heartbeats every
+    ``EMBEDDED_HEARTBEAT_S`` seconds (``_slow_heartbeats``)."""
     import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
@@ -84,6 +132,7 @@ def dask_client(
                     "distributed.nanny.pre-spawn-environ.MALLOC_TRIM_THRESHOLD_": None,
                 }
             ),
+            _slow_heartbeats(),
             LocalCluster(
                 n_workers=n,
                 threads_per_worker=1,

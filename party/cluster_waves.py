@@ -109,10 +109,11 @@ class WaveLanes(_RangeLanes):
     """``_RangeLanes`` with first sight planned per wave (module docstring)."""
 
     RANGES_PER_LANE = 2  # per wave
-    # ranges of up to 4 CSV blocks (16 MiB): at 1M records (72 MB, 8 ranges, one wave) the
-    # busiest of 4 workers spent 3.00 CPU-s in its tasks against 3.46 with 4 MiB ranges (20
-    # ranges, three waves; same cluster, alternated, two runs each, load 8-10)
-    RANGE_BLOCKS = 4
+    # ranges of up to 8 CSV blocks (32 MiB): at 1M records (72 MB) on 4 workers, same cluster,
+    # alternated, two runs each (mean busiest worker in its tasks): 4 MiB (20 ranges, three
+    # waves) 3.46 CPU-s, 16 MiB (8 ranges, one wave) 3.00 (load 8-10); 16 MiB 3.59, 32 MiB (4
+    # ranges) 3.30 (load 12-17). Peak RSS per worker ~0.6 GiB (16 MiB), ~0.7 GiB (32 MiB)
+    RANGE_BLOCKS = 8
     MAX_LANES = 64  # a bit per lane in a uint64 (more lanes: ``_RangeLanes``)
     HANDED_CAP = 1 << 21  # values per column remembered (then forgotten: a cost, not an error)
 

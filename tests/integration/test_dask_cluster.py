@@ -7,11 +7,18 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
-from party.cluster import ClusterError, WorkerUsage, dask_client, encode_csv_on_workers
+from party.cluster import (
+    EMBEDDED_HEARTBEAT_S,
+    ClusterError,
+    WorkerUsage,
+    dask_client,
+    encode_csv_on_workers,
+)
 from party.cluster_waves import WaveLanes
 from party.config import ClusterConfig
 from party.encoding import encoder as encoder_module
@@ -51,6 +58,27 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     assert report.encoded == ref_report.encoded == 3000 and report.skipped == ref_report.skipped
     assert stats.batches > 4 and 1 <= len(stats.cpu_by_worker) <= 2
     assert stats.first_sight_seconds > 0  # values both workers met: computed by one (waves)
+
+
+def _heartbeat_ms(dask_worker: Any) -> float:
+    return float(dask_worker.periodic_callbacks["heartbeat"].callback_time)
+
+
+def test_embedded_workers_heartbeat_every_few_seconds() -> None:
+    import distributed.scheduler as scheduler
+
+    default = scheduler.heartbeat_interval
+    assert default(4) < EMBEDDED_HEARTBEAT_S  # Dask's own: 0.5 s for up to 10 workers
+    with dask_client(ClusterConfig("local"), 1) as client:
+        assert scheduler.heartbeat_interval(4) == EMBEDDED_HEARTBEAT_S
+        deadline = time.monotonic() + 3 * EMBEDDED_HEARTBEAT_S
+        while time.monotonic() < deadline:  # set by the scheduler's answers to the worker
+            ms = list(client.run(_heartbeat_ms).values())
+            if ms == [1000 * EMBEDDED_HEARTBEAT_S]:
+                break
+            time.sleep(0.2)
+        assert ms == [1000 * EMBEDDED_HEARTBEAT_S]
+    assert scheduler.heartbeat_interval is default
 
 
 def test_embedded_cluster_talks_tls_only() -> None:
