@@ -407,3 +407,81 @@ def gather_rows(rows: np.ndarray, order: np.ndarray, picks: np.ndarray, out: np.
         i = order[picks[t]]
         for c in range(width):
             out[t, c] = rows[i, c]
+
+
+@jit
+def sort_high_ties(col: np.ndarray, packed: np.ndarray, order: np.ndarray, shift: int) -> None:
+    """Finish a stable argsort of ``col`` begun by sorting ``packed`` (bits above ``shift``: an
+    order-keeping reduction of each value, ``ring.argsort_stable``; below: its index) into
+    ``order`` (the indices in that order): sort stably by the whole value each run of equal high
+    bits whose values are not yet in order (insertion sort for short runs, a merge sort for longer
+    ones)."""
+    n = order.shape[0]
+    high_shift = np.uint64(shift)
+    i = 0
+    while i < n:
+        high = packed[i] >> high_shift
+        j = i + 1
+        while j < n and (packed[j] >> high_shift) == high:
+            j += 1
+        if j - i > 1:
+            in_order = True
+            for t in range(i + 1, j):
+                if col[order[t]] < col[order[t - 1]]:
+                    in_order = False
+                    break
+            if not in_order:
+                if j - i <= 32:
+                    for a in range(i + 1, j):
+                        x = order[a]
+                        b = a - 1
+                        while b >= i and col[x] < col[order[b]]:
+                            order[b + 1] = order[b]
+                            b -= 1
+                        order[b + 1] = x
+                else:
+                    sub = order[i:j].copy()
+                    vals = np.empty(j - i, dtype=np.uint64)
+                    for t in range(j - i):
+                        vals[t] = col[sub[t]]
+                    order[i:j] = sub[np.argsort(vals, kind="mergesort")]
+        i = j
+
+
+@jit
+def merge_unique_runs(
+    rows: np.ndarray, bounds: np.ndarray, key_columns: int, out: np.ndarray
+) -> int:
+    """Merge the runs ``rows[bounds[r]:bounds[r + 1]]`` (each sorted by its first ``key_columns``
+    columns) into ``out`` (as many rows as ``rows``), sorted, one row per key: of equal keys, the
+    first row of the earliest run. Returns the rows written."""
+    runs = bounds.shape[0] - 1
+    width = rows.shape[1]
+    head = bounds[:-1].copy()
+    written = 0
+    while True:
+        best = -1
+        for r in range(runs):
+            if head[r] < bounds[r + 1] and (
+                best < 0 or _row_less(rows, head[r], head[best], 0, key_columns)
+            ):
+                best = r
+        if best < 0:
+            break
+        i = head[best]
+        head[best] = i + 1
+        if written and _same_key(out, written - 1, rows, i, key_columns):
+            continue
+        for c in range(width):
+            out[written, c] = rows[i, c]
+        written += 1
+    return written
+
+
+@jit
+def _same_key(a: np.ndarray, i: int, b: np.ndarray, j: int, key_columns: int) -> bool:
+    """True iff row i of ``a`` and row j of ``b`` have the same first ``key_columns`` columns."""
+    for c in range(key_columns):  # noqa: SIM110 (a compiled loop, not a generator)
+        if a[i, c] != b[j, c]:
+            return False
+    return True

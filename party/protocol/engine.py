@@ -617,6 +617,10 @@ class PartyEngine:
             held.clear()
         return self._finish_compare(store, stats, t0, "sets")
 
+    #: Whether the comparison finds most kept rows more than once (target all: a set once per
+    #: block it shares; the survivors' store then drops repeats before each sort).
+    SURVIVORS_REPEAT = True
+
     def _survivor_store(self) -> RowStore:
         """A store of (pseudonyms..., c) rows, sorted and distinct by the pseudonyms."""
         return RowStore(
@@ -627,6 +631,7 @@ class PartyEngine:
             name="survivors",
             merge_bytes=self.params.memory_budget_bytes // 8,
             workers=self.workers,
+            repeats=self.SURVIVORS_REPEAT,
         )
 
     def _finish_compare(

@@ -100,6 +100,7 @@ class PairEngine(PartyEngine):
 
     RESULT_COLUMNS = 5  # linkage id, Dice bits, own pseudonym, group size, party mask
     TARGET = "any"
+    SURVIVORS_REPEAT = False  # a pair is kept once, in its canonical block (sub-blocks aside)
 
     def __init__(
         self, index: int, params: ProtocolParameters, records: EncodedTable, **options: Any

@@ -23,13 +23,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from party.protocol._numba_blocks import sort_ties
+from party.protocol._numba_blocks import sort_high_ties, sort_ties
 from party.protocol.errors import RingError
 
 _U64 = np.dtype("<u8")
 #: sort_rows sorts runs of equal column-0 values at least this long with numpy's stable sort
 #: (compiled code sorts the shorter ones).
 LONG_TIE_RUN = 256
+#: ... and runs at least this long as rows of their own (``sort_rows`` of their other columns).
+LONG_RUN_RECURSE = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,37 @@ def sort_rows(rows: np.ndarray, key_columns: int | None = None) -> np.ndarray:
         return np.zeros(0, dtype=np.int64)
     k = rows.shape[1] if key_columns is None else key_columns
     rows = np.ascontiguousarray(rows, dtype=np.uint64)
-    order = np.argsort(rows[:, 0], kind="stable")
+    order = argsort_stable(rows[:, 0])
     order, longs = sort_ties(rows, order, k, LONG_TIE_RUN)
     for i, j in longs.tolist():  # e.g. target any's rows with 0 in column 0: a third of them
         run = order[i:j]
+        if j - i >= LONG_RUN_RECURSE:  # sorted by the other key columns as rows of their own
+            order[i:j] = run[sort_rows(np.ascontiguousarray(rows[run, 1:k]))]
+            continue
         for c in range(k - 1, 0, -1):  # stable sorts, least significant column first
             run = run[np.argsort(rows[run, c], kind="stable")]
         order[i:j] = run
+    return order
+
+
+def argsort_stable(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` of (n,) uint64, about 4x faster: numpy's (vectorised)
+    sort of each value's high bits with its index in the low bits, then the runs of equal high
+    bits sorted by the whole value (compiled; random 64-bit values rarely share their high bits)."""
+    n = values.shape[0]
+    bits = max(1, (n - 1).bit_length())
+    if bits > 40:  # too few high bits left to tell values apart
+        return np.argsort(values, kind="stable")
+    values = np.ascontiguousarray(values, dtype=np.uint64)
+    low = np.uint64((1 << bits) - 1)
+    least = values.min()
+    packed = values - least  # the values' span moved to the high bits: small values differ too
+    packed <<= np.uint64(64 - int(values.max() - least).bit_length())
+    packed &= ~low
+    packed |= np.arange(n, dtype=np.uint64)
+    packed.sort()
+    order = (packed & low).astype(np.int64)
+    sort_high_ties(values, packed, order, bits)
     return order
 
 

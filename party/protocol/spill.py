@@ -12,7 +12,8 @@ Two kinds of store:
   equal keys carry equal payloads here: the same candidate set found in several blocks). In memory
   this is one lexsort. When rows were spilled, each spilled batch is a sorted run on disk and
   ``finish`` merges the runs by streaming (at most MAX_FAN_IN at once, in rounds beyond that): it
-  reads a bounded block of every run and emits, sorted, every row whose key is at most the
+  reads a bounded block of every run and emits, merged (a compiled k-way merge of the sorted
+  blocks, not a sort), every row whose key is at most the
   smallest last key among blocks whose run has more rows on disk; rows above that bound stay for
   the next round. Any key equal to the bound is therefore
   emitted in one batch, so de-duplication within batches is complete.
@@ -50,7 +51,13 @@ from typing import Protocol
 
 import numpy as np
 
-from party.protocol._numba_blocks import first_of_each_key, keys_strictly_increasing
+from party.protocol._numba_blocks import (
+    first_keys_in_order,
+    first_of_each_key,
+    gather_rows,
+    keys_strictly_increasing,
+    merge_unique_runs,
+)
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows, sort_rows
 from party.protocol.row_sort import PARALLEL_MIN_ROWS, sort_unique_rows
@@ -61,6 +68,9 @@ _U64 = np.dtype("<u8")
 MAX_FAN_IN = 32
 #: The smallest block memory of a merge (all runs together), granted or not by the gauge.
 MIN_MERGE_BYTES = 1 << 20
+#: A merge's memory per byte of its blocks: the blocks, the concatenation of the rows it merges
+#: at once (at most all of the blocks) and the merged rows.
+MERGE_BYTES_PER_BYTE = 3
 
 
 class MemoryGauge(Protocol):
@@ -150,20 +160,31 @@ class SpillFolder:
         self._path = None
 
 
-def _sort_unique(rows: np.ndarray, key_columns: int, workers: int = 1) -> np.ndarray:
+def _sort_unique(
+    rows: np.ndarray, key_columns: int, workers: int = 1, repeats: bool = True
+) -> np.ndarray:
     """Rows sorted by their first ``key_columns`` columns, one row per key (the first in input
-    order); on ``workers`` kernel threads (``row_sort``, the same result) when there are many."""
+    order); on ``workers`` kernel threads (``row_sort``, the same result) when there are many.
+    ``repeats``: many rows repeat a key (dropped by a hash pass before the sort, else after)."""
     if rows.shape[0] < 2:
         return rows
+    rows = np.ascontiguousarray(rows)
     if workers > 1 and rows.shape[0] >= PARALLEL_MIN_ROWS:
-        return sort_unique_rows(np.ascontiguousarray(rows), key_columns, workers)
-    # Drop repeated keys first (linear; the comparison finds a set once per block it shares, so
-    # most rows repeat), keeping each key's first row as a stable sort would; then sort the rest.
-    first = first_of_each_key(np.ascontiguousarray(rows), key_columns)
-    if not first.all():
-        rows = rows[first]
-    del first
-    return rows[sort_rows(rows, key_columns)]
+        return sort_unique_rows(rows, key_columns, workers)
+    if repeats:
+        # Drop repeated keys first (linear; target all's comparison finds a set once per block
+        # it shares, so most rows repeat), keeping each key's first row as a stable sort would;
+        # then sort the rest.
+        first = first_of_each_key(rows, key_columns)
+        if not first.all():
+            rows = rows[first]
+        del first
+        return rows[sort_rows(rows, key_columns)]
+    order = sort_rows(rows, key_columns)
+    firsts = first_keys_in_order(rows, order, key_columns)
+    out = np.empty((firsts.size, rows.shape[1]), dtype=np.uint64)
+    gather_rows(rows, order, firsts, out)
+    return out
 
 
 def sort_bytes_per_row(width: int) -> int:
@@ -229,10 +250,13 @@ class RowStore:
         name: str = "rows",
         merge_bytes: int = 8 * 2**20,
         workers: int = 1,
+        repeats: bool = True,
     ) -> None:
-        """``workers``: kernel threads a sorted store's sorts use (``row_sort``)."""
+        """``workers``: kernel threads a sorted store's sorts use (``row_sort``); ``repeats``:
+        whether many appended rows repeat a key (``_sort_unique``; the result is the same)."""
         self.width = width
         self.workers = workers
+        self.repeats = repeats
         self.gauge = gauge
         self.folder = folder
         self.key_columns = key_columns
@@ -301,7 +325,7 @@ class RowStore:
             rows = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
             pieces.clear()
             self._mem = []  # the pieces' memory is the concatenation's now (still reserved)
-            run = _sort_unique(rows, self.key_columns, self.workers)
+            run = _sort_unique(rows, self.key_columns, self.workers, self.repeats)
             del rows
             path = self.folder.new_file(self.name)
             _write(path, run, self.folder)
@@ -332,7 +356,7 @@ class RowStore:
             if self._mem:
                 rows = np.concatenate(self._mem) if len(self._mem) > 1 else self._mem[0]
                 self._mem = []  # reserved with the sort's room until sorted
-                rows = _sort_unique(rows, self.key_columns, self.workers)
+                rows = _sort_unique(rows, self.key_columns, self.workers, self.repeats)
                 self._drop_memory()
                 if not self.gauge.try_reserve(rows.nbytes):
                     self._files = [(self.folder.new_file(self.name), 0)]
@@ -357,10 +381,11 @@ class RowStore:
 
     def _merge_runs(self, files: list[tuple[pathlib.Path, int]]) -> tuple[pathlib.Path, int]:
         runs = [_FileRun(p, n, self.width) for p, n in files]
-        # the merge holds a block of every run and sorts at most all of them at once beside
-        # them: reserved on the gauge (halved until it fits, down to MIN_MERGE_BYTES)
+        # the merge holds a block of every run and merges at most all of them at once beside
+        # them (their concatenation and the merged rows): reserved on the gauge (halved until it
+        # fits, down to MIN_MERGE_BYTES)
         merge_bytes = max(MIN_MERGE_BYTES, self.merge_bytes)
-        per_byte = 1 + sort_bytes_per_row(self.width) / (8 * self.width)
+        per_byte = MERGE_BYTES_PER_BYTE
         while merge_bytes > MIN_MERGE_BYTES and not self.gauge.try_reserve(
             int(merge_bytes * per_byte)
         ):
@@ -398,9 +423,14 @@ class RowStore:
             else:
                 parts = [bufs[i] for i in live]
                 bufs = [b[:0] for b in bufs]
-            batch = _sort_unique(np.concatenate(parts), k, self.workers)
-            _write(out, batch, self.folder)
-            written += batch.shape[0]
+            rows = np.concatenate(parts)  # every part sorted: merged, not sorted again
+            bounds = np.concatenate([[0], np.cumsum([part.shape[0] for part in parts])])
+            del parts
+            batch = np.empty_like(rows)
+            kept = merge_unique_runs(rows, bounds.astype(np.int64), k, batch)
+            del rows
+            _write(out, batch[:kept], self.folder)
+            written += kept
         for p, _ in files:
             p.unlink(missing_ok=True)
         return out, written

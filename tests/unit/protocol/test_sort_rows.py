@@ -1,11 +1,12 @@
-"""sort_rows (a sort by column 0, then compiled tie runs) is np.lexsort of the key columns."""
+"""sort_rows (a sort by column 0, then compiled tie runs) is np.lexsort of the key columns;
+argsort_stable is numpy's stable argsort."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from party.protocol.ring import sort_rows
+from party.protocol.ring import LONG_RUN_RECURSE, argsort_stable, sort_rows
 
 
 @pytest.mark.parametrize("width", [1, 2, 3, 5])
@@ -25,4 +26,29 @@ def test_short_runs_of_random_rows() -> None:
     rng = np.random.default_rng(9)
     rows = rng.integers(0, 2**64, size=(5000, 3), dtype=np.uint64)
     rows[::7, 0] = rows[0, 0]  # one long run, the rest mostly distinct
+    assert sort_rows(rows).tolist() == np.lexsort(rows.T[::-1]).tolist()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_argsort_stable_equals_numpys_stable_argsort(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cases = [
+        rng.integers(0, 2**64, size=20000, dtype=np.uint64),  # random: high bits rarely tie
+        rng.integers(0, 50, size=20000).astype(np.uint64),  # small values: one span
+        np.array([0, 2**64 - 1, 5, 0, 2**64 - 1, 2**63], dtype=np.uint64),  # extremes
+        np.full(3000, 7, dtype=np.uint64),  # all equal
+        np.zeros(1, dtype=np.uint64),
+    ]
+    skewed = rng.integers(0, 2**64, size=20000, dtype=np.uint64)
+    skewed[:15000] = rng.integers(0, 1000, size=15000).astype(np.uint64)  # long high-bit runs
+    cases.append(skewed[rng.permutation(skewed.size)])
+    for values in cases:
+        assert argsort_stable(values).tolist() == np.argsort(values, kind="stable").tolist()
+
+
+def test_a_long_run_of_equal_first_columns_sorts_as_rows_of_its_own() -> None:
+    rng = np.random.default_rng(3)
+    rows = rng.integers(0, 2**64, size=(2 * LONG_RUN_RECURSE + 500, 3), dtype=np.uint64)
+    rows[::2, 0] = 0  # like target any's rows of parties (1, 2): 0 in column 0
+    rows[::6, 1] = rows[3, 1]  # ties in column 1 within that run too
     assert sort_rows(rows).tolist() == np.lexsort(rows.T[::-1]).tolist()
