@@ -86,7 +86,12 @@ def _round_trip(chunks: Iterator[Any], cls: Any) -> list[Any]:
 
 
 async def run_steps(
-    tables: list[Any], bits: int, steps: Steps, out_dir: Path, target: str = "all"
+    tables: list[Any],
+    bits: int,
+    steps: Steps,
+    out_dir: Path,
+    target: str = "all",
+    exchange_only: bool = False,
 ) -> dict[str, int]:
     from party.node import results as result_files
     from party.node import wire
@@ -121,9 +126,13 @@ async def run_steps(
                 wire.blocks_to_chunks(ref, i, mine[i], b"k"), party_pb2.PushBlocksRequest
             )
             got.append(await wire.blocks_from_chunks(chunks[0], _stream(chunks[1:])))
-    with steps("common blocks"):
-        for e in engines:
-            e.set_common_blocks(e.common_of(got))
+    with steps("common blocks"):  # as the nodes do it (an older checkout: with block sizes)
+        shared = [
+            e.use_common_blocks(e.common_of(got))
+            if hasattr(e, "use_common_blocks")
+            else e.set_common_blocks(e.common_of(got)).records_in_common_blocks
+            for e in engines
+        ]
     with steps("segment shares"):
         shares = [s for e in engines for s in e.outgoing_shares()]
     with steps("segment shares: wire"):
@@ -134,6 +143,10 @@ async def run_steps(
     with steps("receive shares"):
         for s in received:
             engines[s.target].receive_share(s)
+    if exchange_only:  # what a node does in stage exchanging, nothing after it
+        for e in engines:
+            e.close()
+        return {f"records shared (party {i})": n for i, n in enumerate(shared)}
     with steps("compare"):
         for e in engines:
             e.compare()
@@ -205,18 +218,23 @@ def main(argv: list[str] | None = None) -> int:
         "--target", choices=("all", "any"), default="all", help="linkage target (any: pairs)"
     )
     ap.add_argument("--code", type=Path, default=None, help="import the project from this folder")
+    ap.add_argument(
+        "--exchange-only", action="store_true", help="stop after the segment shares are received"
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(args.code or Path(__file__).resolve().parents[1]))
     args.out.mkdir(parents=True, exist_ok=True)
     tables, bits = encoded_tables(args.records, args.parties, args.seed, args.out)
     steps = Steps()
-    counts = asyncio.run(run_steps(tables, bits, steps, args.out, args.target))
+    counts = asyncio.run(run_steps(tables, bits, steps, args.out, args.target, args.exchange_only))
     print(f"{'step':24s} {'wall s':>8s} {'CPU s':>8s}")
     for name, wall in steps.wall.items():
         print(f"{name:24s} {wall:8.2f} {steps.cpu[name]:8.2f}")
     print(f"{'total':24s} {sum(steps.wall.values()):8.2f} {sum(steps.cpu.values()):8.2f}")
     for k, v in counts.items():
         print(f"{k}: {v}")
+    if args.exchange_only:
+        return 0
     per = steps.cpu["compare"] / max(1, args.parties * counts["candidate sets"]) * 1e6
     print(f"compare: {per:.3f} CPU-microseconds per candidate set (or pair) and party")
     return 0

@@ -59,6 +59,7 @@ from party.node.keyconfirm import key_confirmation, peer_confirmation
 from party.node.peers import PeerClients
 from party.node.results import remove_run, write_match_chunks
 from party.node.trust import check_recipients
+from party.protocol.blocks import is_digest_set
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
 from party.protocol.solver import DEFAULT_SOLVER
@@ -626,7 +627,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     raise AlreadyExists(
                         f"run {run.run_id}: block digests of {who} already received"
                     )
-                if digests.size and (digests[0] == 0 or np.any(digests[1:] <= digests[:-1])):
+                if not is_digest_set(digests):
                     raise Malformed("block digests must be sorted, distinct and non-zero")
                 run.blocks_in[first.source] = digests
             if all(j in run.blocks_in for j in run.others):
@@ -995,7 +996,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             await self._wait_peer(run, run.event("blocks"), what, "exchanging")
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
         # off the event loop: at 1M records the intersection takes seconds (heartbeats must go on)
-        await self._engine(run, lambda: engine.set_common_blocks(engine.common_of(sets)))
+        await self._engine(run, lambda: engine.use_common_blocks(engine.common_of(sets)))
         # the peers' digest sets did their work: free them and the bytes reserved for them (an
         # empty set stays, so a repeated stream is still refused)
         for j in run.others:

@@ -69,6 +69,137 @@ def table_positions(keys: np.ndarray, vals: np.ndarray, needles: np.ndarray) -> 
 
 
 @jit
+def rows_in_blocks(pos: np.ndarray) -> np.ndarray:
+    """int64 numbers of the rows of an (n, B) position matrix naming at least one block (>= 0)."""
+    n, width = pos.shape
+    keep = np.zeros(n, dtype=np.bool_)
+    count = 0
+    for r in range(n):
+        for c in range(width):
+            if pos[r, c] >= 0:
+                keep[r] = True
+                count += 1
+                break
+    out = np.empty(count, dtype=np.int64)
+    k = 0
+    for r in range(n):
+        if keep[r]:
+            out[k] = r
+            k += 1
+    return out
+
+
+@jit
+def gather_in_blocks(
+    digests: np.ndarray, pos: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(digests, positions) of the given rows of (n, B) digest and position matrices, each digest
+    that names no block (position -1) set to 0: one pass, no temporaries."""
+    width = pos.shape[1]
+    out_d = np.empty((rows.shape[0], width), dtype=np.uint64)
+    out_p = np.empty((rows.shape[0], width), dtype=np.int32)
+    for i in range(rows.shape[0]):
+        r = rows[i]
+        for c in range(width):
+            b = pos[r, c]
+            out_p[i, c] = b
+            out_d[i, c] = digests[r, c] if b >= 0 else np.uint64(0)
+    return out_d, out_p
+
+
+@jit
+def blocks_named(digests: np.ndarray, pos: np.ndarray) -> int:
+    """How (n, B) digests and their positions (-1: not found) name blocks: 1 if a non-zero digest
+    was not found (a block that is not one of them), else 2 if a row names no block, else 0."""
+    n, width = pos.shape
+    empty = False
+    for r in range(n):
+        named = False
+        for c in range(width):
+            if pos[r, c] >= 0:
+                named = True
+            elif digests[r, c] != 0:
+                return 1
+        if not named:
+            empty = True
+    return 2 if empty else 0
+
+
+@jit
+def _bit_length(x: np.uint64) -> int:
+    n = 0
+    while x != 0:
+        x >>= np.uint64(1)
+        n += 1
+    return n
+
+
+@jit
+def bucket_starts(hay: np.ndarray) -> tuple[np.ndarray, int]:
+    """Bucket index of a strictly increasing uint64 array: with ``shift`` chosen so that there are
+    at most ``hay.size`` buckets of ``(v - hay[0]) >> shift``, ``starts[b]`` is the first index of
+    bucket b (``starts[b + 1]``: its end). One sequential pass; 4 bytes per bucket."""
+    n = hay.shape[0]
+    if n == 0:
+        return np.zeros(2, dtype=np.int32), 0
+    bits = _bit_length(np.uint64(n)) - 1  # 2^bits <= n buckets at most
+    lo = hay[0]
+    shift = max(0, _bit_length(hay[n - 1] - lo) - bits)
+    buckets = np.int64((hay[n - 1] - lo) >> np.uint64(shift)) + 1
+    starts = np.empty(buckets + 1, dtype=np.int32)  # the caller keeps n < 2^31
+    b = 0
+    for i in range(n):
+        v = np.int64((hay[i] - lo) >> np.uint64(shift))
+        while b <= v:
+            starts[b] = i
+            b += 1
+    while b <= buckets:
+        starts[b] = n
+        b += 1
+    return starts, shift
+
+
+@jit
+def bucket_positions(
+    hay: np.ndarray, starts: np.ndarray, shift: int, needles: np.ndarray
+) -> np.ndarray:
+    """For each needle (uint64), its index in the strictly increasing ``hay`` (``bucket_starts``
+    made ``starts`` and ``shift``), or -1 (needle 0: -1). Needles go 64 at a time: first each one's
+    bucket bounds, then each one's first candidate, then the scans, so that the cache misses of a
+    batch (random needles: two each) are in flight together instead of one after another."""
+    m = needles.shape[0]
+    out = np.full(m, -1, dtype=np.int32)
+    n = hay.shape[0]
+    if n == 0:
+        return out
+    lo, hi, sh = hay[0], hay[n - 1], np.uint64(shift)
+    first = np.empty(64, dtype=np.int64)
+    end = np.empty(64, dtype=np.int64)
+    value = np.empty(64, dtype=np.uint64)
+    for s in range(0, m, 64):
+        e = min(m, s + 64)
+        for j in range(e - s):
+            k = needles[s + j]
+            inside = k != 0 and lo <= k <= hi
+            b = np.int64(((k if inside else lo) - lo) >> sh)
+            first[j] = starts[b]
+            end[j] = starts[b + 1] if inside else starts[b]
+        for j in range(e - s):
+            value[j] = hay[min(first[j], n - 1)]
+        for j in range(e - s):
+            k, a, z, x = needles[s + j], first[j], end[j], value[j]
+            while a < z:
+                if x >= k:
+                    if x == k:
+                        out[s + j] = a
+                    break
+                a += 1
+                if a < z:
+                    x = hay[a]
+    return out
+
+
+@jit
 def _first_in_row(pos: np.ndarray, r: int, c: int) -> bool:
     """True iff column c of row r names a block no earlier column of the row names."""
     b = pos[r, c]

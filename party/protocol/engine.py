@@ -38,10 +38,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from party.encoding.bits import popcount_rows, slice_bits
-from party.protocol._numba_blocks import block_sizes, strictly_increasing
+from party.protocol._numba_blocks import (
+    block_sizes,
+    gather_in_blocks,
+    rows_in_blocks,
+    strictly_increasing,
+)
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
+    SortedLookup,
     block_index_at,
     check_common,
     common_blocks,
@@ -213,7 +219,7 @@ class PartyEngine:
         self._filters_freed = False
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
-        self._lookup: DigestLookup | None = None  # hash table of the common blocks
+        self._lookup: DigestLookup | None = None  # index of the common blocks
         self._shared_rows = np.zeros(0, dtype=np.int64)  # table rows sent, sorted by pseudonym
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
@@ -256,25 +262,31 @@ class PartyEngine:
 
     def set_common_blocks(self, common: np.ndarray) -> BlockStats:
         """Record the common blocks, draw pseudonyms for the records in them, return block sizes."""
+        self.use_common_blocks(common)
+        return self.block_stats()
+
+    def use_common_blocks(self, common: np.ndarray) -> int:
+        """``set_common_blocks`` without the block-size statistics (what a node needs: the sizes
+        of millions of blocks only feed ``block_stats``); returns the records shared."""
         if self._common is not None:
             raise StateError("common blocks are already set for this run")
         t0 = time.perf_counter()
         common = check_common(common).copy()
         digests = self._records.block_digests
         n = digests.shape[0]
-        self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
+        self._lookup = SortedLookup(common)  # kept: the shares' digests are looked up in it too
         self._hold("common-block lookup table", self._lookup.nbytes)
         at = self._lookup.positions(digests)  # one lookup of every (record, pass) digest
-        found = at >= 0
-        rows = np.flatnonzero(found.any(axis=1)).astype(np.int64)
+        rows = rows_in_blocks(at)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
         order = np.argsort(pseud, kind="stable")
         self._shared_rows = rows[order]
         self._pseudonyms = pseud[order]
-        out = digests[self._shared_rows].copy()
-        out[~found[self._shared_rows]] = 0
-        self._digests_out = out
-        self._positions[self.index] = at[self._shared_rows]
+        # the shared rows' digests (0 where not a common block) and positions, in one pass
+        self._digests_out, self._positions[self.index] = gather_in_blocks(
+            digests, at, self._shared_rows
+        )
+        del at
         self._common = common
         self._hold(
             "pseudonyms and common blocks",
@@ -285,16 +297,25 @@ class PartyEngine:
             self._digests_out.nbytes + self._positions[self.index].nbytes,
         )
         self.timings["blocks"] = time.perf_counter() - t0
-        sizes = block_sizes(self._positions[self.index], common.size)
-        stats = BlockStats.from_sizes(sizes, n, int(rows.size), self.params.max_block_size)
         logger.info(
             "party %d: %d common blocks, %d of %d records shared",
             self.index,
-            stats.common_blocks,
-            stats.records_in_common_blocks,
+            common.size,
+            rows.size,
             n,
         )
-        return stats
+        return int(rows.size)
+
+    def block_stats(self) -> BlockStats:
+        """Sizes of the common blocks from this party's records (after ``use_common_blocks``,
+        before the comparison frees its positions)."""
+        own = self._positions.get(self.index)
+        if self._common is None or own is None:
+            raise StateError("block_stats needs the common blocks and this party's positions")
+        sizes = block_sizes(own, self._common.size)
+        n = len(self._records.record_ids)
+        shared = int(self._shared_rows.size)
+        return BlockStats.from_sizes(sizes, n, shared, self.params.max_block_size)
 
     @property
     def record_pseudonyms(self) -> np.ndarray:

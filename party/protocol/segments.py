@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
+from party.protocol._numba_blocks import blocks_named, strictly_increasing
 from party.protocol.blocks import DigestLookup, has_duplicates
 from party.protocol.errors import ProtocolError, ShareError
 
@@ -133,7 +134,7 @@ def validate_share(
     Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
     uniqueness (and non-zero), and that every row names at least one common block and no other block.
     ``digest_width`` (B) is checked when given. ``common``: the run's common blocks, or a
-    DigestLookup of them (kept for the run: one hash table for every share).
+    DigestLookup of them (kept for the run: one index for every share).
     """
     if not isinstance(share, SegmentShare):
         raise ShareError("expected a SegmentShare")
@@ -165,13 +166,14 @@ def validate_share(
         raise ShareError(f"share from party {src}: segments: {exc}") from None
     if n and np.any(p == 0):
         raise ShareError(f"share from party {src}: pseudonym 0 is reserved")
-    if n and has_duplicates(p):
+    # sorted (as honest parties send them) means unique: the sort only for other orders
+    if n and not strictly_increasing(p) and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
     lookup = common if isinstance(common, DigestLookup) else DigestLookup(common)
     at = lookup.positions(d)
-    found = at >= 0
-    if not np.array_equal(found, d != 0):
+    named = blocks_named(np.ascontiguousarray(d), at)
+    if named == 1:
         raise ShareError(f"share from party {src}: a row names a block that is not common")
-    if n and not np.all(found.any(axis=1)):
+    if named == 2:
         raise ShareError(f"share from party {src}: a row belongs to no common block")
     return at
