@@ -755,17 +755,16 @@ class PartyEngine:
         return self._sent_rows
 
     def _check_ring_chunk(self, msg: RingMessage, expected_hop: int) -> None:
-        """Validate one chunk of the incoming ring: well formed, above the previous chunk, naming
-        only known pseudonyms (the initiator checks more: every set is one it sent). Changes no
-        state (a refused chunk leaves the engine as it was)."""
+        """Validate one chunk of the incoming ring: well formed, above the previous chunk (a
+        non-initiator then checks the pseudonyms of the rows it does not hold, ``ring_step_feed``;
+        the initiator, that every set is one it sent). Changes no state (a refused chunk leaves
+        the engine as it was)."""
         validate_message(msg, parties=self.parties, expected_hop=expected_hop, receiver=self.index)
         cand = msg.candidates
         if cand.shape[0] == 0:
             return
         if self._ring_last is not None and count_at_most(cand[:1], self._ring_last) > 0:
             raise RingError("ring message candidate list is not sorted and unique")
-        if self.index != 0:
-            self._check_known(cand)
 
     def _advance_ring(self, msg: RingMessage) -> None:
         if msg.candidates.shape[0]:
@@ -835,6 +834,17 @@ class PartyEngine:
         assert self._own_cursor is not None
         self._check_ring_chunk(incoming, self.index - 1)
         ia, own = self._own_cursor.match(incoming.candidates)
+        m = incoming.candidates.shape[0]
+        if ia.size < m:
+            # the rows it holds name known records by construction (its survivors): only the
+            # others are looked up; a refused chunk gives the cursor back its rows
+            rest = np.ones(m, dtype=bool)
+            rest[ia] = False
+            try:
+                self._check_known(incoming.candidates[rest])
+            except RingError:
+                self._own_cursor.rewind()
+                raise
         self._advance_ring(incoming)
         cand = incoming.candidates[ia]
         out = np.empty((ia.size, p + 2), dtype=np.uint64)

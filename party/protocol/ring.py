@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from party.protocol._numba_blocks import sort_high_ties, sort_ties
+from party.protocol._numba_blocks import keys_strictly_increasing, sort_high_ties, sort_ties
 from party.protocol.errors import RingError
 
 _U64 = np.dtype("<u8")
@@ -136,6 +136,8 @@ def rows_strictly_increasing(rows: np.ndarray) -> bool:
     """True iff the rows of an (m, P) array are strictly increasing in lexicographic order."""
     if rows.shape[0] < 2:
         return True
+    if rows.dtype == np.uint64 and rows.ndim == 2:  # compiled: one pass, no temporaries
+        return bool(keys_strictly_increasing(np.ascontiguousarray(rows), rows.shape[1]))
     neq = rows[1:] != rows[:-1]
     if not np.all(neq.any(axis=1)):
         return False

@@ -468,19 +468,28 @@ class SortedCursor:
         self.k = key_columns
         self._window: np.ndarray | None = None
         self._done = False
+        self._back: list[np.ndarray] = []  # chunks given back by rewind, read again first
+        self._undo: tuple[np.ndarray | None, bool, list[np.ndarray]] | None = None
+
+    def _next_chunk(self) -> np.ndarray | None:
+        return self._back.pop() if self._back else next(self._source, None)
 
     def match(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions in ``query`` found in the stream, the stream's rows for them), in order."""
+        """(positions in ``query`` found in the stream, the stream's rows for them), in order.
+        ``rewind`` can undo this call until the next one."""
         q_pos: list[np.ndarray] = []
         found: list[np.ndarray] = []
+        read: list[np.ndarray] = []
+        self._undo = (self._window, self._done, read)
         if query.shape[0]:
             last = query[-1]
             while True:
                 if self._window is None or self._window.shape[0] == 0:
-                    self._window = None if self._done else next(self._source, None)
+                    self._window = None if self._done else self._next_chunk()
                     if self._window is None:
                         self._done = True
                         break
+                    read.append(self._window)
                 win = self._window
                 ia, ib = intersect_sorted_rows(query, np.ascontiguousarray(win[:, : self.k]))
                 q_pos.append(ia)
@@ -492,3 +501,11 @@ class SortedCursor:
         if not q_pos:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.uint64)
         return np.concatenate(q_pos), np.concatenate(found)
+
+    def rewind(self) -> None:
+        """Undo the last ``match`` (its query was refused): the stream reads as before it."""
+        if self._undo is None:
+            raise RuntimeError("no match to rewind")
+        self._window, self._done, read = self._undo
+        self._back.extend(reversed(read))  # popped from the end: read again in order
+        self._undo = None

@@ -260,6 +260,31 @@ def test_ring_rows_naming_an_unknown_pseudonym_are_refused(refused: bool) -> Non
         engines[1].ring_step(forged)
 
 
+def test_a_ring_chunk_refused_for_an_unknown_pseudonym_changes_nothing() -> None:
+    """Only the rows a party does not hold are looked up; refusing one gives the survivors'
+    cursor its rows back, so the genuine message then passes exactly as on a fresh engine."""
+    tables = subset_tables(2, 3, 30, 0.05)
+    runs = []
+    for forge in (False, True):
+        engines = engines_after_compare(tables, params(3), random_bytes=_seeded(3))
+        start = engines[0].ring_start()
+        if forge:
+            bad = start.candidates.copy()
+            col = int(np.flatnonzero(bad[-1])[-1])
+            bad[-1, col] = np.uint64(12345)
+            order = np.lexsort(bad.T[::-1])
+            forged = RingMessage(0, bad[order], start.c_masked[order], start.x_masked[order])
+            with pytest.raises(RingError, match="unknown pseudonym"):
+                engines[1].ring_step_feed(forged)
+        engines[1].ring_step_feed(start)
+        engines[1].ring_step_end()
+        out = list(engines[1].ring_out_chunks())
+        runs.append(
+            [(m.candidates.tolist(), m.c_masked.tolist(), m.x_masked.tolist()) for m in out]
+        )
+    assert runs[0] == runs[1] and len(runs[0][0][0]) > 0
+
+
 def test_pseudonym_tables_and_binary_search_give_the_same_ring() -> None:
     tables = subset_tables(3, 3, 40, 0.06)
     prm = params(3, match_threshold=0.6)
