@@ -1057,7 +1057,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             run.event("ring_sent").set()
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             groups = run.params.target == "any"
-            for j in run.others:
+
+            async def deliver(j: int) -> None:
+                # each party's results come from its own finished store: the streams to the
+                # parties run at once (each produced in worker threads, read only)
                 parts = (wire.result_columns(r) for r in engine.result_chunks(j))
                 await self._send(
                     run,
@@ -1069,6 +1072,11 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                         run.ref, 0, j, engine.result_count(j), parts, groups
                     ),
                 )
+
+            sent = await asyncio.gather(*(deliver(j) for j in run.others), return_exceptions=True)
+            for failed in sent:  # both streams ended: the first failure fails the run
+                if isinstance(failed, BaseException):
+                    raise failed
             own = engine.result_chunks(0)
         else:
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
