@@ -16,6 +16,7 @@ pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import live_count, live_fill, pair_blocks, plan_pairs
+from party.protocol._numba_pairs import pair_rows, plan_pairs, row_visits
 from party.protocol.blocks import (
     BlockIndex,
     block_index,
@@ -35,13 +36,7 @@ from party.protocol.blocks import (
 )
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.kernel import PARALLEL_MIN_PAIRS
-from party.protocol.threads import (
-    run_ranges,
-    run_tasks,
-    split_range,
-    split_running_sum,
-    thread_ranges,
-)
+from party.protocol.threads import run_split, run_tasks, split_running_sum
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -58,30 +53,6 @@ class PairSide:
     segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
     pops: np.ndarray  # (n,) int64 popcounts of those segments
     positions: np.ndarray  # (n, B) int32 common-block positions, each row sorted (-1 first)
-
-
-def live_blocks(
-    starts_a: np.ndarray, starts_b: np.ndarray, whole: np.ndarray, workers: int = 1
-) -> tuple[np.ndarray, np.ndarray]:
-    """(ids, cum): the whole blocks where both parties have rows, increasing, and the running sum
-    of their pairs (cum[t] = pairs of ids[0..t]); ranges of blocks counted, then written at their
-    offsets, on ``workers`` kernel threads (the same arrays for any number)."""
-    ranges = thread_ranges(workers, int(whole.shape[0]))
-    counts = np.zeros((len(ranges), 2), dtype=np.int64)
-    run_ranges(
-        workers, ranges, lambda k, lo, hi: live_count(starts_a, starts_b, whole, lo, hi, counts[k])
-    )
-    before = np.cumsum(counts, axis=0) - counts  # live blocks and pairs of the ranges before
-    ids = np.empty(int(counts[:, 0].sum()), dtype=np.int64)
-    cum = np.empty(ids.size, dtype=np.int64)
-    run_ranges(
-        workers,
-        ranges,
-        lambda k, lo, hi: live_fill(
-            starts_a, starts_b, whole, lo, hi, ids, cum, int(before[k, 0]), int(before[k, 1])
-        ),
-    )
-    return ids, cum
 
 
 def pair_side(
@@ -165,61 +136,46 @@ class PairPlan:
         cancel: threading.Event | None = None,
     ) -> Iterator[tuple[list[np.ndarray], int, int]]:
         """The pairs of the whole (not sub-blocked) blocks passing the segment filter, each once
-        (in its canonical block; ``party.protocol._numba_pairs``), as ring rows of ``parties``
-        pseudonym columns and c, in pieces of about ``max_pairs`` enumerated pairs. Yields (row
-        arrays in order, pairs of the piece counted once per block, kept pairs counted once per
-        whole block). ``table``: ``kernel.threshold_table(2, s_m, ...)``. Each piece's blocks (or a
-        block larger than a piece: its rows of a) are cut into ranges run on ``workers`` kernel
-        threads; the rows and their order do not depend on ``workers``."""
+        (``party.protocol._numba_pairs``), as ring rows of ``parties`` pseudonym columns and c,
+        in order of (key_a, key_b), in pieces of about ``max_pairs`` enumerated pairs (ranges of
+        a's rows; a row with more: alone). Yields (row arrays in order, pairs of the piece counted
+        once per block, kept pairs counted once per whole block). ``table``:
+        ``kernel.threshold_table(2, s_m, ...)``. Each piece's rows are cut into ranges run on
+        ``workers`` kernel threads; the rows and their order do not depend on ``workers``."""
         max_pairs = max(1, int(max_pairs))
-        ia, ib = self.index_a, self.index_b
-        ids, cum = live_blocks(ia.starts, ib.starts, self.whole, workers)
-        fixed: tuple[Any, ...] = (
-            ia.starts,
-            ia.rows,
-            ib.starts,
-            ib.rows,
-            side_a.positions,
-            side_b.positions,
+        check = not bool(self.whole.all())
+        starts_b, rows_b = self.index_b.starts, self.index_b.rows
+        pos_a = side_a.positions
+        per_row = np.empty(pos_a.shape[0], dtype=np.int64)
+        run_split(
+            workers,
+            pos_a.shape[0],
+            lambda lo, hi: row_visits(pos_a, starts_b, self.whole, check, lo, hi, per_row),
+            words=pos_a.size,
         )
-        fixed += (
-            self.whole,
-            not bool(self.whole.all()),
-            side_a.segments,
-            side_b.segments,
-            side_a.pops,
-            side_b.pops,
-            table,
-        )
+        cum = np.cumsum(per_row, out=per_row)  # running sum in place
+        fixed: tuple[Any, ...] = (pos_a, starts_b, rows_b, self.whole, check)
+        fixed += (side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
         fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
-        big = np.iinfo(np.int64).max
 
-        def run(task: tuple[int, int, int, int]) -> tuple[np.ndarray, int, int]:
-            return pair_blocks(ids, *task, *fixed)  # type: ignore[no-any-return]
-
-        def piece(tasks: list[tuple[int, int, int, int]], pairs: int) -> tuple[list, int, int]:
-            if cancel is not None and cancel.is_set():
-                raise ComparisonCancelled("comparison cancelled")
-            outs = run_tasks(workers, len(tasks), lambda i: run(tasks[i]))
-            return [o[0] for o in outs if o[0].shape[0]], pairs, sum(int(o[1]) for o in outs)
+        def run(cuts: list[tuple[int, int]], k: int) -> tuple[np.ndarray, int, int]:
+            lo, hi = cuts[k]
+            cap = int(cum[hi - 1]) - (int(cum[lo - 1]) if lo else 0)
+            return pair_rows(lo, hi, cap, *fixed)  # type: ignore[no-any-return]
 
         parts = workers * PIECES_PER_THREAD if workers > 1 else 1
         lo = 0
-        while lo < ids.size:
+        while lo < cum.size:
             base = int(cum[lo - 1]) if lo else 0
             hi = max(lo + 1, int(np.searchsorted(cum, base + max_pairs, side="right")))
             pairs = int(cum[hi - 1]) - base
-            if hi == lo + 1 and pairs > max_pairs:
-                # one block larger than a piece: slices of a's rows against all of b's
-                na, nb = (int(ix.starts[ids[lo] + 1] - ix.starts[ids[lo]]) for ix in (ia, ib))
-                step = max(1, max_pairs // nb)
-                for s in range(0, na, step):
-                    rows = min(na, s + step) - s
-                    cuts = split_range(rows, parts if rows * nb >= PARALLEL_MIN_PAIRS else 1)
-                    yield piece([(lo, hi, s + a, s + b) for a, b in cuts], rows * nb)
-            else:
+            if pairs:
+                if cancel is not None and cancel.is_set():
+                    raise ComparisonCancelled("comparison cancelled")
                 cuts = split_running_sum(cum, lo, hi, parts if pairs >= PARALLEL_MIN_PAIRS else 1)
-                yield piece([(a, b, 0, big) for a, b in cuts], pairs)
+                outs = run_tasks(workers, len(cuts), functools.partial(run, cuts))
+                found = [o[0] for o in outs if o[0].shape[0]]
+                yield found, pairs, sum(int(o[1]) for o in outs)
             lo = hi
 
     def sub_block_pairs(self) -> Iterator[np.ndarray]:

@@ -106,6 +106,10 @@ def test_kept_pairs_equal_the_oracle_each_once(seed: int, threshold: float, thre
             assert np.all(rows[:, 1] == 0) and np.all(rows[:, 0] != 0) and np.all(rows[:, 2] != 0)
             got = [(int(r[0]), int(r[2]), int(r[3])) for r in rows]
             assert len(got) == len(want), "each kept pair exactly once"
+            row_of_a = {int(k): i for i, k in enumerate(keys_a)}
+            row_of_b = {int(k): i for i, k in enumerate(keys_b)}
+            order = [(row_of_a[a], row_of_b[b]) for a, b, _ in got]
+            assert order == sorted(order), "by a's row, then b's row"
             assert {(a, b): c for a, b, c in got} == want
             assert dup == want_dup
             outputs.append((max_pairs, rows.tobytes()))
@@ -184,25 +188,6 @@ def test_index_of_sorted_rows_equals_the_unsorted_index(workers: int, threads_al
         assert np.array_equal(got.starts, want.starts) and np.array_equal(got.rows, want.rows)
 
 
-@pytest.mark.parametrize("workers", [1, 2, 3])
-def test_live_blocks_on_threads_equal_a_plain_scan(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
-    from party.protocol.pairwise import live_blocks
-
-    rng = np.random.default_rng(workers)
-    for blocks in (0, 1, 7, 500):
-        sizes_a, sizes_b = (rng.integers(0, 3, size=blocks) for _ in range(2))
-        whole = rng.random(blocks) < 0.8
-        starts_a, starts_b = (np.concatenate([[0], np.cumsum(z)]) for z in (sizes_a, sizes_b))
-        want_ids, want_cum, run = [], [], 0
-        for b in range(blocks):
-            if whole[b] and sizes_a[b] and sizes_b[b]:
-                run += int(sizes_a[b] * sizes_b[b])
-                want_ids.append(b)
-                want_cum.append(run)
-        ids, cum = live_blocks(starts_a, starts_b, whole, workers)
-        assert ids.tolist() == want_ids and cum.tolist() == want_cum
-
-
 @pytest.mark.parametrize("parties", [2, 3, 5])
 def test_shared_blocks_are_the_digests_of_two_or_more_parties(parties: int) -> None:
     """Against a plain count, with zeros, repeats, unsorted and already sorted inputs."""
@@ -231,10 +216,10 @@ def _plain_shared(row_a, row_b, whole) -> list[int]:  # type: ignore[no-untyped-
 
 
 @pytest.mark.parametrize("check", [False, True])
-def test_merges_of_position_rows_equal_plain_sets(check: bool) -> None:
-    """The canonical-block test and the shared-block count against sets: -1s, a block named twice
-    in a row, empty and full rows, the current block itself, non-whole blocks when checked."""
-    from party.protocol._numba_pairs import _shared_before, _shared_count
+def test_row_visits_equal_a_plain_count(check: bool) -> None:
+    """Each row's candidate pairs counted once per whole block: -1s, a block named twice in a
+    row, empty rows, blocks without b's rows, non-whole blocks when checked."""
+    from party.protocol._numba_pairs import row_visits
 
     rng = np.random.default_rng(11 + check)
     width, blocks = 6, 12
@@ -243,14 +228,15 @@ def test_merges_of_position_rows_equal_plain_sets(check: bool) -> None:
     pos[1::9] = rng.integers(0, 3, size=(pos[1::9].shape[0], width))  # repeats within a row
     pos[2::9, 3] = pos[2::9, 1]
     pos.sort(axis=1)
+    sizes_b = rng.integers(0, 4, size=blocks)
+    starts_b = np.concatenate([[0], np.cumsum(sizes_b)]).astype(np.int64)
     whole = rng.random(blocks) < (0.7 if check else 2.0)
-    for _ in range(3000):
-        ra, rb = (int(v) for v in rng.integers(0, pos.shape[0], size=2))
-        shared = _plain_shared(pos[ra], pos[rb], whole)
-        assert _shared_count(pos, ra, pos, rb, whole, check) == len(shared)
-        for below in (0, int(rng.integers(0, blocks + 1)), blocks):
-            want = any(x < below for x in shared)
-            assert _shared_before(pos, ra, pos, rb, below, whole, check) == want
+    out = np.full(pos.shape[0], -7, dtype=np.int64)
+    row_visits(pos, starts_b, whole, check, 5, 290, out)
+    want = [
+        sum(int(sizes_b[x]) for x in {int(v) for v in row if v >= 0} if whole[x]) for row in pos
+    ]
+    assert out[5:290].tolist() == want[5:290] and set(out[:5].tolist() + out[290:].tolist()) == {-7}
 
 
 def test_with_a_cap_kept_with_duplicates_counts_whole_blocks_only(threads_always) -> None:  # type: ignore[no-untyped-def]
