@@ -166,7 +166,8 @@ class PairEngine(PartyEngine):
         plan_bytes = 0
         for a, b in party_pairs(p):
             members = int(counts[a].sum(dtype=np.int64)) + int(counts[b].sum(dtype=np.int64))
-            plan_bytes = max(plan_bytes, 8 * members + 17 * (n + 1))  # 2 indexes, whole blocks
+            # 2 indexes, whole blocks, the running sum of a's rows' pairs (kept_pairs)
+            plan_bytes = max(plan_bytes, 8 * members + 17 * (n + 1) + 8 * int(pseud[a].size))
             if cap is None:
                 pairs, largest = pair_counts(counts[a], counts[b])
                 stats.candidate_sets += int(pairs)
