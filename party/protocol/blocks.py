@@ -22,8 +22,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from party.protocol._numba_blocks import (
-    bucket_positions,
-    bucket_starts,
     csr_count,
     csr_fill,
     digest_table,
@@ -92,36 +90,6 @@ class DigestLookup:
         (0 where not hit). Zero is never hit."""
         found = self.positions(needles)
         return np.maximum(found, 0), found >= 0
-
-
-class SortedLookup(DigestLookup):
-    """``DigestLookup`` of strictly increasing non-zero digests (a run's common blocks): a bucket
-    index (``_numba_blocks.bucket_starts``: at most one 4-byte bucket start per digest, built in one
-    sequential pass, 8x smaller than the hash table) over the haystack, which it keeps (no copy).
-    Uniform digests (keyed hashes) put one or two in a bucket: a lookup reads a bucket start and one
-    cache line of the haystack, as the hash table reads a key and a value."""
-
-    def __init__(self, haystack: np.ndarray) -> None:
-        hay = np.ascontiguousarray(haystack, dtype=np.uint64)
-        self.size = int(hay.shape[0])
-        if self.size >= 2**31:
-            raise ProtocolError(f"{self.size} digests are more than a lookup table holds (2^31)")
-        if hay.ndim != 1 or not is_digest_set(hay):
-            raise ProtocolError("a sorted lookup needs strictly increasing non-zero digests")
-        self._hay = hay
-        self._starts, self._shift = bucket_starts(hay)
-
-    def positions(self, needles: np.ndarray) -> np.ndarray:
-        """int32 array shaped like ``needles``: each needle's index in the haystack, -1 where it
-        does not occur (zero never does)."""
-        flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
-        found = bucket_positions(self._hay, self._starts, self._shift, flat)
-        return found.reshape(np.shape(needles))  # type: ignore[no-any-return]
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the bucket index (the haystack is the caller's)."""
-        return int(self._starts.nbytes)
 
 
 def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

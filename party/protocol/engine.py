@@ -47,7 +47,6 @@ from party.protocol._numba_blocks import (
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
-    SortedLookup,
     block_index_at,
     check_common,
     common_blocks,
@@ -219,7 +218,7 @@ class PartyEngine:
         self._filters_freed = False
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
-        self._lookup: DigestLookup | None = None  # index of the common blocks
+        self._lookup: DigestLookup | None = None  # hash table of the common blocks
         self._shared_rows = np.zeros(0, dtype=np.int64)  # table rows sent, sorted by pseudonym
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
@@ -274,7 +273,7 @@ class PartyEngine:
         common = check_common(common).copy()
         digests = self._records.block_digests
         n = digests.shape[0]
-        self._lookup = SortedLookup(common)  # kept: the shares' digests are looked up in it too
+        self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
         self._hold("common-block lookup table", self._lookup.nbytes)
         at = self._lookup.positions(digests)  # one lookup of every (record, pass) digest
         rows = rows_in_blocks(at)

@@ -134,7 +134,7 @@ def validate_share(
     Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
     uniqueness (and non-zero), and that every row names at least one common block and no other block.
     ``digest_width`` (B) is checked when given. ``common``: the run's common blocks, or a
-    DigestLookup of them (kept for the run: one index for every share).
+    DigestLookup of them (kept for the run: one hash table for every share).
     """
     if not isinstance(share, SegmentShare):
         raise ShareError("expected a SegmentShare")

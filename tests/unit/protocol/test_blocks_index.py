@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 from party.protocol import threads as threads_module
-from party.protocol.blocks import SortedLookup, block_index, common_blocks, lookup_digests
-from party.protocol.errors import ProtocolError
+from party.protocol.blocks import block_index, common_blocks, lookup_digests
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 
@@ -60,58 +59,6 @@ def test_lookup_digests_hits_and_misses() -> None:
     assert pos[hit].tolist() == [1, 2, 3, 0]
     pos, hit = lookup_digests(np.zeros(0, np.uint64), needles)
     assert not hit.any()
-
-
-def _oracle_positions(hay: np.ndarray, needles: np.ndarray) -> list[int]:
-    """Each needle's index in hay, -1 where absent or zero (a plain dictionary)."""
-    where = {int(d): i for i, d in enumerate(hay.tolist())}
-    return [-1 if int(x) == 0 else where.get(int(x), -1) for x in needles.ravel().tolist()]
-
-
-TOP = 2**64 - 1
-
-
-@pytest.mark.parametrize(
-    "hay",
-    [
-        [],
-        [7],
-        [TOP],
-        [1, 2, 3, 4, 5, 6, 7, 8, 9],  # small integers: one bucket per value
-        [1, 2, 3, 2**40, 2**63, TOP - 1, TOP],  # crowded ends, an empty middle
-        [5, 6, 7, 2**33, 2**33 + 1],
-    ],
-)
-def test_sorted_lookup_edges(hay: list[int]) -> None:
-    h = np.array(hay, dtype=np.uint64)
-    probe = {0, 1, 4, 6, 8, 2**33, 2**33 + 2, 2**63 - 1, 2**63, TOP - 2, TOP - 1, TOP}
-    needles = np.array(sorted(probe | set(hay)), dtype=np.uint64)
-    got = SortedLookup(h).positions(needles.reshape(-1, 1))
-    assert got.shape == (needles.size, 1) and got.dtype == np.int32
-    assert got.ravel().tolist() == _oracle_positions(h, needles)
-
-
-@pytest.mark.parametrize("seed", range(4))
-def test_sorted_lookup_equals_oracle(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    size = int(rng.integers(1, 3000))
-    hay = np.unique(rng.integers(1, 2**64 - 1, size=size, dtype=np.uint64, endpoint=True))
-    if seed % 2:  # uneven: most digests in a narrow range, a few far away
-        hay = np.unique(np.concatenate([hay[:5], hay[5:] >> np.uint64(40)]))
-        hay = hay[hay != 0]
-    needles = np.concatenate(
-        [hay, hay + np.uint64(1), rng.integers(0, 2**64 - 1, 500, dtype=np.uint64), [0, 0]]
-    ).astype(np.uint64)
-    rng.shuffle(needles)  # more than one batch of 64, in random order
-    look = SortedLookup(hay)
-    assert look.positions(needles).tolist() == _oracle_positions(hay, needles)
-    assert look.nbytes <= 4 * (hay.size + 2)
-
-
-def test_sorted_lookup_refuses_unsorted() -> None:
-    for bad in ([3, 2], [0, 1], [4, 4]):
-        with pytest.raises(ProtocolError, match="strictly increasing"):
-            SortedLookup(np.array(bad, dtype=np.uint64))
 
 
 def test_common_blocks_sorted_or_not() -> None:
