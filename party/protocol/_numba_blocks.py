@@ -542,3 +542,24 @@ def _same_key(a: np.ndarray, i: int, b: np.ndarray, j: int, key_columns: int) ->
         if a[i, c] != b[j, c]:
             return False
     return True
+
+
+@jit
+def csr_keys(
+    pos: np.ndarray, rank: np.ndarray, lo: int, hi: int, out: np.ndarray, rows_sorted: bool
+) -> None:
+    """Write, row after row, ``b << 32 | rank[r]`` for every block b in [lo, hi) that row r of the
+    (n, B) position matrix names (once per block) to ``out`` (as many as ``csr_count`` counts):
+    sorted, they are the range's CSR rows (block by block, by rank within a block) in their low
+    32 bits. Sequential writes, where ``csr_fill`` writes every row at a random place."""
+    n, width = pos.shape
+    k = 0
+    for r in range(n):
+        low = np.int64(rank[r])
+        for c in range(width):
+            b = pos[r, c]
+            if rows_sorted and b >= hi:
+                break
+            if lo <= b < hi and _first_of_block(pos, r, c, rows_sorted):
+                out[k] = (np.int64(b) << 32) | low
+                k += 1

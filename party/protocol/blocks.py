@@ -24,6 +24,7 @@ import numpy as np
 from party.protocol._numba_blocks import (
     csr_count,
     csr_fill,
+    csr_keys,
     digest_table,
     in_two_or_more,
     intersect_sorted,
@@ -191,30 +192,45 @@ def block_index_at(
     """``block_index`` from an (n, B) matrix of common-block positions (-1: none), as
     ``lookup_digests`` finds them; within a block the rows are ordered by ``keys``, then row.
 
-    With ``workers`` > 1 each kernel thread counts and places the rows of one range of blocks
-    (every thread reads all positions, each writes only its blocks): the same index as one thread.
+    The rows of a range of blocks are written as sort keys (block, rank of the row by ``keys``)
+    in row order, sorted (numpy's vectorised sort) and reduced to their rows: sequential writes,
+    where placing each row at its block's slot is a cache miss per row. With ``workers`` > 1 each
+    kernel thread counts and places the rows of one range of blocks (every thread reads all
+    positions, each writes only its blocks): the same index as one thread.
     ``rows_sorted``: each row of ``positions`` is sorted (shorter scans). ``counts``: the rows per
     block when the caller has them (``block_counts``), else they are counted here.
     """
     n = positions.shape[0]
-    if keys is None or n < 2:
-        visit = np.arange(n, dtype=np.int64)
-    else:
-        k = np.asarray(keys, dtype=np.uint64)
-        visit = (
-            np.arange(n, dtype=np.int64)
-            if not np.any(k[1:] < k[:-1])
-            else np.argsort(k, kind="stable")
-        )
+    k = np.zeros(0, dtype=np.uint64) if keys is None else np.asarray(keys, dtype=np.uint64)
+    identity = n < 2 or not np.any(k[1:] < k[:-1])  # rows visited in row order
+    visit = np.arange(n, dtype=np.int64) if identity else np.argsort(k, kind="stable")
     pos = np.ascontiguousarray(positions)
     blocks = int(blocks)
     if counts is None:
         counts = block_counts(pos, blocks, workers, rows_sorted=rows_sorted)
     starts = starts_of(counts)  # numpy's cumsum converting int32 to int64 is ~10x slower
     rows = np.empty(int(starts[blocks]), dtype=np.int64)
+    if n >= 2**32:  # ranks do not fit the low 32 bits of a sort key: place each row instead
+        run_split(
+            workers,
+            blocks,
+            lambda lo, hi: csr_fill(pos, visit, lo, hi, starts, rows, rows_sorted),
+            words=pos.size,
+        )
+        return BlockIndex(starts, rows)
+    rank = visit if identity else np.empty(n, dtype=np.int64)
+    if not identity:
+        rank[visit] = np.arange(n, dtype=np.int64)
 
     def fill(lo: int, hi: int) -> None:
-        csr_fill(pos, visit, lo, hi, starts, rows, rows_sorted)
+        # the range's (block, rank) keys in row order, sorted in place (numpy's vectorised sort,
+        # the GIL released), then the rows of those ranks: no random writes
+        part = rows[starts[lo] : starts[hi]]
+        csr_keys(pos, rank, lo, hi, part, rows_sorted)
+        part.sort()
+        part &= 0xFFFFFFFF
+        if not identity:
+            part[:] = visit[part]
 
     run_split(workers, blocks, fill, words=pos.size)
     return BlockIndex(starts, rows)

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from party.protocol import threads as threads_module
-from party.protocol.blocks import block_index, common_blocks, lookup_digests
+from party.protocol.blocks import (
+    DigestLookup,
+    block_index,
+    block_index_at,
+    common_blocks,
+    lookup_digests,
+)
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
 
@@ -28,10 +34,16 @@ def _oracle_index(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | No
 
 def _check(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None) -> None:
     want = _oracle_index(digests, common, keys)
+    positions = DigestLookup(common).positions(digests) if digests.shape[0] else None
     for workers in (1, 2, 3):  # ranges of blocks on the kernel threads: the same index
         ix = block_index(digests, common, keys, workers=workers)
         assert ix.starts.shape == (common.size + 1,)
         assert [ix.members(b).tolist() for b in range(common.size)] == want
+        if positions is not None:  # each row's positions sorted (-1 first): shorter scans
+            ix = block_index_at(
+                np.sort(positions, axis=1), common.size, keys, workers, rows_sorted=True
+            )
+            assert [ix.members(b).tolist() for b in range(common.size)] == want
 
 
 @pytest.mark.parametrize("seed", range(6))
