@@ -261,3 +261,24 @@ def test_with_a_cap_kept_with_duplicates_counts_whole_blocks_only(threads_always
             for r in rows
         )
         assert dup == want and want > rows.shape[0]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_row_with_hundreds_of_partners_equals_the_oracle(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    """A row of a meeting more rows of b than the kernel's first buffer holds (several blocks of
+    a few hundred b rows each, many pairs in two of them): each kept pair once, duplicates right."""
+    rng = np.random.default_rng(21)
+    bits_a, dig_a = _party(rng, 4, 64, 3, 1)
+    bits_b, dig_b = _party(rng, 400, 64, 3, 1)
+    dig_a[:] = [1, 2, 3]
+    dig_b[:, 0] = 1
+    dig_b[:, 1] = np.where(rng.random(400) < 0.6, 2, 9)
+    dig_b[:, 2] = np.where(rng.random(400) < 0.3, 3, 0)
+    keys_a = np.arange(1, 5, dtype=np.uint64)
+    keys_b = np.arange(1, 401, dtype=np.uint64)
+    want, want_dup = _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, 0.3)
+    plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, workers)
+    rows, pairs, dup = _kept(plan, sides, 0.3, 64, 10**6, workers)
+    got = [(int(r[0]), int(r[2]), int(r[3])) for r in rows]
+    assert len(got) == len(want) and {(a, b): c for a, b, c in got} == want
+    assert dup == want_dup and want_dup > len(want) > 256
