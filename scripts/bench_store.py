@@ -1,12 +1,13 @@
 #!/usr/bin/env python
 """The survivors' row store alone at the 3 x 1M scale: append, spill, merge and read back.
 
-    .venv/bin/python scripts/bench_store.py [--rows 8500000] [--workers 2] [--code DIR]
+    .venv/bin/python scripts/bench_store.py [--rows 8500000] [--workers 2] [--in-order] [--code DIR]
 
 Target any's survivor rows of one node at 3 x 1M (``--rows``, default 8.5 M: the lead's networked
 run kept 8,499,368): a third per pair of parties (a, b), each row the pseudonyms of a random record
 of a and of b (1 M sorted random pseudonyms per party), 0 in the third party's column, and a count
-c; appended in pieces of 700,000 rows (as the pair kernel's pieces come) to a sorted store whose
+c; ``--in-order``: each pair of parties' rows in key order, as the pair kernel yields them since
+b3a6a92; appended in pieces of 700,000 rows (as the pair kernel's pieces come) to a sorted store whose
 gauge grants 390 MiB (what a node's stores get while it compares at 3 x 1M), so it spills; then
 ``finish`` with 768 MiB (what they get after the comparison frees its inputs) and one read back.
 Prints the process CPU of the appends (their spills), of ``finish`` (the merge) and of the read,
@@ -37,6 +38,7 @@ def main() -> int:
     ap.add_argument("--rows", type=int, default=8_500_000)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--code", type=Path, default=ROOT)
+    ap.add_argument("--in-order", action="store_true", help="each party pair's rows in key order")
     args = ap.parse_args()
     if args.rows < 3 or args.workers < 1:
         ap.error("--rows must be at least 3 and --workers at least 1")
@@ -55,6 +57,8 @@ def main() -> int:
         rows[:, a] = keys[a][rng.integers(0, n, per)]
         rows[:, b] = keys[b][rng.integers(0, n, per)]
         rows[:, 3] = rng.integers(0, 300, per).astype(np.uint64)
+        if args.in_order:
+            rows = rows[np.lexsort((rows[:, b], rows[:, a]))]
         pieces += [rows[s : s + 700_000] for s in range(0, per, 700_000)]
     known = RowStore.__init__.__code__.co_varnames
     kw = {"repeats": False} if "repeats" in known else {}  # as PairEngine's survivors
@@ -84,7 +88,7 @@ def main() -> int:
         store.close()
         folder.close()
     print(
-        f"{args.code}: {args.workers} workers: appends (spills) {c1 - c0:.2f} CPU-s, finish "
+        f"{args.code}: {args.workers} workers{', in order' if args.in_order else ''}: appends (spills) {c1 - c0:.2f} CPU-s, finish "
         f"{c2 - c1:.2f} CPU-s, read back {c3 - c2:.2f} CPU-s, total {c3 - c0:.2f} CPU-s (wall to "
         f"finish {t2 - t0:.2f} s); {total:,} rows, checksum {check:#x}, {spilled:,} bytes "
         f"spilled; load {os.getloadavg()[0]:.1f}"
