@@ -21,7 +21,9 @@ Two kinds of store:
   above the previous chunk's last key, e.g. the candidate pairs of one block enumerated in
   pseudonym order) stays *ordered*: it reserves only the rows' data, spills by appending to one
   file, and ``finish`` neither sorts nor merges. The first append out of order ends that: the rows
-  held so far (one sorted run) are written out, and the store goes on as above.
+  held so far stay in memory if the gauge grants their sort room, else (one sorted run) they are
+  written out, and the store goes on as above (target any: the kept pairs of each two parties
+  come in key order, those of the next two parties start below them).
 - sequential (``key_columns=None``): rows keep their append order (callers append sorted chunks).
 
 What a store holds in memory is reserved on its gauge before it is held, including the room its
@@ -285,7 +287,13 @@ class RowStore:
         if rows.shape[0] == 0:
             return
         if self.ordered and not self._in_order(rows):
-            self._spill()  # still ordered: what is held joins the one sorted run on disk as it is
+            # what is held stays in memory when the gauge grants its sort room (it is sorted
+            # with the later appends), else (still ordered) joins the one sorted run on disk
+            room = sum(p.shape[0] for p in self._mem) * sort_bytes_per_row(self.width)
+            if room and self.gauge.try_reserve(room):
+                self._mem_bytes += room
+            else:
+                self._spill()
             self.ordered = False
         self.appended += rows.shape[0]
         cost = self._cost(rows.shape[0])
