@@ -14,3 +14,6 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# Compile the numba loops into their on-disk cache now (about a minute on a fresh checkout, a second
+# after): otherwise every node and test process of a fresh checkout compiles them in its first run.
+.venv/bin/python -m party.node.warmup
