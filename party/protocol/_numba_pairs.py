@@ -41,6 +41,7 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
     """out[r] = the candidate pairs of a's row r (r in [lo, hi)) with b, counted once per whole
     block (``check``: look ``whole`` up, else every block is whole)."""
     width = pos_a.shape[1]
+    blocks = np.empty(width, dtype=np.int64)
     for r in range(lo, hi):
         if r + PREFETCH_ROWS < hi:
             for i in range(width):
@@ -48,32 +49,36 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
                 if x >= 0:
                     _prefetch_row(starts_b, x)  # type: ignore[call-arg]
         total = 0
-        last = -1
-        for i in range(width):
-            x = pos_a[r, i]
-            if x < 0 or x == last:
-                continue
-            last = x
-            if check and not whole[x]:
-                continue
-            total += starts_b[x + 1] - starts_b[x]
+        for i in range(_whole_blocks(pos_a, r, whole, check, blocks)):
+            total += starts_b[blocks[i] + 1] - starts_b[blocks[i]]
         out[r] = total
 
 
 @jit
-def _gather(pos_a, ra, starts_b, rows_b, whole, check, buf):  # type: ignore[no-untyped-def]
-    """Write b's rows of the whole blocks of a's row ra to buf (as far as it holds them); returns
-    how many there are."""
-    width = pos_a.shape[1]
-    n = 0
+def _whole_blocks(pos_a, ra, whole, check, blocks):  # type: ignore[no-untyped-def]
+    """Write the distinct whole blocks (``check`` as ``row_visits``) of a's sorted position row
+    ra to ``blocks`` (as long as a row); returns how many."""
+    k = 0
     last = -1
-    for i in range(width):
+    for i in range(pos_a.shape[1]):
         x = pos_a[ra, i]
         if x < 0 or x == last:
             continue
         last = x
         if check and not whole[x]:
             continue
+        blocks[k] = x
+        k += 1
+    return k
+
+
+@jit
+def _gather(blocks, k, starts_b, rows_b, buf):  # type: ignore[no-untyped-def]
+    """Write b's rows of ``blocks[:k]`` to buf (as far as it holds them); returns how many
+    there are."""
+    n = 0
+    for i in range(k):
+        x = blocks[i]
         for y in range(starts_b[x], starts_b[x + 1]):
             if n < buf.shape[0]:
                 buf[n] = rows_b[y]
@@ -110,6 +115,7 @@ def pair_rows(  # type: ignore[no-untyped-def]
     width = pos_a.shape[1]
     out = np.empty((cap, parties + 1), dtype=np.uint64)
     buf = np.empty(256, dtype=np.int64)
+    blocks = np.empty(width, dtype=np.int64)
     written = 0
     with_duplicates = 0
     evaluated = 0
@@ -125,12 +131,13 @@ def pair_rows(  # type: ignore[no-untyped-def]
                 x = pos_a[ra + half, i]
                 if x >= 0:
                     _prefetch_row(rows_b, starts_b[x])  # type: ignore[call-arg]
-        n = _gather(pos_a, ra, starts_b, rows_b, whole, check, buf)
+        k = _whole_blocks(pos_a, ra, whole, check, blocks)
+        n = _gather(blocks, k, starts_b, rows_b, buf)
         if n == 0:
             continue
         if n > buf.shape[0]:
             buf = np.empty(2 * n, dtype=np.int64)
-            n = _gather(pos_a, ra, starts_b, rows_b, whole, check, buf)
+            n = _gather(blocks, k, starts_b, rows_b, buf)
         if n <= INSERTION_SORT:
             for i in range(1, n):
                 v = buf[i]
