@@ -96,7 +96,7 @@ class PushBlocksResponse(_message.Message):
     def __init__(self, received: _Optional[int] = ...) -> None: ...
 
 class PushShareRequest(_message.Message):
-    __slots__ = ("run", "source", "target", "segment_bits", "total_rows", "block_columns", "rows", "pseudonyms", "block_digests", "segments")
+    __slots__ = ("run", "source", "target", "segment_bits", "total_rows", "block_columns", "rows", "pseudonyms", "segments", "block_positions")
     RUN_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -105,8 +105,8 @@ class PushShareRequest(_message.Message):
     BLOCK_COLUMNS_FIELD_NUMBER: _ClassVar[int]
     ROWS_FIELD_NUMBER: _ClassVar[int]
     PSEUDONYMS_FIELD_NUMBER: _ClassVar[int]
-    BLOCK_DIGESTS_FIELD_NUMBER: _ClassVar[int]
     SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    BLOCK_POSITIONS_FIELD_NUMBER: _ClassVar[int]
     run: _common_pb2.RunRef
     source: int
     target: int
@@ -115,9 +115,9 @@ class PushShareRequest(_message.Message):
     block_columns: int
     rows: int
     pseudonyms: bytes
-    block_digests: bytes
     segments: bytes
-    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., segment_bits: _Optional[int] = ..., total_rows: _Optional[int] = ..., block_columns: _Optional[int] = ..., rows: _Optional[int] = ..., pseudonyms: _Optional[bytes] = ..., block_digests: _Optional[bytes] = ..., segments: _Optional[bytes] = ...) -> None: ...
+    block_positions: bytes
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., target: _Optional[int] = ..., segment_bits: _Optional[int] = ..., total_rows: _Optional[int] = ..., block_columns: _Optional[int] = ..., rows: _Optional[int] = ..., pseudonyms: _Optional[bytes] = ..., segments: _Optional[bytes] = ..., block_positions: _Optional[bytes] = ...) -> None: ...
 
 class PushShareResponse(_message.Message):
     __slots__ = ("received",)

@@ -151,7 +151,7 @@ class PartyServicer:
 
     def PushShare(self, request_iterator, context):
         """Party -> party: segment `target` of the sender's records in common blocks, with per-run
-        pseudonyms and block digests, streamed in chunks of whole rows.
+        pseudonyms and block positions (in the common blocks), streamed in chunks of whole rows.
         Errors: as PushBlocks, plus INVALID_ARGUMENT when the share fails the engine's validation.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)

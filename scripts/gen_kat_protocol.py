@@ -164,6 +164,10 @@ def packed_u64(values: Sequence[int]) -> str:
     return b"".join(v.to_bytes(8, "little") for v in values).hex()
 
 
+def packed_i32(values: Sequence[int]) -> str:
+    return b"".join(v.to_bytes(4, "little", signed=True) for v in values).hex()
+
+
 def popcount(x: int) -> int:
     return bin(x).count("1")
 
@@ -340,6 +344,8 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
         rows = shared[i]
         ps = [pseud_of[i][r] for r in rows]
         ds = [out_digests[i][r] for r in rows]
+        # on the wire: each digest's index in the sorted common blocks, -1 for 0 (not common)
+        at = [[common.index(d) if d else -1 for d in row] for row in ds]
         ss = [segment(i, r, j) for r in rows]
         shares.append(
             {
@@ -347,11 +353,11 @@ def build_vector(spec: Mapping[str, Any]) -> dict[str, Any]:
                 "target": j,
                 "segment_bits": seg,
                 "pseudonyms": [str(v) for v in ps],
-                "block_digests": [[str(d) for d in row] for row in ds],
+                "block_positions": at,
                 "segments_hex": [hex_row(s, seg) for s in ss],
                 "payload_hex": {
                     "pseudonyms": packed_u64(ps),
-                    "block_digests": packed_u64([d for row in ds for d in row]),
+                    "block_positions": packed_i32([x for row in at for x in row]),
                     "segments": "".join(hex_row(s, seg) for s in ss),
                 },
             }

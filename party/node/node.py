@@ -669,7 +669,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             share = await wire.share_from_chunks(
                 first, request_iterator, account=self.budget.account(run.run_id)
             )
-            nbytes = share.pseudonyms.nbytes + share.block_digests.nbytes + share.segments.nbytes
+            nbytes = share.pseudonyms.nbytes + share.block_positions.nbytes + share.segments.nbytes
             with self._kept(run, nbytes):
                 if share.source in run.shares_seen:
                     raise AlreadyExists(f"run {run.run_id}: segments of {who} already received")

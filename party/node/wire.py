@@ -3,13 +3,13 @@
 Every bulk object travels as a client stream of chunks of whole rows, each chunk at most about
 ``CHUNK_BYTES`` (1 MiB) of payload, every chunk repeating the run reference and the array shapes.
 Arrays are packed little-endian: uint64 as 8 bytes per element, float64 as 8 bytes per element,
-segment rows as ``words_for(segment_bits)`` uint64 words (party/encoding/bits.py layout). Decoders
+int32 as 4 bytes per element, segment rows as ``words_for(segment_bits)`` uint64 words (party/encoding/bits.py layout). Decoders
 check every chunk (byte lengths against the declared rows and widths, consistent headers across
 chunks, total row count) and raise ``Malformed`` naming the field; they never echo payload bytes.
 
 - Block digests (``PushBlocksRequest``): sorted distinct non-zero uint64 digests of the sender.
-- Segment share (``PushShareRequest``): ``SegmentShare`` = pseudonyms (n,), block digests (n, B),
-  segments (n, words).
+- Segment share (``PushShareRequest``): ``SegmentShare`` = pseudonyms (n,), block positions (n, B)
+  int32 (positions in the run's common blocks, -1: none), segments (n, words).
 - Ring message (``PassRingRequest``): ``RingMessage`` = candidates (m, P), c_masked (m,),
   x_masked (m,), hop.
 - Results (``DeliverResultsRequest``): ``PartyResults`` = linkage ids (k,) uint64, similarities (k,)
@@ -37,6 +37,7 @@ from proto.transport import CHUNK_BYTES
 
 _U64 = np.dtype("<u8")
 _F64 = np.dtype("<f8")
+_I32 = np.dtype("<i4")
 MAX_ROWS = 2**31
 MAX_SEGMENT_BITS = 2**20
 
@@ -199,9 +200,9 @@ def share_to_chunks(
     run: common_pb2.RunRef, share: SegmentShare
 ) -> Iterator[party_pb2.PushShareRequest]:
     n = int(share.pseudonyms.shape[0])
-    b = int(share.block_digests.shape[1]) if share.block_digests.ndim == 2 else 0
+    b = int(share.block_positions.shape[1]) if share.block_positions.ndim == 2 else 0
     w = words_for(share.segment_bits)
-    step = _rows_per_chunk(8 * (1 + b + w))
+    step = _rows_per_chunk(8 * (1 + w) + 4 * b)
     for start in range(0, max(1, n), step):
         sl = slice(start, start + step)
         rows = len(range(n)[sl])
@@ -214,7 +215,7 @@ def share_to_chunks(
             block_columns=b,
             rows=rows,
             pseudonyms=_pack(share.pseudonyms[sl], _U64),
-            block_digests=_pack(share.block_digests[sl], _U64),
+            block_positions=_pack(share.block_positions[sl], _I32),
             segments=_pack(share.segments[sl], _U64),
         )
 
@@ -245,11 +246,11 @@ async def share_from_chunks(
         if chunk.block_columns > 64:
             raise Malformed("segment share: block_columns must be at most 64")
         rows, b, w = chunk.rows, chunk.block_columns, words_for(chunk.segment_bits)
-        asm.start(header, chunk.total_rows, 8 * (1 + b + w))
+        asm.start(header, chunk.total_rows, 8 * (1 + w) + 4 * b)
         asm.advance(rows)
         # views of the chunk's bytes: add() copies them into the share's arrays
         asm.add("p", rows, _view(chunk.pseudonyms, _U64, rows, "pseudonyms"))
-        asm.add("b", rows, _view(chunk.block_digests, _U64, rows * b, "block_digests"), (b,))
+        asm.add("b", rows, _view(chunk.block_positions, _I32, rows * b, "block_positions"), (b,))
         asm.add("s", rows, _view(chunk.segments, _U64, rows * w, "segments"), (w,))
 
     await assemble(asm, first, rest, take)
@@ -260,7 +261,7 @@ async def share_from_chunks(
         target=int(target),
         segment_bits=int(segment_bits),
         pseudonyms=asm.array("p", ()).ravel(),
-        block_digests=asm.array("b", (b,)),
+        block_positions=asm.array("b", (b,), np.int32),
         segments=asm.array("s", (words_for(segment_bits),)),
     )
 

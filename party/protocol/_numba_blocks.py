@@ -108,17 +108,20 @@ def gather_in_blocks(
 
 
 @jit
-def blocks_named(digests: np.ndarray, pos: np.ndarray) -> int:
-    """How (n, B) digests and their positions (-1: not found) name blocks: 1 if a non-zero digest
-    was not found (a block that is not one of them), else 2 if a row names no block, else 0."""
+def positions_named(pos: np.ndarray, blocks: int) -> int:
+    """How an (n, B) int32 position matrix names blocks (0..blocks-1; -1: none): 1 if a value is
+    neither -1 nor a block position, else 2 if a row names no block, else 0."""
     n, width = pos.shape
     empty = False
     for r in range(n):
         named = False
         for c in range(width):
-            if pos[r, c] >= 0:
+            b = pos[r, c]
+            if b >= 0:
+                if b >= blocks:
+                    return 1
                 named = True
-            elif digests[r, c] != 0:
+            elif b != -1:
                 return 1
         if not named:
             empty = True

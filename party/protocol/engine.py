@@ -218,7 +218,6 @@ class PartyEngine:
         self._filters_freed = False
         self._digest_width = int(records.block_digests.shape[1])
         self._common: np.ndarray | None = None
-        self._lookup: DigestLookup | None = None  # hash table of the common blocks
         self._shared_rows = np.zeros(0, dtype=np.int64)  # table rows sent, sorted by pseudonym
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
         self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
@@ -273,9 +272,12 @@ class PartyEngine:
         common = check_common(common).copy()
         digests = self._records.block_digests
         n = digests.shape[0]
-        self._lookup = DigestLookup(common)  # kept: the shares' digests are looked up in it too
-        self._hold("common-block lookup table", self._lookup.nbytes)
-        at = self._lookup.positions(digests)  # one lookup of every (record, pass) digest
+        # the shares carry positions, not digests: the hash table is needed only here
+        lookup = DigestLookup(common)
+        self._hold("common-block lookup table", lookup.nbytes)
+        at = lookup.positions(digests)  # one lookup of every (record, pass) digest
+        del lookup
+        self._let_go("common-block lookup table")
         rows = rows_in_blocks(at)
         pseud = new_pseudonyms(rows.size, self._random_bytes)
         order = np.argsort(pseud, kind="stable")
@@ -363,15 +365,18 @@ class PartyEngine:
         """One share per other party j: segment j of every record in a common block."""
         if self._common is None:
             raise StateError("set_common_blocks must be called before outgoing_shares")
-        # the pseudonyms and digests are the same for every target: read-only views, not copies
-        pseudonyms, digests = _read_only(self._pseudonyms), _read_only(self._digests_out)
+        if self._filters_freed:  # after the comparison (which also drops the own positions)
+            raise StateError("this party's filters were freed when its comparison ended")
+        # the pseudonyms and positions are the same for every target: read-only views, not copies
+        pseudonyms = _read_only(self._pseudonyms)
+        positions = _read_only(self._positions[self.index])
         return [
             SegmentShare(
                 source=self.index,
                 target=j,
                 segment_bits=self.segment_bits,
                 pseudonyms=pseudonyms,
-                block_digests=digests,
+                block_positions=positions,
                 segments=self._segment(j),
             )
             for j in range(self.parties)
@@ -386,19 +391,24 @@ class PartyEngine:
             raise StateError("set_common_blocks must be called before receive_share")
         if self._survivors is not None:
             raise StateError("shares arrived after the comparison")
-        self._positions[int(share.source)] = validate_share(
+        at = validate_share(
             share,
             target=self.index,
             parties=self.parties,
             segment_bits=self.segment_bits,
-            common=self._lookup if self._lookup is not None else self._common,
+            common_count=int(self._common.size),
             digest_width=self._digest_width,
         )
         if int(share.source) in self._shares:
             raise StateError(f"party {self.index} already has the share of party {share.source}")
+        # the comparison sorts each row in place: never in an array the sender still holds (an
+        # in-process share is a read-only view of the sender's own positions)
+        if not at.flags.writeable:
+            at = at.copy()
+            self._hold("received block positions", at.nbytes)  # beyond the share's own bytes
+        self._positions[int(share.source)] = at
         self._shares[int(share.source)] = share
         self._held["received segments"] = self._held.get("received segments", 0) + held_bytes
-        self._hold("received block positions", self._positions[int(share.source)].nbytes)
 
     # ----------------------------------------------------------------- comparison
     def _ready_to_compare(self) -> np.ndarray:
@@ -413,32 +423,28 @@ class PartyEngine:
         return self._common
 
     def _party_columns(self) -> tuple[list[np.ndarray], list[np.ndarray], list[np.ndarray]]:
-        """Per party j (own and received): pseudonyms (sorted), block digests and segment
+        """Per party j (own and received): pseudonyms (sorted), common-block positions and segment
         ``self.index`` of its shared records, in pseudonym order; remembers the pseudonyms."""
         pseud: list[np.ndarray] = []
-        digs: list[np.ndarray] = []
+        where: list[np.ndarray] = []
         segs: list[np.ndarray] = []
         for j in range(self.parties):
             if j == self.index:
                 pseud.append(self._pseudonyms)
-                digs.append(self._digests_out)
                 segs.append(self._segment(self.index))
             else:
                 sh = self._shares[j]
                 if strictly_increasing(sh.pseudonyms):  # as honest parties send them
                     pseud.append(sh.pseudonyms)
-                    digs.append(sh.block_digests)
                     segs.append(sh.segments)
-                    continue
-                order = np.argsort(sh.pseudonyms, kind="stable")
-                pseud.append(sh.pseudonyms[order])
-                digs.append(sh.block_digests[order])
-                segs.append(sh.segments[order])
-                self._positions[j] = self._positions[j][order]
+                else:
+                    order = np.argsort(sh.pseudonyms, kind="stable")
+                    pseud.append(sh.pseudonyms[order])
+                    segs.append(sh.segments[order])
+                    self._positions[j] = self._positions[j][order]
+            where.append(self._positions[j])
         self._known = pseud
-        self._lookup = None  # all shares are in: the lookup table is done
-        self._let_go("common-block lookup table")
-        return pseud, digs, segs
+        return pseud, where, segs
 
     def compare(
         self,
@@ -1242,7 +1248,6 @@ class PartyEngine:
         self._folder.close()
         self._shares.clear()
         self._positions.clear()
-        self._lookup = None
         self._known_lookups = {}
         for what in list(self._held):
             self._let_go(what)

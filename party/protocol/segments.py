@@ -4,12 +4,14 @@ Wire content of a ``SegmentShare`` (plain numpy arrays + ints, serialised by the
 ``source`` and ``target`` are party indices in ring order; ``segment_bits`` = l / P; row r describes
 one of the source's records that lies in at least one common block: ``pseudonyms[r]`` (uint64) is the
 record's per-run pseudonym, drawn from the OS CSPRNG, non-zero, unique within the source party and
-identical in every share the source sends in this run; ``block_digests[r]`` (B uint64) are the
-record's blocking digests with every digest that is not a common block replaced by 0 (a co-party
-knows the HMAC key, so non-common digests would leak blocking-key values); ``segments[r]`` is bit
-range ``[target * l/P, (target + 1) * l/P)`` of the record's filter, repacked from position 0 in the
+identical in every share the source sends in this run; ``block_positions[r]`` (B int32) are the
+record's blocking digests as positions in the run's sorted common-block list (every party holds the
+same list), -1 for every digest that is not a common block (a co-party knows the HMAC key, so
+non-common digests would leak blocking-key values); ``segments[r]`` is bit range
+``[target * l/P, (target + 1) * l/P)`` of the record's filter, repacked from position 0 in the
 layout of ``party.encoding.bits``. Rows are sorted by pseudonym, so the row order reveals nothing of
-the source table's order.
+the source table's order. (Positions instead of the 8-byte digests: half the bytes, and the receiver
+needs no digest lookup.)
 """
 
 from __future__ import annotations
@@ -22,8 +24,8 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import BitLayoutError, check_rows, words_for
-from party.protocol._numba_blocks import blocks_named, strictly_increasing
-from party.protocol.blocks import DigestLookup, has_duplicates
+from party.protocol._numba_blocks import positions_named, strictly_increasing
+from party.protocol.blocks import has_duplicates
 from party.protocol.errors import ProtocolError, ShareError
 
 
@@ -35,7 +37,7 @@ class SegmentShare:
     target: int
     segment_bits: int
     pseudonyms: np.ndarray  # (n,) uint64
-    block_digests: np.ndarray  # (n, B) uint64
+    block_positions: np.ndarray  # (n, B) int32: positions in the common blocks, -1: none
     segments: np.ndarray  # (n, words_for(segment_bits)) uint64
 
     def __len__(self) -> int:
@@ -98,9 +100,12 @@ def check_record_columns(
     block_digests: Any,
     digest_width: int | None,
     error: type[Exception],
+    column: str = "block_digests",
+    dtype: Any = np.uint64,
 ) -> int:
-    """Check the per-record columns every share carries (pseudonyms, (n, B) block digests);
-    return n. Raises ``error`` with a message starting with ``what``."""
+    """Check the per-record columns every share carries (pseudonyms, (n, B) block digests, or
+    block positions with ``column`` and ``dtype``); return n. Raises ``error`` with a message
+    starting with ``what``."""
     p, d = pseudonyms, block_digests
     if not isinstance(p, np.ndarray) or p.ndim != 1 or p.dtype != np.uint64:
         raise error(f"{what}: pseudonyms must be a 1-D uint64 array")
@@ -108,11 +113,11 @@ def check_record_columns(
     if (
         not isinstance(d, np.ndarray)
         or d.ndim != 2
-        or d.dtype != np.uint64
+        or d.dtype != dtype
         or d.shape[0] != n
         or d.shape[1] < 1
     ):
-        raise error(f"{what}: block_digests must be an ({n}, B) uint64 array")
+        raise error(f"{what}: {column} must be an ({n}, B) {np.dtype(dtype).name} array")
     if digest_width is not None and d.shape[1] != digest_width:
         raise error(f"{what}: {d.shape[1]} digests per record, expected {digest_width}")
     return n
@@ -124,17 +129,16 @@ def validate_share(
     target: int,
     parties: int,
     segment_bits: int,
-    common: np.ndarray | DigestLookup,
+    common_count: int,
     digest_width: int | None,
 ) -> np.ndarray:
-    """Raise ShareError unless ``share`` is a well-formed share for party ``target``; return the
-    (n, B) int32 positions of its block digests in ``common`` (-1: digest 0), what the comparison's
-    block index is built from.
+    """Raise ShareError unless ``share`` is a well-formed share for party ``target``; return its
+    (n, B) int32 block positions (C-contiguous; what the comparison's block index is built from).
 
     Checks source/target indices, segment width, array dtypes and shapes, padding bits, pseudonym
-    uniqueness (and non-zero), and that every row names at least one common block and no other block.
-    ``digest_width`` (B) is checked when given. ``common``: the run's common blocks, or a
-    DigestLookup of them (kept for the run: one hash table for every share).
+    uniqueness (and non-zero), and that every row names at least one common block and no other
+    position (each in -1..``common_count`` - 1, ``common_count`` the run's common blocks).
+    ``digest_width`` (B) is checked when given.
     """
     if not isinstance(share, SegmentShare):
         raise ShareError("expected a SegmentShare")
@@ -151,8 +155,9 @@ def validate_share(
         raise ShareError(
             f"share from party {src} has {share.segment_bits}-bit segments, expected {segment_bits}"
         )
-    p, d, s = share.pseudonyms, share.block_digests, share.segments
-    n = check_record_columns(f"share from party {src}", p, d, digest_width, ShareError)
+    p, d, s = share.pseudonyms, share.block_positions, share.segments
+    what = f"share from party {src}"
+    n = check_record_columns(what, p, d, digest_width, ShareError, "block_positions", np.int32)
     if not isinstance(s, np.ndarray) or s.ndim != 2 or s.dtype != np.uint64 or s.shape[0] != n:
         raise ShareError(f"share from party {src}: segments must be an ({n}, words) uint64 array")
     if s.shape[1] != words_for(segment_bits):
@@ -169,11 +174,13 @@ def validate_share(
     # sorted (as honest parties send them) means unique: the sort only for other orders
     if n and not strictly_increasing(p) and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
-    lookup = common if isinstance(common, DigestLookup) else DigestLookup(common)
-    at = lookup.positions(d)
-    named = blocks_named(np.ascontiguousarray(d), at)
+    at = np.ascontiguousarray(d)
+    named = positions_named(at, int(common_count))
     if named == 1:
-        raise ShareError(f"share from party {src}: a row names a block that is not common")
+        raise ShareError(
+            f"share from party {src}: a row names a block position outside the "
+            f"{common_count} common blocks"
+        )
     if named == 2:
         raise ShareError(f"share from party {src}: a row belongs to no common block")
     return at

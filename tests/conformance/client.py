@@ -147,6 +147,14 @@ def from_u64(data: bytes) -> np.ndarray:
     return np.frombuffer(data, dtype=U64).astype(np.uint64)
 
 
+def i32(values: Iterable[int] | np.ndarray) -> bytes:
+    return np.asarray(values, dtype=np.int64).astype("<i4").tobytes()
+
+
+def from_i32(data: bytes) -> np.ndarray:
+    return np.frombuffer(data, dtype="<i4").astype(np.int64)
+
+
 def words_for(bits: int) -> int:
     return (bits + 63) // 64
 
@@ -215,9 +223,9 @@ class ProbeServicer(party_pb2_grpc.PartyServicer):
             "target": first.target,
             "segment_bits": first.segment_bits,
             "pseudonyms": np.concatenate([from_u64(c.pseudonyms) for c in chunks]),
-            "block_digests": np.concatenate([from_u64(c.block_digests) for c in chunks]).reshape(
-                -1, b
-            ),
+            "block_positions": np.concatenate(
+                [from_i32(c.block_positions) for c in chunks]
+            ).reshape(-1, b),
             "segments": np.concatenate([from_u64(c.segments) for c in chunks]).reshape(-1, w),
         }
         await self.received.shares.put(share)

@@ -281,7 +281,7 @@ async def test_malformed_and_oversized_chunks(deployment: Deployment) -> None:
             block_columns=probe.block_columns,
             rows=1,
             pseudonyms=client.u64([1]),
-            block_digests=client.u64([5] * probe.block_columns),
+            block_positions=client.i32([0] * probe.block_columns),
             segments=client.u64([0] * (w + 1)),
         )
         assert await probe.push_status("PushShare", [share]) == C.INVALID_ARGUMENT
@@ -308,7 +308,7 @@ async def test_malformed_and_oversized_chunks(deployment: Deployment) -> None:
 
 
 def _share_chunk(
-    probe: live.Probe, pseud: np.ndarray, digests: np.ndarray, segs: np.ndarray, bits: int
+    probe: live.Probe, pseud: np.ndarray, positions: np.ndarray, segs: np.ndarray, bits: int
 ) -> Any:
     return party_pb2.PushShareRequest(
         run=probe.ref,
@@ -316,10 +316,10 @@ def _share_chunk(
         target=1,
         segment_bits=bits,
         total_rows=pseud.size,
-        block_columns=digests.shape[1],
+        block_columns=positions.shape[1],
         rows=pseud.size,
         pseudonyms=client.u64(pseud),
-        block_digests=client.u64(digests.ravel()),
+        block_positions=client.i32(positions.ravel()),
         segments=client.u64(segs.ravel()),
     )
 
@@ -369,30 +369,34 @@ async def test_probe_run_wrong_width_replays_and_ring_arithmetic(deployment: Dep
                 share = await asyncio.wait_for(inbox.shares.get(), 30)
                 assert (share["source"], share["target"], share["segment_bits"]) == (1, 0, bits)
                 t_pseud = share["pseudonyms"]
-                t_dig = share["block_digests"]
+                t_pos = share["block_positions"]  # in the common blocks: all of theirs, sorted
                 t_seg0 = share["segments"]
                 assert np.unique(t_pseud).size == t_pseud.size and np.all(t_pseud != 0)
-                assert np.all(np.isin(t_dig[t_dig != 0], theirs))
+                assert np.all((t_pos >= -1) & (t_pos < theirs.size))
+                assert np.all(np.any(t_pos >= 0, axis=1))
+                t_dig = np.where(t_pos >= 0, theirs[np.maximum(t_pos, 0)], np.uint64(0))
                 # 3. Ours: per common block, an all-ones and an all-zeros record.
-                b = t_dig.shape[1]
+                b = t_pos.shape[1]
                 n = 2 * theirs.size
                 our_pseud = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(2**40 + 3)
                 our_dig = np.zeros((n, b), dtype=np.uint64)
                 our_dig[:, 0] = np.repeat(theirs, 2)
+                our_pos = np.full((n, b), -1, dtype=np.int64)
+                our_pos[:, 0] = np.repeat(np.arange(theirs.size), 2)
                 ones = np.arange(n) % 2 == 0  # even rows all ones, odd rows all zeros
                 segs = np.zeros((n, client.words_for(bits)), dtype=np.uint64)
                 segs[ones] = client.ones_row(bits)
                 wide = np.zeros((n, client.words_for(bits + 64)), dtype=np.uint64)
                 code = await probe.push_status(
-                    "PushShare", [_share_chunk(probe, our_pseud, our_dig, wide, bits + 64)]
+                    "PushShare", [_share_chunk(probe, our_pseud, our_pos, wide, bits + 64)]
                 )
                 assert code == C.INVALID_ARGUMENT  # wrong segment width
                 resp = await probe.push(
-                    "PushShare", [_share_chunk(probe, our_pseud, our_dig, segs, bits)]
+                    "PushShare", [_share_chunk(probe, our_pseud, our_pos, segs, bits)]
                 )
                 assert resp.received == n
                 code = await probe.push_status(
-                    "PushShare", [_share_chunk(probe, our_pseud, our_dig, segs, bits)]
+                    "PushShare", [_share_chunk(probe, our_pseud, our_pos, segs, bits)]
                 )
                 assert code == C.ALREADY_EXISTS  # replayed share
                 # 4. Candidate sets: (ours, theirs) sharing a block; s_m = 0 keeps them all.

@@ -124,11 +124,13 @@ def test_vector_is_consistent_with_the_specification(name: str) -> None:
 
 @pytest.mark.parametrize("name", VECTORS)
 def test_shares_are_segments_of_the_filters(name: str) -> None:
-    """Segment j = filter bits [j*w, (j+1)*w) repacked from 0; rows sorted by pseudonym; only
-    common digests kept; every row in a common block (section 9 of docs/protocol.md)."""
+    """Segment j = filter bits [j*w, (j+1)*w) repacked from 0; rows sorted by pseudonym; each
+    digest sent as its position in the common blocks (-1: not common); every row in a common block
+    (section 9 of docs/protocol.md)."""
     v = VECTORS[name]
     w, l_bits = v["segment_bits"], v["filter_bits"]
-    common = {int(d) for d in v["common_blocks"]}
+    common = [int(d) for d in v["common_blocks"]]
+    assert common == sorted(set(common))
     for share in v["shares"]:
         party = v["parties"][share["source"]]
         row_of = {ps: r for r, ps in enumerate(party["record_pseudonyms"]) if ps != "0"}
@@ -142,11 +144,16 @@ def test_shares_are_segments_of_the_filters(name: str) -> None:
             seg = (full >> (share["target"] * w)) & ((1 << w) - 1)
             assert share["segments_hex"][k] == seg.to_bytes(8 * ((w + 63) // 64), "little").hex()
             digests = [int(d) for d in party["block_digests"][r]]
-            want = [d if d in common else 0 for d in digests]
-            assert [int(d) for d in share["block_digests"][k]] == want
-            assert any(want)
+            want = [common.index(d) if d in common else -1 for d in digests]
+            assert share["block_positions"][k] == want
+            assert max(want) >= 0
         payload = share["payload_hex"]
         assert payload["pseudonyms"] == b"".join(p.to_bytes(8, "little") for p in ps).hex()
+        at = [x for row in share["block_positions"] for x in row]
+        assert (
+            payload["block_positions"]
+            == b"".join(x.to_bytes(4, "little", signed=True) for x in at).hex()
+        )
         assert payload["segments"] == "".join(share["segments_hex"])
 
 
@@ -217,13 +224,11 @@ def test_engine_reproduces_every_step(name: str, kernel: str) -> None:
             want = want_shares.pop((share.source, share.target))
             assert share.segment_bits == want["segment_bits"] == v["segment_bits"]
             assert [str(int(x)) for x in share.pseudonyms] == want["pseudonyms"]
-            assert [[str(int(d)) for d in row] for row in share.block_digests] == want[
-                "block_digests"
-            ]
+            assert share.block_positions.tolist() == want["block_positions"]
             assert [bits.row_to_hex(r) for r in share.segments] == want["segments_hex"]
             (chunk,) = list(wire.share_to_chunks(ref, share))
             assert chunk.pseudonyms.hex() == want["payload_hex"]["pseudonyms"]
-            assert chunk.block_digests.hex() == want["payload_hex"]["block_digests"]
+            assert chunk.block_positions.hex() == want["payload_hex"]["block_positions"]
             assert chunk.segments.hex() == want["payload_hex"]["segments"]
             engines[share.target].receive_share(share)
     assert not want_shares

@@ -37,16 +37,20 @@ async def test_share_round_trip_in_bounded_chunks(n: int) -> None:
         target=2,
         segment_bits=seg_bits,
         pseudonyms=rng.integers(1, 2**63, n, dtype=np.uint64),
-        block_digests=rng.integers(0, 2**63, (n, 2), dtype=np.uint64),
+        block_positions=rng.integers(-1, 2**31 - 1, (n, 2), dtype=np.int32),
         segments=rng.integers(0, 2**63, (n, 6), dtype=np.uint64),
     )
     chunks = list(wire.share_to_chunks(REF, share))
     assert all(c.ByteSize() < 1.1 * 2**20 for c in chunks)
-    assert len(chunks) == max(1, -(-n * 8 * 9 // 2**20))
+    # a row: pseudonym and 6 segment words (8 bytes each), 2 positions (4 bytes each)
+    assert len(chunks) == max(1, -(-n // (2**20 // (8 * 7 + 4 * 2))))
+    if n:  # little-endian int32 on the wire, -1 included
+        assert chunks[0].block_positions[:8] == share.block_positions[0].astype("<i4").tobytes()
     back = await _decode(wire.share_from_chunks, chunks)
     assert (back.source, back.target, back.segment_bits) == (1, 2, seg_bits)
     np.testing.assert_array_equal(back.pseudonyms, share.pseudonyms)
-    np.testing.assert_array_equal(back.block_digests, share.block_digests)
+    assert back.block_positions.dtype == np.int32
+    np.testing.assert_array_equal(back.block_positions, share.block_positions)
     np.testing.assert_array_equal(back.segments, share.segments)
 
 
@@ -86,11 +90,17 @@ async def test_malformed_chunks_are_rejected_with_the_field_name() -> None:
         block_columns=1,
         rows=1,
         pseudonyms=b"\0" * 8,
-        block_digests=b"\0" * 8,
+        block_positions=b"\0" * 4,
         segments=b"\0" * 9,
     )
     with pytest.raises(Malformed, match="segments has 9 bytes, expected 8"):
         await _decode(wire.share_from_chunks, [share])
+    wide = party_pb2.PushShareRequest()
+    wide.CopyFrom(share)
+    wide.segments = b"\0" * 8
+    wide.block_positions = b"\0" * 8  # 8-byte digests: the field holds 4-byte positions
+    with pytest.raises(Malformed, match="block_positions has 8 bytes, expected 4"):
+        await _decode(wire.share_from_chunks, [wide])
     fewer = party_pb2.PushShareRequest()
     fewer.CopyFrom(share)
     fewer.segments = b"\0" * 8

@@ -111,17 +111,23 @@ def test_shares_are_addressed_and_shaped_correctly() -> None:
     padded[0, 0] |= np.uint64(1) << np.uint64(40)  # bit 40 of a 32-bit segment
     with pytest.raises(ShareError, match="beyond position"):
         engines[1].receive_share(dataclasses.replace(share, segments=padded))
-    foreign = share.block_digests.copy()
-    foreign[0, 0] = np.uint64(424242)
-    with pytest.raises(ShareError, match="not common"):
-        engines[1].receive_share(dataclasses.replace(share, block_digests=foreign))
-    none = share.block_digests.copy()
-    none[0, :] = 0
+    blocks = engines[1]._common.size  # type: ignore[union-attr]
+    for bad in (blocks, 2**31 - 1, -2, -(2**31)):  # one past the last block, far out, below -1
+        foreign = share.block_positions.copy()
+        foreign[-1, 0] = bad
+        with pytest.raises(ShareError, match=f"outside the {blocks} common blocks"):
+            engines[1].receive_share(dataclasses.replace(share, block_positions=foreign))
+    none = share.block_positions.copy()
+    none[0, :] = -1
     with pytest.raises(ShareError, match="no common block"):
-        engines[1].receive_share(dataclasses.replace(share, block_digests=none))
+        engines[1].receive_share(dataclasses.replace(share, block_positions=none))
     with pytest.raises(ShareError, match="digests per record"):
         engines[1].receive_share(
-            dataclasses.replace(share, block_digests=share.block_digests[:, :1].copy())
+            dataclasses.replace(share, block_positions=share.block_positions[:, :1].copy())
+        )
+    with pytest.raises(ShareError, match="block_positions must be"):
+        engines[1].receive_share(
+            dataclasses.replace(share, block_positions=share.block_positions.astype(np.int64))
         )
     engines[1].receive_share(share)
     with pytest.raises(StateError, match="already has the share"):
@@ -137,8 +143,14 @@ def test_non_common_digests_are_not_sent() -> None:
     common = common_blocks([ea.block_digests(), eb.block_digests()])
     ea.set_common_blocks(common)
     (share,) = ea.outgoing_shares()
-    sent = share.block_digests[share.block_digests != 0]
-    assert np.isin(sent, common).all()
+    assert share.block_positions.dtype == np.int32
+    # each row's positions name exactly its record's common digests (-1: not common), column by
+    # column, against the table and the common list
+    row_of = {int(p): r for r, p in enumerate(ea.record_pseudonyms) if p}
+    for k, pseudonym in enumerate(share.pseudonyms):
+        for c, d in enumerate(a.block_digests[row_of[int(pseudonym)]]):
+            want = int(np.searchsorted(common, d)) if d and d in set(common.tolist()) else -1
+            assert share.block_positions[k, c] == want
     assert len(share) < 20  # records in no common block are not sent at all
 
 

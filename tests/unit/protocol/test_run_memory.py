@@ -40,7 +40,7 @@ def _run(engines: list[PairEngine], accounts: list[LocalGauge]) -> None:
         e.set_common_blocks(common)
     for e in engines:
         for share in e.outgoing_shares():
-            nbytes = share.pseudonyms.nbytes + share.block_digests.nbytes + share.segments.nbytes
+            nbytes = share.pseudonyms.nbytes + share.block_positions.nbytes + share.segments.nbytes
             assert accounts[share.target].try_reserve(nbytes)  # as the node's receiver does
             engines[share.target].receive_share(share, nbytes)
 
