@@ -1,26 +1,30 @@
-"""Compiled candidate pairs of two parties (target any): enumeration by a's rows, segment filter.
+"""Compiled candidate pairs of two parties (target any): keys sorted per pair, segment filter.
 
-``pair_rows`` walks a range of party a's rows (rows in pseudonym order) and, for each row ra,
-gathers the rows of b in the whole blocks (compared whole, not sub-blocked) that ra is in, from b's
-CSR block index (as ``party.protocol.pairwise.PairPlan`` holds it) and ra's block positions (each
-row sorted: ``blocks.sort_position_rows``; a block named twice in a row counts once). Sorted, the
-gathered rows give each candidate pair (ra, rb) once however many blocks it shares (multi-pass
-blocking finds most pairs in several), with the number of whole blocks it shares. Each pair
+The candidate pairs of party a's rows [lo, hi) and party b are every (ra, rb) sharing a whole block
+(compared whole, not sub-blocked), once per block, from the two CSR block indexes (as
+``party.protocol.pairwise.PairPlan`` holds them; a row is in a block's rows once). ``emit_keys``
+walks a range of blocks in order (sequential reads of both indexes) and writes each such pair as
+one uint64 key ``ra << 32 | rb``; sorted, a range's keys list each distinct pair once per block it
+shares, in order of (ra, rb). ``kept_of_runs`` merges sorted runs of keys (the ranges of blocks
+the threads emitted and sorted) over a range of keys, counts each distinct pair's repeats (the
+whole blocks it shares: multi-pass blocking finds most pairs in several) and
 
-1. is dropped when its upper bound ``min(pop_a, pop_b)`` is below the threshold table's value;
-2. else gets ``c`` = popcount(seg_a AND seg_b) and is kept iff ``c >= table[pop_a + pop_b]``
+1. drops it when its upper bound ``min(pop_a, pop_b)`` is below the threshold table's value;
+2. else gets ``c`` = popcount(seg_a AND seg_b) and keeps it iff ``c >= table[pop_a + pop_b]``
    (``kernel.threshold_table(2, s_m, ...)``: the rule ``2c >= s_m * s`` of ``pairwise``).
 
 Kept pairs are written as ring rows (pseudonym of a in column ``col_a``, of b in ``col_b``, 0 in
-the other party columns, c in the last) in a's row order, then b's row order: by (key_a, key_b),
-the order of the survivor store. The function also returns how many times the kept pairs occur in
-whole blocks altogether (what enumerating every block would have kept, duplicates included).
-``nogil``: ranges of rows run on the kernel threads; ``row_visits`` gives each row's candidate
-pairs counted once per block, to cut the ranges.
+the other party columns, c in the last) in order of (ra, rb): with rows in pseudonym order, that of
+(key_a, key_b), the order of the survivor store. It also returns how many times the kept pairs
+occur in whole blocks altogether (what enumerating every block would have kept, duplicates
+included). Every loop is ``nogil`` (ranges run on the kernel threads). ``row_visits`` gives each
+row of a its candidate pairs counted once per block, to cut a's rows into pieces of bounded size.
 
-Speed: the walk reads a's rows in order; b's block starts, block members and rows are random rows
-of tables larger than the caches, so it asks for them (prefetch) a few rows before it needs them
-(``scripts/bench_pairs.py`` measures the kernel alone).
+Speed: the index walk and the sort read and write memory in order; the random reads left are one
+segment row and popcount of b per distinct pair, asked for (prefetch) ``AHEAD`` keys before use.
+The pair kernel it replaced gathered, row by row of a, b's rows of its blocks: two random reads
+of tables larger than the caches per block of each row (``scripts/bench_pairs.py`` measures the
+kernel alone).
 """
 
 from __future__ import annotations
@@ -30,10 +34,12 @@ import numpy as np
 from party.numba_jit import jit
 from party.protocol._numba_kernel import _popcnt64, _prefetch_row
 
-#: rows of a ahead whose block starts in b's index are prefetched (their members: half as far)
+#: rows of a ahead whose block starts in b's index ``row_visits`` prefetches
 PREFETCH_ROWS = 4
-#: gathered rows of b up to this many are sorted by insertion, more by numpy's sort
-INSERTION_SORT = 32
+#: keys ahead whose b segment row and popcount ``kept_of_runs`` prefetches
+AHEAD = 32
+#: a key's low 32 bits: the row of b
+LOW = np.uint64(0xFFFFFFFF)
 
 
 @jit
@@ -41,7 +47,6 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
     """out[r] = the candidate pairs of a's row r (r in [lo, hi)) with b, counted once per whole
     block (``check``: look ``whole`` up, else every block is whole)."""
     width = pos_a.shape[1]
-    blocks = np.empty(width, dtype=np.int64)
     for r in range(lo, hi):
         if r + PREFETCH_ROWS < hi:
             for i in range(width):
@@ -49,53 +54,110 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
                 if x >= 0:
                     _prefetch_row(starts_b, x)  # type: ignore[call-arg]
         total = 0
-        for i in range(_whole_blocks(pos_a, r, whole, check, blocks)):
-            total += starts_b[blocks[i] + 1] - starts_b[blocks[i]]
+        last = -1
+        for i in range(width):
+            x = pos_a[r, i]
+            if x < 0 or x == last:
+                continue
+            last = x
+            if check and not whole[x]:
+                continue
+            total += starts_b[x + 1] - starts_b[x]
         out[r] = total
 
 
 @jit
-def _whole_blocks(pos_a, ra, whole, check, blocks):  # type: ignore[no-untyped-def]
-    """Write the distinct whole blocks (``check`` as ``row_visits``) of a's sorted position row
-    ra to ``blocks`` (as long as a row); returns how many."""
+def block_cuts(starts_a, starts_b, whole, check, total, parts):  # type: ignore[no-untyped-def]
+    """Cut the blocks into ``parts`` contiguous ranges of about equal pairs of whole blocks (every
+    row of a; ``total`` of them, as ``plan_pairs`` counts): (cuts, offsets), each (parts + 1,)
+    int64; range k is blocks cuts[k]..cuts[k+1]-1 holding pairs offsets[k]..offsets[k+1]-1
+    (ranges may be empty)."""
+    blocks = starts_a.shape[0] - 1
+    cuts = np.empty(parts + 1, dtype=np.int64)
+    offsets = np.empty(parts + 1, dtype=np.int64)
+    cuts[0] = 0
+    offsets[0] = 0
+    k = 1
+    acc = 0
+    for x in range(blocks):
+        while k < parts and acc * parts >= total * k:
+            cuts[k] = x
+            offsets[k] = acc
+            k += 1
+        if not check or whole[x]:
+            acc += (starts_a[x + 1] - starts_a[x]) * (starts_b[x + 1] - starts_b[x])
+    while k <= parts:
+        cuts[k] = blocks
+        offsets[k] = acc
+        k += 1
+    return cuts, offsets
+
+
+@jit
+def count_keys(x0, x1, lo, hi, starts_a, rows_a, starts_b, whole, check):  # type: ignore[no-untyped-def]
+    """How many keys ``emit_keys`` writes for the same arguments."""
     k = 0
-    last = -1
-    for i in range(pos_a.shape[1]):
-        x = pos_a[ra, i]
-        if x < 0 or x == last:
-            continue
-        last = x
+    for x in range(x0, x1):
         if check and not whole[x]:
             continue
-        blocks[k] = x
-        k += 1
+        nb = starts_b[x + 1] - starts_b[x]
+        if nb == 0:
+            continue
+        for y in range(starts_a[x], starts_a[x + 1]):
+            ra = rows_a[y]
+            if lo <= ra < hi:
+                k += nb
     return k
 
 
 @jit
-def _gather(blocks, k, starts_b, rows_b, buf):  # type: ignore[no-untyped-def]
-    """Write b's rows of ``blocks[:k]`` to buf (as far as it holds them); returns how many
-    there are."""
-    n = 0
-    for i in range(k):
-        x = blocks[i]
-        for y in range(starts_b[x], starts_b[x + 1]):
-            if n < buf.shape[0]:
-                buf[n] = rows_b[y]
-            n += 1
-    return n
+def emit_keys(x0, x1, lo, hi, starts_a, rows_a, starts_b, rows_b, whole, check, out):  # type: ignore[no-untyped-def]
+    """Write ``ra << 32 | rb`` for every a row ra in [lo, hi) and b row rb of each whole block of
+    x0..x1-1 (``check``: look ``whole`` up, else every block is whole) to ``out``, block by
+    block; returns how many (``out`` must hold them)."""
+    k = 0
+    for x in range(x0, x1):
+        if check and not whole[x]:
+            continue
+        b0 = starts_b[x]
+        b1 = starts_b[x + 1]
+        if b0 == b1:
+            continue
+        for y in range(starts_a[x], starts_a[x + 1]):
+            ra = rows_a[y]
+            if ra < lo or ra >= hi:
+                continue
+            high = np.uint64(ra) << np.uint64(32)
+            for z in range(b0, b1):
+                out[k] = high | np.uint64(rows_b[z])
+                k += 1
+    return k
 
 
 @jit
-def pair_rows(  # type: ignore[no-untyped-def]
-    lo,
-    hi,
-    cap,
-    pos_a,
-    starts_b,
-    rows_b,
-    whole,
-    check,
+def _take(keys, heads, ends):  # type: ignore[no-untyped-def]
+    """The smallest key at the heads of the runs (run r: keys[heads[r]:ends[r]], sorted) and how
+    many times it is there, advancing the heads past it; (0, 0) when every run is empty."""
+    best = -1
+    for r in range(heads.shape[0]):
+        if heads[r] < ends[r] and (best < 0 or keys[heads[r]] < keys[heads[best]]):
+            best = r
+    if best < 0:
+        return np.uint64(0), 0
+    key = keys[heads[best]]
+    n = 0
+    for r in range(heads.shape[0]):
+        while heads[r] < ends[r] and keys[heads[r]] == key:
+            heads[r] += 1
+            n += 1
+    return key, n
+
+
+@jit
+def kept_of_runs(  # type: ignore[no-untyped-def]
+    keys,
+    starts,
+    ends,
     seg_a,
     seg_b,
     pop_a,
@@ -107,77 +169,63 @@ def pair_rows(  # type: ignore[no-untyped-def]
     col_b,
     parties,
 ):
-    """The kept pairs of a's rows [lo, hi) (module docstring); ``cap``: their candidate pairs
-    counted once per block (``row_visits``), which bounds the kept rows; ``check``: some block
-    is not whole (else ``whole`` is not read). Returns (rows (k, parties + 1) uint64, kept with
-    duplicates, distinct pairs evaluated)."""
+    """The kept pairs of the keys[starts[r]:ends[r]] of every run r (each sorted; module
+    docstring). Returns (rows (k, parties + 1) uint64 in key order, kept with duplicates,
+    distinct pairs evaluated)."""
     w = seg_a.shape[1]
-    width = pos_a.shape[1]
-    out = np.empty((cap, parties + 1), dtype=np.uint64)
-    buf = np.empty(256, dtype=np.int64)
-    blocks = np.empty(width, dtype=np.int64)
+    runs = starts.shape[0]
+    heads = starts.copy()
+    total = 0
+    for r in range(runs):
+        total += ends[r] - starts[r]
+    out = np.empty((min(total, 1024 + total // 8), parties + 1), dtype=np.uint64)
     written = 0
     with_duplicates = 0
     evaluated = 0
-    half = PREFETCH_ROWS // 2
-    for ra in range(lo, hi):
-        if ra + PREFETCH_ROWS < hi:
-            for i in range(width):
-                x = pos_a[ra + PREFETCH_ROWS, i]
-                if x >= 0:
-                    _prefetch_row(starts_b, x)  # type: ignore[call-arg]
-        if ra + half < hi:
-            for i in range(width):
-                x = pos_a[ra + half, i]
-                if x >= 0:
-                    _prefetch_row(rows_b, starts_b[x])  # type: ignore[call-arg]
-        k = _whole_blocks(pos_a, ra, whole, check, blocks)
-        n = _gather(blocks, k, starts_b, rows_b, buf)
-        if n == 0:
-            continue
-        if n > buf.shape[0]:
-            buf = np.empty(2 * n, dtype=np.int64)
-            n = _gather(blocks, k, starts_b, rows_b, buf)
-        if n <= INSERTION_SORT:
-            for i in range(1, n):
-                v = buf[i]
-                j = i - 1
-                while j >= 0 and buf[j] > v:
-                    buf[j + 1] = buf[j]
-                    j -= 1
-                buf[j + 1] = v
-        else:
-            buf[:n].sort()
-        for i in range(n):
-            if i == 0 or buf[i] != buf[i - 1]:
-                _prefetch_row(pop_b, buf[i])  # type: ignore[call-arg]
-                _prefetch_row(seg_b, buf[i])  # type: ignore[call-arg]
-        pa = pop_a[ra]
-        i = 0
-        while i < n:
-            rb = buf[i]
+    while True:
+        if runs == 1:  # one run: no merge
+            i = heads[0]
+            if i >= ends[0]:
+                break
+            key = keys[i]
             j = i + 1
-            while j < n and buf[j] == rb:
+            while j < ends[0] and keys[j] == key:
                 j += 1
             shared = j - i
-            i = j
-            pb = pop_b[rb]
-            need = table[pa + pb]
-            if (pa if pa < pb else pb) < need:
-                continue
-            evaluated += 1
-            c = 0
-            for k in range(w):
-                c += _popcnt64(seg_a[ra, k] & seg_b[rb, k])  # type: ignore[call-arg]
-            if c < need:
-                continue
-            for q in range(parties):
-                out[written, q] = 0
-            out[written, col_a] = keys_a[ra]
-            out[written, col_b] = keys_b[rb]
-            out[written, parties] = c
-            written += 1
-            with_duplicates += shared
+            heads[0] = j
+        else:
+            key, shared = _take(keys, heads, ends)
+            if shared == 0:
+                break
+        for r in range(runs):
+            if heads[r] + AHEAD < ends[r]:
+                rp = np.int64(keys[heads[r] + AHEAD] & LOW)
+                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+        ra = np.int64(key >> np.uint64(32))
+        rb = np.int64(key & LOW)
+        pa = pop_a[ra]
+        pb = pop_b[rb]
+        need = table[pa + pb]
+        if (pa if pa < pb else pb) < need:
+            continue
+        evaluated += 1
+        c = 0
+        for k in range(w):
+            c += _popcnt64(seg_a[ra, k] & seg_b[rb, k])  # type: ignore[call-arg]
+        if c < need:
+            continue
+        if written == out.shape[0]:  # at most one row per distinct pair: grow by half
+            more = np.empty((written + written // 2 + 1, parties + 1), dtype=np.uint64)
+            more[:written] = out
+            out = more
+        for q in range(parties):
+            out[written, q] = 0
+        out[written, col_a] = keys_a[ra]
+        out[written, col_b] = keys_b[rb]
+        out[written, parties] = c
+        written += 1
+        with_duplicates += shared
     return out[:written].copy(), with_duplicates, evaluated
 
 

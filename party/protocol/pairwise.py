@@ -16,7 +16,6 @@ pair is summed on the ring when every party kept it; the sums are ``c = sum_i c_
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -25,7 +24,14 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import pair_rows, plan_pairs, row_visits
+from party.protocol._numba_pairs import (
+    block_cuts,
+    count_keys,
+    emit_keys,
+    kept_of_runs,
+    plan_pairs,
+    row_visits,
+)
 from party.protocol.blocks import (
     BlockIndex,
     block_index,
@@ -34,14 +40,14 @@ from party.protocol.blocks import (
     sort_position_rows,
     sub_blocks,
 )
-from party.protocol.errors import ComparisonCancelled
+from party.protocol.errors import ComparisonCancelled, ProtocolError
 from party.protocol.kernel import PARALLEL_MIN_PAIRS
-from party.protocol.threads import run_split, run_tasks, split_running_sum
+from party.protocol.threads import run_split, run_tasks
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
-#: kept_pairs cuts each piece into this many ranges per thread (evens out the filtering).
-PIECES_PER_THREAD = 16
+#: a row index of either party must fit the 32 bits of its half of a pair's sort key
+MAX_PAIR_ROWS = 2**32
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,8 @@ class PairPlan:
             index_a.starts, index_b.starts, -1 if cap is None else int(cap)
         )
         self.whole: np.ndarray = whole
+        #: pairs of the whole blocks (each counted once per block)
+        self.whole_pairs = int(total)
         self.total = int(total)
         #: pairs of all two-party blocks, and of the largest, before sub-blocking
         self.uncapped = int(uncapped)
@@ -137,46 +145,96 @@ class PairPlan:
     ) -> Iterator[tuple[list[np.ndarray], int, int]]:
         """The pairs of the whole (not sub-blocked) blocks passing the segment filter, each once
         (``party.protocol._numba_pairs``), as ring rows of ``parties`` pseudonym columns and c,
-        in order of (key_a, key_b), in pieces of about ``max_pairs`` enumerated pairs (ranges of
-        a's rows; a row with more: alone). Yields (row arrays in order, pairs of the piece counted
-        once per block, kept pairs counted once per whole block). ``table``:
-        ``kernel.threshold_table(2, s_m, ...)``. Each piece's rows are cut into ranges run on
-        ``workers`` kernel threads; the rows and their order do not depend on ``workers``."""
+        in order of (row of a, row of b) (with rows in key order: of (key_a, key_b)), in pieces of
+        about ``max_pairs`` enumerated pairs (ranges of a's rows; a row with more: alone). Yields
+        (row arrays in order, pairs of the piece counted once per block, kept pairs counted once
+        per whole block). ``table``: ``kernel.threshold_table(2, s_m, ...)``.
+
+        A piece's pairs are emitted as sort keys by ``workers`` kernel threads, each over a range
+        of blocks (about equal pairs), and sorted there; then each thread merges the sorted runs
+        over one range of a's rows and keeps the pairs passing the filter. The rows and their
+        order do not depend on ``workers``. All of a's rows are one piece when the whole blocks'
+        pairs are at most ``max_pairs`` (the common case); else each row's pairs are counted
+        first (``row_visits``) to cut the pieces."""
         max_pairs = max(1, int(max_pairs))
+        n_a = int(side_a.keys.shape[0])
+        if max(n_a, int(side_b.keys.shape[0])) > MAX_PAIR_ROWS:
+            raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
         check = not bool(self.whole.all())
+        starts_a, starts_b, whole = self.index_a.starts, self.index_b.starts, self.whole
+        if self.whole_pairs <= max_pairs:
+            pieces = [(0, n_a, self.whole_pairs)] if n_a and self.whole_pairs else []
+        else:
+            pos_a = side_a.positions
+            per_row = np.empty(n_a, dtype=np.int64)
+            run_split(
+                workers,
+                n_a,
+                lambda lo, hi: row_visits(pos_a, starts_b, whole, check, lo, hi, per_row),
+                words=pos_a.size,
+            )
+            cum = np.cumsum(per_row, out=per_row)  # running sum in place
+            pieces = []
+            lo = 0
+            while lo < n_a:
+                base = int(cum[lo - 1]) if lo else 0
+                hi = max(lo + 1, int(np.searchsorted(cum, base + max_pairs, side="right")))
+                if int(cum[hi - 1]) > base:
+                    pieces.append((lo, hi, int(cum[hi - 1]) - base))
+                lo = hi
+        fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops)
+        fixed += (table, side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
+        parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
+        cuts, offsets = block_cuts(starts_a, starts_b, whole, check, self.whole_pairs, parts)
+        for lo, hi, pairs in pieces:
+            if cancel is not None and cancel.is_set():
+                raise ComparisonCancelled("comparison cancelled")
+            runs = offsets if (lo, hi) == (0, n_a) else None
+            outs = self._kept_piece(lo, hi, cuts, runs, fixed, workers)
+            found = [o[0] for o in outs if o[0].shape[0]]
+            yield found, pairs, sum(int(o[1]) for o in outs)
+
+    def _kept_piece(
+        self,
+        lo: int,
+        hi: int,
+        cuts: np.ndarray,
+        at: np.ndarray | None,
+        fixed: tuple[Any, ...],
+        workers: int,
+    ) -> list[tuple[np.ndarray, int, int]]:
+        """``kept_of_runs``' outputs of a's rows [lo, hi) in order: the keys of block range k
+        (blocks cuts[k]..cuts[k+1]-1) emitted and sorted in a task of their own, at at[k] of one
+        array (None: counted first), then merged and filtered over ranges of a's rows."""
+        check = not bool(self.whole.all())
+        starts_a, rows_a = self.index_a.starts, self.index_a.rows
         starts_b, rows_b = self.index_b.starts, self.index_b.rows
-        pos_a = side_a.positions
-        per_row = np.empty(pos_a.shape[0], dtype=np.int64)
-        run_split(
-            workers,
-            pos_a.shape[0],
-            lambda lo, hi: row_visits(pos_a, starts_b, self.whole, check, lo, hi, per_row),
-            words=pos_a.size,
+        whole = self.whole
+        parts = int(cuts.size) - 1
+        if at is None:  # a's rows [lo, hi) only: count each range's keys
+            sizes = run_tasks(
+                workers,
+                parts,
+                lambda k: count_keys(
+                    cuts[k], cuts[k + 1], lo, hi, starts_a, rows_a, starts_b, whole, check
+                ),
+            )
+            at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+        keys = np.empty(int(at[-1]), dtype=np.uint64)
+
+        def emit(k: int) -> None:
+            assert at is not None
+            run = keys[at[k] : at[k + 1]]
+            args = (starts_a, rows_a, starts_b, rows_b, whole, check, run)
+            if emit_keys(cuts[k], cuts[k + 1], lo, hi, *args) != run.size:
+                raise AssertionError("emit_keys wrote another number of keys than counted")
+            run.sort()  # numpy's vectorised sort, the GIL released
+
+        run_tasks(workers, parts, emit)
+        bounds = _run_bounds(keys, at, parts)
+        return run_tasks(
+            workers, parts, lambda k: kept_of_runs(keys, bounds[k], bounds[k + 1], *fixed)
         )
-        cum = np.cumsum(per_row, out=per_row)  # running sum in place
-        fixed: tuple[Any, ...] = (pos_a, starts_b, rows_b, self.whole, check)
-        fixed += (side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
-        fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
-
-        def run(cuts: list[tuple[int, int]], k: int) -> tuple[np.ndarray, int, int]:
-            lo, hi = cuts[k]
-            cap = int(cum[hi - 1]) - (int(cum[lo - 1]) if lo else 0)
-            return pair_rows(lo, hi, cap, *fixed)  # type: ignore[no-any-return]
-
-        parts = workers * PIECES_PER_THREAD if workers > 1 else 1
-        lo = 0
-        while lo < cum.size:
-            base = int(cum[lo - 1]) if lo else 0
-            hi = max(lo + 1, int(np.searchsorted(cum, base + max_pairs, side="right")))
-            pairs = int(cum[hi - 1]) - base
-            if pairs:
-                if cancel is not None and cancel.is_set():
-                    raise ComparisonCancelled("comparison cancelled")
-                cuts = split_running_sum(cum, lo, hi, parts if pairs >= PARALLEL_MIN_PAIRS else 1)
-                outs = run_tasks(workers, len(cuts), functools.partial(run, cuts))
-                found = [o[0] for o in outs if o[0].shape[0]]
-                yield found, pairs, sum(int(o[1]) for o in outs)
-            lo = hi
 
     def sub_block_pairs(self) -> Iterator[np.ndarray]:
         """The candidate pairs of the sub-blocked blocks, one (k, 2) array per sub-block."""
@@ -224,6 +282,24 @@ class PairPlan:
                 )
             lo = hi
         yield from self.sub_block_pairs()
+
+
+def _run_bounds(keys: np.ndarray, at: np.ndarray, parts: int) -> np.ndarray:
+    """Cut ``parts`` sorted runs of keys (run r: keys[at[r]:at[r+1]]) into ``parts`` ranges of
+    rows of a (a key's high 32 bits) of about equal keys: (parts + 1, parts) int64, row k the
+    position in each run where range k starts (row parts: the runs' ends)."""
+    bounds = np.empty((parts + 1, parts), dtype=np.int64)
+    bounds[0] = at[:-1]
+    bounds[parts] = at[1:]
+    longest = int(np.argmax(np.diff(at)))
+    run = keys[at[longest] : at[longest + 1]]
+    for k in range(1, parts):
+        split = (run[run.size * k // parts] >> np.uint64(32)) << np.uint64(32) if run.size else 0
+        for r in range(parts):
+            part = keys[at[r] : at[r + 1]]
+            bounds[k, r] = at[r] + int(np.searchsorted(part, np.uint64(split), side="left"))
+        bounds[k] = np.maximum(bounds[k], bounds[k - 1])
+    return bounds
 
 
 def pair_candidates(

@@ -282,3 +282,64 @@ def test_a_row_with_hundreds_of_partners_equals_the_oracle(workers: int, threads
     got = [(int(r[0]), int(r[2]), int(r[3])) for r in rows]
     assert len(got) == len(want) and {(a, b): c for a, b, c in got} == want
     assert dup == want_dup and want_dup > len(want) > 256
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 7])
+def test_block_cuts_cover_the_blocks_with_their_pairs(parts: int) -> None:
+    """Ranges of blocks cover every block in order (some empty: one block holds most pairs); the
+    offsets are the running pairs of the whole blocks before each cut; about equal shares."""
+    from party.protocol._numba_pairs import block_cuts
+
+    rng = np.random.default_rng(parts)
+    sizes_a, sizes_b = rng.integers(0, 4, 40), rng.integers(0, 4, 40)
+    sizes_a[17], sizes_b[17] = 30, 30  # one block of 900 pairs
+    whole = rng.random(40) < 0.8
+    starts_a = np.concatenate([[0], np.cumsum(sizes_a)]).astype(np.int64)
+    starts_b = np.concatenate([[0], np.cumsum(sizes_b)]).astype(np.int64)
+    for check in (False, True):
+        pairs = sizes_a * sizes_b * (whole if check else 1)
+        cuts, offsets = block_cuts(starts_a, starts_b, whole, check, int(pairs.sum()), parts)
+        assert cuts[0] == 0 and cuts[-1] == 40 and np.all(np.diff(cuts) >= 0)
+        assert offsets.tolist() == [int(pairs[:c].sum()) for c in cuts]
+        for k in range(1, parts):  # a cut is at the first block where k/parts of them are passed
+            assert offsets[k] * parts >= int(pairs.sum()) * k
+            assert cuts[k] == 0 or int(pairs[: cuts[k] - 1].sum()) * parts < int(pairs.sum()) * k
+
+
+def test_kept_of_runs_merges_runs_and_counts_repeats_across_them() -> None:
+    """A pair in several runs (and several times in one) is evaluated once with all its repeats;
+    empty runs; rows in key order; the filter at its boundary (c == need kept, c < need not)."""
+    from party.protocol._numba_pairs import kept_of_runs
+
+    seg_a = np.array([[0b1111], [0b0011], [0]], dtype=np.uint64)
+    seg_b = np.array([[0b0111], [0b111111], [0b1000]], dtype=np.uint64)
+    pop_a, pop_b = popcount_rows_plain(seg_a), popcount_rows_plain(seg_b)
+    table = threshold_table(2, 0.5, 16)  # (1, 1): 2c = 4 = 0.5 * (2 + 6), kept
+    runs = [[(0, 0), (0, 0), (1, 1), (2, 2)], [], [(0, 0), (0, 2), (1, 1)], [(0, 1), (1, 1)]]
+    keys = np.array([a << 32 | b for run in runs for a, b in sorted(run)], dtype=np.uint64)
+    at = np.cumsum([0] + [len(r) for r in runs])
+    keys_a = np.array([10, 11, 12], dtype=np.uint64)
+    keys_b = np.array([20, 21, 22], dtype=np.uint64)
+    rows, dup, evaluated = kept_of_runs(
+        keys, at[:-1].astype(np.int64), at[1:].astype(np.int64), seg_a, seg_b, pop_a, pop_b,
+        table, keys_a, keys_b, 0, 1, 2,
+    )  # fmt: skip
+    want = {}
+    count: dict[tuple[int, int], int] = {}
+    for run in runs:
+        for a, b in run:
+            count[(a, b)] = count.get((a, b), 0) + 1
+    for (a, b), n in sorted(count.items()):
+        c = bin(int(seg_a[a, 0]) & int(seg_b[b, 0])).count("1")
+        if float(2 * c) >= 0.5 * float(pop_a[a] + pop_b[b]):
+            want[(a, b)] = (c, n)
+    assert (1, 1) in want and 2 * want[(1, 1)][0] == 0.5 * (pop_a[1] + pop_b[1])
+    assert [(int(r[0]), int(r[1])) for r in rows] == [(10 + a, 20 + b) for a, b in want]
+    assert rows[:, 2].tolist() == [c for c, _ in want.values()]
+    assert dup == sum(n for _, n in want.values()) and 0 < len(want) < len(count)
+    assert evaluated >= len(want)
+
+
+def popcount_rows_plain(segs: np.ndarray) -> np.ndarray:
+    """Each row's 1-bits, plain Python."""
+    return np.array([sum(bin(int(w)).count("1") for w in row) for row in segs], dtype=np.int64)
