@@ -126,7 +126,7 @@ class PushShareResponse(_message.Message):
     def __init__(self, received: _Optional[int] = ...) -> None: ...
 
 class PassRingRequest(_message.Message):
-    __slots__ = ("run", "source", "hop", "total_rows", "parties", "rows", "candidates", "c_masked", "x_masked")
+    __slots__ = ("run", "source", "hop", "total_rows", "parties", "rows", "candidates", "c_masked", "x_masked", "bounded", "last")
     RUN_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
     HOP_FIELD_NUMBER: _ClassVar[int]
@@ -136,6 +136,8 @@ class PassRingRequest(_message.Message):
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     C_MASKED_FIELD_NUMBER: _ClassVar[int]
     X_MASKED_FIELD_NUMBER: _ClassVar[int]
+    BOUNDED_FIELD_NUMBER: _ClassVar[int]
+    LAST_FIELD_NUMBER: _ClassVar[int]
     run: _common_pb2.RunRef
     source: int
     hop: int
@@ -145,7 +147,9 @@ class PassRingRequest(_message.Message):
     candidates: bytes
     c_masked: bytes
     x_masked: bytes
-    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., hop: _Optional[int] = ..., total_rows: _Optional[int] = ..., parties: _Optional[int] = ..., rows: _Optional[int] = ..., candidates: _Optional[bytes] = ..., c_masked: _Optional[bytes] = ..., x_masked: _Optional[bytes] = ...) -> None: ...
+    bounded: bool
+    last: bool
+    def __init__(self, run: _Optional[_Union[_common_pb2.RunRef, _Mapping]] = ..., source: _Optional[int] = ..., hop: _Optional[int] = ..., total_rows: _Optional[int] = ..., parties: _Optional[int] = ..., rows: _Optional[int] = ..., candidates: _Optional[bytes] = ..., c_masked: _Optional[bytes] = ..., x_masked: _Optional[bytes] = ..., bounded: _Optional[bool] = ..., last: _Optional[bool] = ...) -> None: ...
 
 class PassRingResponse(_message.Message):
     __slots__ = ("received",)

@@ -92,6 +92,7 @@ async def run_steps(
     out_dir: Path,
     target: str = "all",
     exchange_only: bool = False,
+    piped: bool = False,
 ) -> dict[str, int]:
     from party.node import results as result_files
     from party.node import wire
@@ -158,6 +159,15 @@ async def run_steps(
     for i in range(1, p):
         with steps(f"ring: step (party {i})"):
             bound = engines[i].candidate_set_bound
+            if piped and i < p - 1:  # what a node's parties 1..P-2 do: each chunk passed on
+                outs = []
+                async for part in wire.ring_chunks(msg[0], _stream(msg[1:]), max_rows=bound):
+                    outs.append(engines[i].ring_step_chunk(part))
+                engines[i].ring_step_close()
+                total = msg[0].total_rows
+                piece = wire.ring_piped_chunks(ref, i, i, total, p, _stream(outs))
+                msg = _round_trip(iter([c async for c in piece]), party_pb2.PassRingRequest)
+                continue
             async for part in wire.ring_chunks(msg[0], _stream(msg[1:]), max_rows=bound):
                 engines[i].ring_step_feed(part)
             out = engines[i].ring_step_end()
@@ -221,12 +231,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--exchange-only", action="store_true", help="stop after the segment shares are received"
     )
+    ap.add_argument(
+        "--piped",
+        action="store_true",
+        help="ring parties 1..P-2 pass each chunk on as it comes (ring_step_chunk), as a node does",
+    )
     args = ap.parse_args(argv)
     sys.path.insert(0, str(args.code or Path(__file__).resolve().parents[1]))
     args.out.mkdir(parents=True, exist_ok=True)
     tables, bits = encoded_tables(args.records, args.parties, args.seed, args.out)
     steps = Steps()
-    counts = asyncio.run(run_steps(tables, bits, steps, args.out, args.target, args.exchange_only))
+    counts = asyncio.run(
+        run_steps(tables, bits, steps, args.out, args.target, args.exchange_only, args.piped)
+    )
     print(f"{'step':24s} {'wall s':>8s} {'CPU s':>8s}")
     for name, wall in steps.wall.items():
         print(f"{name:24s} {wall:8.2f} {steps.cpu[name]:8.2f}")

@@ -62,6 +62,7 @@ from party.node.trust import check_recipients
 from party.protocol.blocks import is_digest_set
 from party.protocol.engine import ComparisonStats
 from party.protocol.params import ProtocolParameters
+from party.protocol.ring import RingMessage
 from party.protocol.solver import DEFAULT_SOLVER
 from proto import common_pb2, linkage, party_pb2, party_pb2_grpc
 from proto.transport import Security, address_problem, caller_identity
@@ -70,7 +71,21 @@ log = logging.getLogger(__name__)
 S = common_pb2.Stage
 MAX_KEPT_RUNS = 64
 MAX_REASON_CHARS = 1000
+#: Outgoing ring chunks (about 1 MiB each) a party passing the ring on as it comes keeps queued
+#: for its successor at most (more wait in gRPC's flow control, which then stops the predecessor).
+PIPE_CHUNKS = 4
 T = TypeVar("T")
+
+
+def pipes_ring(index: int, parties: int) -> bool:
+    """Whether ring party ``index`` passes the ring on chunk by chunk as it comes (parties
+    1..P-2). The last party keeps its whole output first: the initiator reads the returning ring
+    only after its own stream ended, which a fully pipelined ring would stall."""
+    return 0 < index < parties - 1
+
+
+def _ring_bytes(msg: RingMessage) -> int:
+    return int(msg.candidates.nbytes + msg.c_masked.nbytes + msg.x_masked.nbytes)
 
 
 class Phase(enum.Enum):
@@ -110,6 +125,10 @@ class Run:
     ring_in: bool = False  # a ring message is being (or was) received
     results_in: bool = False  # results are being (or were) received
     ring_out_rows: int = 0  # non-initiator: rows to pass on after ring_step_end
+    # ring parties 1..P-2 pass the ring on as it comes: the receiving handler puts each outgoing
+    # chunk here (None at the end), the run driver streams them to the successor
+    ring_pipe: asyncio.Queue[RingMessage | None] | None = None
+    ring_bound: int = 0  # the incoming ring's declared total (the piped message's bound)
     stage: common_pb2.Stage = S.STAGE_UNSPECIFIED
     reason: str = ""
     cancel: threading.Event = field(default_factory=threading.Event)
@@ -708,11 +727,14 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 raise Malformed(
                     f"ring message hop {first.hop} does not match its sender's position"
                 )
+            if first.bounded and first.hop == 0:
+                raise Malformed("ring message: hop 0 declares its exact total (not bounded)")
             if run.ring_in:
                 raise AlreadyExists(f"run {run.run_id}: ring message already received")
             run.ring_in = True
             received = await self._receive_stream(run, who, "ring message", first, request_iterator)
             run.event("ring").set()
+            log.info("run %s: ring from %s received (%d rows)", run.run_id, who, received)
             return self._respond(party_pb2.PassRingResponse(received=received))
         except Exception as exc:  # noqa: BLE001
             await abort_with(context, exc)
@@ -774,7 +796,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             if engine is None or run.aborted:
                 raise RunAborted(run.reason or f"run {run.run_id} was aborted")
             account = self.budget.account(run.run_id)
-            if what == "ring message":
+            if what == "ring message" and not pipes_ring(run.index, len(run.parties)):
                 initiator = run.index == 0
                 bound = engine.ring_rows_sent if initiator else engine.candidate_set_bound
                 feed = engine.ring_finish_feed if initiator else engine.ring_step_feed
@@ -788,7 +810,30 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     run.ring_counts = await self._engine(run, engine.ring_finish_end)
                 else:
                     run.ring_out_rows = await self._engine(run, engine.ring_step_end)
-            else:
+            elif what == "ring message" and pipes_ring(run.index, len(run.parties)):
+                # passed on chunk by chunk: each outgoing chunk waits in a short queue (its bytes
+                # counted in the buffer budget) for the driver's stream to the successor
+                ring = wire.ring_chunks(
+                    first, rest, account=account, max_rows=engine.candidate_set_bound
+                )
+                pipe = run.ring_pipe = run.ring_pipe or asyncio.Queue(PIPE_CHUNKS)
+                run.ring_bound = first.total_rows
+                async with contextlib.aclosing(ring):
+                    async for part in ring:
+                        out = await self._engine(run, engine.ring_step_chunk, part)
+                        nbytes = _ring_bytes(out)
+                        account.reserve(nbytes, "ring message passed on")
+                        try:
+                            await self._unless_aborted(run, pipe.put(out))
+                        except BaseException:
+                            account.release(nbytes)
+                            raise
+                        run.event("ring_started").set()
+                        received += len(part)
+                        fed += 1
+                run.ring_out_rows = await self._engine(run, engine.ring_step_close)
+                await self._unless_aborted(run, pipe.put(None))
+            elif what != "ring message":
                 bound = mpc3.results_bound(run) if run.mpc else engine.candidate_set_bound
                 chunks = wire.results_chunks(first, rest, account=account, max_rows=bound)
                 async with contextlib.aclosing(chunks):
@@ -1055,6 +1100,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
             )
             run.event("ring_sent").set()
+            log.info("run %s: ring sent on (%d rows)", run.run_id, rows_out)
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             groups = run.params.target == "any"
 
@@ -1077,7 +1123,27 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             for failed in sent:  # both streams ended: the first failure fails the run
                 if isinstance(failed, BaseException):
                     raise failed
+            log.info("run %s: results delivered", run.run_id)
             own = engine.result_chunks(0)
+        elif pipes_ring(run.index, p):
+            # passed on as it comes: the stream opens once the first chunk is stepped
+            what = f"the ring from {predecessor}"
+            await self._wait_peer(run, run.event("ring_started"), what, "summing")
+            await self._pause_hook(run, "ring")
+            await self._send(
+                run,
+                successor,
+                "the ring",
+                "summing",
+                "PassRing",
+                wire.ring_piped_chunks(
+                    run.ref, run.index, run.index, run.ring_bound, p, self._piped(run)
+                ),
+            )
+            log.info("run %s: ring passed on (%d rows)", run.run_id, run.ring_out_rows)
+            what = f"results from {run.parties[0]}"
+            await self._wait_peer(run, run.event("results"), what, "summing")
+            own = engine.received_results()
         else:
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             await self._pause_hook(run, "ring")
@@ -1096,10 +1162,26 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     engine.ring_out_chunks(),
                 ),
             )
+            log.info("run %s: ring sent on (%d rows)", run.run_id, run.ring_out_rows)
             what = f"results from {run.parties[0]}"
             await self._wait_peer(run, run.event("results"), what, "summing")
             own = engine.received_results()
         return own
+
+    async def _piped(self, run: Run) -> AsyncIterator[RingMessage]:
+        """The outgoing ring chunks the receiving handler queues (``ring_pipe``), until its end;
+        the seconds waiting for them count as ``wait.summing``."""
+        assert run.ring_pipe is not None
+        account = self.budget.account(run.run_id)
+        while True:
+            t0 = time.perf_counter()
+            out = await run.ring_pipe.get()
+            key = "wait.summing"
+            run.stage_seconds[key] = run.stage_seconds.get(key, 0.0) + time.perf_counter() - t0
+            if out is None:
+                return
+            account.release(_ring_bytes(out))
+            yield out
 
     async def _execute(self, run: Run, emit: Callable[[party_pb2.ExecuteResponse], None]) -> None:
         me = self.config.name

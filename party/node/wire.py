@@ -11,7 +11,8 @@ chunks, total row count) and raise ``Malformed`` naming the field; they never ec
 - Segment share (``PushShareRequest``): ``SegmentShare`` = pseudonyms (n,), block positions (n, B)
   int32 (positions in the run's common blocks, -1: none), segments (n, words).
 - Ring message (``PassRingRequest``): ``RingMessage`` = candidates (m, P), c_masked (m,),
-  x_masked (m,), hop.
+  x_masked (m,), hop. A message passed on as it comes (``bounded``, hop >= 1) declares the incoming
+  message's total as an upper bound and ends with a closing chunk of no rows (``last``).
 - Results (``DeliverResultsRequest``): ``PartyResults`` = linkage ids (k,) uint64, similarities (k,)
   float64, the target party's pseudonyms (k,) uint64; target any (``groups`` set in every chunk):
   ``GroupResults``, also group sizes (k,) uint64 and group party bit masks (k,) uint64.
@@ -20,7 +21,14 @@ An empty object is sent as one chunk with zero rows.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterable,
+    AsyncIterator,
+    Callable,
+    Iterable,
+    Iterator,
+)
 from typing import Any, TypeVar
 
 import numpy as np
@@ -334,6 +342,43 @@ def ring_stream_to_chunks(
         )
 
 
+async def ring_piped_chunks(
+    run: common_pb2.RunRef,
+    source: int,
+    hop: int,
+    bound: int,
+    parties: int,
+    parts: AsyncIterable[RingMessage],
+) -> AsyncIterator[party_pb2.PassRingRequest]:
+    """Chunks of a ring message passed on as it is made (``bounded``): every chunk declares
+    ``bound`` (the incoming message's total) as its total; the closing chunk has no rows and sets
+    ``last``."""
+    step = _rows_per_chunk(8 * (parties + 2))
+    async for msg in parts:
+        for _, sl, rows in _pieces([msg], lambda m: m.candidates, step):
+            yield party_pb2.PassRingRequest(
+                run=run,
+                source=source,
+                hop=hop,
+                total_rows=bound,
+                parties=parties,
+                rows=rows,
+                candidates=_pack(np.asarray(msg.candidates)[sl], _U64),
+                c_masked=_pack(msg.c_masked[sl], _U64),
+                x_masked=_pack(msg.x_masked[sl], _U64),
+                bounded=True,
+            )
+    yield party_pb2.PassRingRequest(
+        run=run,
+        source=source,
+        hop=hop,
+        total_rows=bound,
+        parties=parties,
+        bounded=True,
+        last=True,
+    )
+
+
 async def ring_chunks(
     first: party_pb2.PassRingRequest,
     rest: AsyncIterator[party_pb2.PassRingRequest],
@@ -344,10 +389,14 @@ async def ring_chunks(
     """Yield the ring message chunk by chunk (each a RingMessage of that chunk's rows).
 
     The declared total is checked against ``max_rows`` at the first chunk; each chunk's bytes are
-    reserved from ``account`` while the consumer holds it (until it asks for the next one).
+    reserved from ``account`` while the consumer holds it (until it asks for the next one). A
+    ``bounded`` message (passed on as it came) may have fewer rows than its total and must end
+    with its closing chunk (no rows, ``last``), yielded as an empty RingMessage.
     """
     stream = _ChunkStream("ring message", account, max_rows)
     chunk = first
+    bounded = first.bounded
+    closed = False
     try:
         while True:
             header = (
@@ -356,9 +405,16 @@ async def ring_chunks(
                 chunk.source,
                 chunk.hop,
                 chunk.parties,
+                chunk.bounded,
             )
             if not 2 <= chunk.parties <= 64:
                 raise Malformed("ring message: parties must be between 2 and 64")
+            if closed:
+                raise Malformed("ring message: a chunk after the closing chunk")
+            if chunk.last:
+                if not chunk.bounded or chunk.rows:
+                    raise Malformed("ring message: last set outside a bounded closing chunk")
+                closed = True
             rows, p = chunk.rows, chunk.parties
             stream.start(header, chunk.total_rows, rows, 8 * (p + 2))
             yield RingMessage(
@@ -372,7 +428,9 @@ async def ring_chunks(
             if nxt is None:
                 break
             chunk = nxt
-        stream.finish()
+        if bounded and not closed:
+            raise Malformed("ring message: the stream ended before its closing chunk")
+        stream.finish(exact=not bounded)
     finally:
         stream.done_with_chunk()
 
@@ -399,11 +457,12 @@ async def ring_from_chunks(
     except BaseException:
         asm.abandon()
         raise
+    n = asm.rows  # a bounded message may have fewer rows than declared
     return RingMessage(
         hop=hop,
-        candidates=asm.array("k", (p,)),
-        c_masked=asm.array("c", ()).ravel(),
-        x_masked=asm.array("x", ()).ravel(),
+        candidates=asm.array("k", (p,))[:n],
+        c_masked=asm.array("c", ()).ravel()[:n],
+        x_masked=asm.array("x", ()).ravel()[:n],
     )
 
 
@@ -427,8 +486,13 @@ class _ChunkStream:
             self.account.release(self.held)
         self.held = 0
 
-    def finish(self) -> None:
-        self.asm.finish()
+    def finish(self, exact: bool = True) -> None:
+        """The stream ended: its rows must equal the declared total (``exact``; else at most it,
+        which ``start`` checked chunk by chunk)."""
+        if exact:
+            self.asm.finish()
+        elif self.asm.header is None:
+            raise Malformed(f"{self.asm.what}: empty stream")
 
 
 # -- results -----------------------------------------------------------------------------------

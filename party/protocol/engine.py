@@ -8,8 +8,10 @@ Call order for party i (the transport moves the returned objects between parties
 3. ``compare()`` (CPU heavy; run it off the event loop) keeps the surviving candidate sets inside.
 4. Ring, streamed in chunks of about 1 MiB: the initiator (index 0) sends the chunks of
    ``ring_start_chunks()``; party 1..P-1 in order call ``ring_step_feed(chunk)`` on each chunk of
-   the previous party's message, ``ring_step_end()``, and pass ``ring_out_chunks()`` on; the
-   initiator calls ``ring_finish_feed(chunk)`` per returning chunk and ``ring_finish_end()``.
+   the previous party's message, ``ring_step_end()``, and pass ``ring_out_chunks()`` on (or,
+   passing each chunk on as it comes, ``ring_step_chunk(chunk)`` -> outgoing chunk and
+   ``ring_step_close()``); the initiator calls ``ring_finish_feed(chunk)`` per returning chunk
+   and ``ring_finish_end()``.
 5. The initiator sends the chunks of ``result_chunks(j)`` to party j, which calls
    ``receive_results_chunk`` per chunk and ``results_end()``; each party writes
    ``resolved_rows(...)`` (its ``MatchRow``s, in linkage-id order).
@@ -237,6 +239,8 @@ class PartyEngine:
         self._sent_cursor: SortedCursor | None = None
         self._own_cursor: SortedCursor | None = None
         self._ring_out: RowStore | None = None  # (pseudonyms..., c_masked, x_masked)
+        self._piped_rows = -1  # pipelined ring step: rows passed on so far (-1: not started)
+        self._ring_closed = False  # pipelined ring step: ring_step_close ran
         self._ring_last: np.ndarray | None = None  # last incoming ring row (order check)
         self._above: RowStore | None = None
         self._matches: RowStore | None = None  # initiator: (pseudonyms..., Dice bits)
@@ -825,17 +829,63 @@ class PartyEngine:
     def ring_step_feed(self, incoming: RingMessage) -> None:
         """Non-initiator, per incoming chunk (in order): keep the sets it also kept, add its own
         c_i and x_i; the outgoing rows are kept (spilled beyond the budget) for ring_out_chunks."""
+        self._ring_step_begin(piped=False)
+        assert self._ring_out is not None
+        self._ring_out.append(self._ring_step_rows(incoming))
+
+    def ring_step_chunk(self, incoming: RingMessage) -> RingMessage:
+        """Non-initiator passing the ring on as it comes (pipelined): ``ring_step_feed``'s work on
+        one incoming chunk, returning the outgoing chunk (hop = own index) instead of keeping it;
+        ``ring_step_close`` when the incoming message is complete."""
+        self._ring_step_begin(piped=True)
+        rows = self._ring_step_rows(incoming)
+        p = self.parties
+        self._piped_rows += rows.shape[0]
+        return RingMessage(
+            hop=self.index,
+            candidates=np.ascontiguousarray(rows[:, :p]),
+            c_masked=rows[:, p].copy(),
+            x_masked=rows[:, p + 1].copy(),
+        )
+
+    def ring_step_close(self) -> int:
+        """Non-initiator, pipelined: the incoming message is complete (every chunk went through
+        ``ring_step_chunk``); return the rows passed on."""
+        if self._piped_rows < 0:
+            raise StateError("ring_step_chunk received no ring message")
+        if self._ring_closed:
+            raise StateError("ring_step already ran for this run")
+        self._ring_closed = True
+        if self._survivors is not None:
+            self._survivors.close()
+        self._free_known_lookups()
+        return self._piped_rows
+
+    def _ring_step_begin(self, piped: bool) -> None:
+        """Checks before a ring step chunk; the first one sets up the step (``piped``: chunks are
+        returned, not kept; one run uses one of the two ways)."""
         if self.index == 0:
             raise StateError("the initiator calls ring_finish, not ring_step")
         if self._survivors is None:
             raise StateError("compare must run before ring_step")
-        if self._ring_out is not None and self._ring_out.finished:
+        if self._ring_closed or (self._ring_out is not None and self._ring_out.finished):
             raise StateError("ring_step already ran for this run")
+        started = self._own_cursor is not None
+        if started and piped != (self._ring_out is None):
+            raise StateError("a ring step is either kept (ring_step_feed) or piped, not both")
+        if started:
+            return
+        p = self.parties
+        if piped:
+            self._piped_rows = 0
+        else:
+            self._ring_out = self._store(p + 2, "ring-out")
+        self._own_cursor = SortedCursor(self._survivors.chunks(self._chunk_rows(p + 1)), p)
+
+    def _ring_step_rows(self, incoming: RingMessage) -> np.ndarray:
+        """The outgoing rows (pseudonyms..., c_masked, x_masked) of one incoming chunk."""
         t0 = time.perf_counter()
         p = self.parties
-        if self._ring_out is None:
-            self._ring_out = self._store(p + 2, "ring-out")
-            self._own_cursor = SortedCursor(self._survivors.chunks(self._chunk_rows(p + 1)), p)
         assert self._own_cursor is not None
         self._check_ring_chunk(incoming, self.index - 1)
         ia, own = self._own_cursor.match(incoming.candidates)
@@ -856,8 +906,8 @@ class PartyEngine:
         out[:, :p] = cand
         out[:, p] = add_mod64(incoming.c_masked[ia], own[:, p]) if ia.size else 0
         out[:, p + 1] = add_mod64(incoming.x_masked[ia], self._own_x(cand[:, self.index]))
-        self._ring_out.append(out)
         self.timings["ring"] = self.timings.get("ring", 0.0) + time.perf_counter() - t0
+        return out
 
     def ring_step_end(self) -> int:
         """Non-initiator: the incoming message is complete; return the rows to pass on."""

@@ -130,3 +130,72 @@ async def test_decoded_arrays_own_their_memory() -> None:
     got = await _decode(wire.blocks_from_chunks, chunks)
     got[0] = 1  # writable (not a view of the immutable message bytes)
     assert got.dtype == np.uint64
+
+
+async def _collect(agen):  # type: ignore[no-untyped-def]
+    return [item async for item in agen]
+
+
+def _ring_msg(rng: np.random.Generator, m: int, hop: int = 1) -> RingMessage:
+    return RingMessage(
+        hop=hop,
+        candidates=np.sort(rng.integers(0, 2**64 - 1, (m, 3), dtype=np.uint64), axis=0),
+        c_masked=rng.integers(0, 2**64 - 1, m, dtype=np.uint64),
+        x_masked=rng.integers(0, 2**64 - 1, m, dtype=np.uint64),
+    )
+
+
+@pytest.mark.parametrize("sizes", [[], [0], [3], [70000, 0, 5, 40000]])
+async def test_a_ring_passed_on_as_it_comes_round_trips_below_its_bound(sizes: list[int]) -> None:
+    rng = _rng()
+    parts = [_ring_msg(rng, n) for n in sizes]
+    bound = sum(sizes) + 7  # the incoming total: at least the rows passed on
+    chunks = await _collect(wire.ring_piped_chunks(REF, 1, 1, bound, 3, _aiter(parts)))
+    assert all(c.bounded and c.total_rows == bound for c in chunks)
+    assert [c.last for c in chunks] == [False] * (len(chunks) - 1) + [True]
+    assert chunks[-1].rows == 0 and all(c.rows > 0 for c in chunks[:-1])
+    assert all(c.ByteSize() < 1.1 * 2**20 for c in chunks)
+    back = await _decode(wire.ring_from_chunks, chunks)
+    assert back.hop == 1 and len(back) == sum(sizes)
+    for f in ("candidates", "c_masked", "x_masked"):
+        want = [getattr(m, f) for m in parts]
+        empty = np.zeros((0, 3) if f == "candidates" else 0, dtype=np.uint64)
+        np.testing.assert_array_equal(getattr(back, f), np.concatenate([empty, *want]))
+    got = await _collect(wire.ring_chunks(chunks[0], _aiter(chunks[1:]), max_rows=bound))
+    assert len(got[-1]) == 0 and sum(len(g) for g in got) == sum(sizes)
+
+
+async def test_a_bounded_ring_must_close_once_and_stay_within_its_bound() -> None:
+    rng = _rng()
+    parts = [_ring_msg(rng, 4), _ring_msg(rng, 3)]
+    chunks = await _collect(wire.ring_piped_chunks(REF, 1, 1, 7, 3, _aiter(parts)))
+    with pytest.raises(Malformed, match="ended before its closing chunk"):
+        await _decode(wire.ring_from_chunks, chunks[:-1])
+    with pytest.raises(Malformed, match="after the closing chunk"):
+        await _decode(wire.ring_from_chunks, [*chunks, chunks[0]])
+    with pytest.raises(Malformed, match="after the closing chunk"):
+        await _decode(wire.ring_from_chunks, [*chunks, chunks[-1]])
+    low = await _collect(wire.ring_piped_chunks(REF, 1, 1, 6, 3, _aiter(parts)))
+    with pytest.raises(Malformed, match="more rows than the declared 6"):
+        await _decode(wire.ring_from_chunks, low)
+    with pytest.raises(Malformed, match="exceeds"):
+        await wire.ring_from_chunks(chunks[0], _aiter(chunks[1:]), max_rows=6)
+    unbounded = party_pb2.PassRingRequest()
+    unbounded.CopyFrom(chunks[-1])
+    unbounded.bounded = False
+    with pytest.raises(Malformed, match="last set outside a bounded closing chunk"):
+        await _decode(wire.ring_from_chunks, [unbounded])
+    with_rows = party_pb2.PassRingRequest()
+    with_rows.CopyFrom(chunks[0])
+    with_rows.last = True
+    with pytest.raises(Malformed, match="last set outside a bounded closing chunk"):
+        await _decode(wire.ring_from_chunks, [with_rows])
+    mixed = party_pb2.PassRingRequest()
+    mixed.CopyFrom(chunks[1])
+    mixed.bounded = False
+    with pytest.raises(Malformed, match="header differs"):
+        await _decode(wire.ring_from_chunks, [chunks[0], mixed, chunks[-1]])
+    exact = list(wire.ring_to_chunks(REF, 1, parts[0]))
+    exact[0].total_rows = 5  # an exact message still needs every declared row
+    with pytest.raises(Malformed, match="got 4 rows, declared 5"):
+        await _decode(wire.ring_from_chunks, exact)
