@@ -807,6 +807,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                         received += len(part)
                         fed += 1
                 if initiator:
+                    log.info("run %s: ring back (%d rows), classifying", run.run_id, received)
                     run.ring_counts = await self._engine(run, engine.ring_finish_end)
                 else:
                     run.ring_out_rows = await self._engine(run, engine.ring_step_end)
