@@ -822,6 +822,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 async with contextlib.aclosing(ring):
                     async for part in ring:
                         out = await self._engine(run, engine.ring_step_chunk, part)
+                        fed += 1  # the engine took it: a failure from here on fails the run
+                        received += len(part)
                         nbytes = _ring_bytes(out)
                         account.reserve(nbytes, "ring message passed on")
                         try:
@@ -830,8 +832,6 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                             account.release(nbytes)
                             raise
                         run.event("ring_started").set()
-                        received += len(part)
-                        fed += 1
                 run.ring_out_rows = await self._engine(run, engine.ring_step_close)
                 await self._unless_aborted(run, pipe.put(None))
             elif what != "ring message":
