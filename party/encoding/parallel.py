@@ -504,6 +504,16 @@ def start_lanes(workers: int | None = None) -> list[Executor]:
     return lanes
 
 
+def start_lanes_for(path: str | Path, workers: int | None = None) -> int:
+    """Start (once) the persistent lanes that ``encode_csv_parallel`` will use to encode
+    ``path`` on ``workers`` processes: none for a file of one CSV block (or unreadable) or for
+    one worker, which are encoded in the calling process. Returns how many lanes run."""
+    n = resolve_workers(workers)
+    if n <= 1 or _one_batch(path):
+        return 0
+    return len(start_lanes(n))
+
+
 def stop_lanes() -> None:
     """Shut the persistent lanes down (they start again when next needed)."""
     with _LANES_LOCK:

@@ -217,6 +217,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         self._tasks: set[asyncio.Task[Any]] = set()
         # Every byte peers make this node buffer, for all runs (party/node/budget.py).
         self.budget = BufferBudget(config.memory_budget_mib * 2**20)
+        # set by the server when its warm-up (compiled loops, encoding lanes) is over; a run's
+        # encoding waits for it, so that the two never share the cores (None: no warm-up)
+        self.warmed: asyncio.Event | None = None
 
     # -- helpers -------------------------------------------------------------------------------
 
@@ -424,6 +427,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
 
         if run.index < 0:  # a compute-only helper: no data to encode, nothing to audit
             return True, []
+        if self.warmed is not None and not self.warmed.is_set():
+            w0 = time.perf_counter()
+            await self._unless_aborted(run, self.warmed.wait())
+            run.stage_seconds["wait.audited"] = time.perf_counter() - w0
         t0, c0 = time.perf_counter(), cpu_seconds()
         encoder = Encoder(run.schema, self.secret())
         workers_cpu = ParallelStats()  # CPU of the encoding worker processes (not ours)
@@ -489,6 +496,16 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             raise LocalDataError(
                 f"{self.config.name} failed {what} (the party's log names the file and row)"
             ) from None
+
+    def start_encoding_lanes(self) -> int:
+        """Start the encoding lanes the first run will use (part of the node's warm-up), so that
+        the run does not wait for them; none for a compute-only helper, a Dask cluster (started
+        per encoding) or a data CSV of one block. Returns how many lanes run."""
+        if self.config.is_compute_only or self.config.cluster is not None:
+            return 0
+        from party.encoding.parallel import start_lanes_for
+
+        return start_lanes_for(self.config.data_csv, self.config.workers)
 
     def _gate(self, records: Any, encoder: Any, run: Run) -> tuple[bool, list[str]]:
         """The self-audit gate (party.audit.gate); no policy configured -> allowed."""

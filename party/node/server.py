@@ -76,14 +76,32 @@ async def _register_forever(node: PartyNode, advertise: str, stop: asyncio.Event
             await asyncio.wait_for(stop.wait(), wait)
 
 
-async def _warm_up() -> None:
+async def _warm_up(node: PartyNode) -> None:
+    """Load the compiled loops and, beside them, start the encoding lanes (own processes);
+    ``node.warmed`` is set when both are over, failed or not (optimisations only: the first run
+    pays the cost instead)."""
     from party.node.warmup import warm_up
 
+    async def lanes() -> None:
+        try:
+            started = await asyncio.to_thread(node.start_encoding_lanes)
+            if started:
+                log.info("%d encoding lanes started", started)
+        except Exception:  # noqa: BLE001
+            log.warning(
+                "starting the encoding lanes failed; the first run starts them", exc_info=True
+            )
+
+    starting = asyncio.create_task(lanes())
     try:
         seconds = await asyncio.to_thread(warm_up)
         log.info("comparison kernel warmed up in %.2fs", seconds)
     except Exception:  # noqa: BLE001 - an optimisation only; the first run pays the cost instead
         log.warning("warm-up failed; the first run will compile the kernel", exc_info=True)
+    finally:
+        await starting
+        if node.warmed is not None:
+            node.warmed.set()
 
 
 async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0) -> None:
@@ -128,7 +146,8 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     )
     stop = stop_on_signals()
     registrar = asyncio.create_task(_register_forever(node, advertise, stop))
-    warming = asyncio.create_task(_warm_up())
+    node.warmed = asyncio.Event()
+    warming = asyncio.create_task(_warm_up(node))
     try:
         await stop.wait()
     finally:

@@ -16,6 +16,7 @@ from party.encoding.parallel import (
     forget_task,
     resolve_workers,
     start_lanes,
+    start_lanes_for,
 )
 from party.encoding.schema import parse_schema
 from party.synthetic.generator import generate
@@ -218,6 +219,30 @@ def test_workers_setting_and_secret_not_shown():
             resolve_workers(bad)  # type: ignore[arg-type]
     spec = EncoderSpec(_shipped_schema(), SECRET, "t")
     assert SECRET.hex() not in repr(spec) and str(SECRET) not in repr(spec)
+
+
+def test_lanes_started_ahead_only_where_an_encoding_would_use_them(tmp_path, monkeypatch):
+    from party.encoding import parallel
+
+    started: list[int] = []
+
+    def start_lanes(n: int) -> list[None]:
+        started.append(n)
+        return [None] * n
+
+    monkeypatch.setattr(parallel, "start_lanes", start_lanes)
+    block = encoder_module.CSV_BLOCK_BYTES
+    small, large = tmp_path / "small.csv", tmp_path / "large.csv"
+    small.write_bytes(b"x" * block)  # one CSV block: encoded in the calling process
+    with open(large, "wb") as fh:
+        fh.truncate(block + 1)
+    assert start_lanes_for(small, 2) == 0
+    assert start_lanes_for(tmp_path / "missing.csv", 2) == 0  # one process reports it
+    assert start_lanes_for(large, 1) == 0
+    assert started == []
+    assert start_lanes_for(large, 2) == 2 and started == [2]
+    every = resolve_workers(0)  # 0: every core, as the encoding
+    assert start_lanes_for(large, 0) == (every if every > 1 else 0)
 
 
 def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
