@@ -147,7 +147,7 @@ class _FieldCodec:
     """Per-field memo: raw value (+salt) -> row of a table of packed single-value filters (row 0
     is the empty filter); q-gram -> hash-stream positions for the single-value API."""
 
-    MAX_VALUES = 100_000
+    MAX_VALUES = 250_000
     MAX_GRAMS = 500_000
 
     def __init__(
