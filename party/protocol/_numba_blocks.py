@@ -15,6 +15,8 @@ import numpy as np
 from party.numba_jit import jit
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_LOW = np.uint64(0xFFFFFFFF)
+_HALF = np.uint64(32)
 
 
 @jit
@@ -26,32 +28,42 @@ def _table_bits(count: int) -> int:
 
 
 @jit
-def digest_table(haystack: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Open-addressing hash table (keys, values) of the distinct non-zero uint64 ``haystack``:
-    digest -> its index; a key 0 marks an empty slot. At most half full."""
+def digest_table(haystack: np.ndarray) -> np.ndarray:
+    """Open-addressing hash table of the distinct non-zero uint64 ``haystack``: digest -> its
+    index. Slot s is words 3s..3s+2 of one uint32 array (digest low and high half, index), so a
+    probe reads one cache line (separate key and value arrays cost two misses per hit); a slot of
+    digest 0 is empty. At most half full."""
     bits = _table_bits(max(1, haystack.shape[0]))
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
-    keys = np.zeros(1 << bits, dtype=np.uint64)
-    vals = np.zeros(1 << bits, dtype=np.int32)  # at most 2^31 common blocks (checked by the caller)
+    table = np.zeros(3 << bits, dtype=np.uint32)  # < 2^31 digests (checked by the caller)
     for i in range(haystack.shape[0]):
         k = haystack[i]
         if k == 0:
             continue
+        lo = np.uint32(k & _LOW)
+        hi = np.uint32(k >> _HALF)
         h = np.int64((k * _GOLDEN) >> shift)
-        while keys[h] != 0 and keys[h] != k:
+        while True:
+            b = 3 * h
+            if table[b] == lo and table[b + 1] == hi:
+                break
+            if table[b] == 0 and table[b + 1] == 0:
+                break
             h = (h + 1) & mask
-        keys[h] = k
-        vals[h] = i
-    return keys, vals
+        table[b] = lo
+        table[b + 1] = hi
+        table[b + 2] = np.uint32(i)
+    return table
 
 
 @jit
-def table_positions(keys: np.ndarray, vals: np.ndarray, needles: np.ndarray) -> np.ndarray:
+def table_positions(table: np.ndarray, needles: np.ndarray) -> np.ndarray:
     """For each needle (uint64), its index in the table's haystack, or -1 (needle 0: -1)."""
-    mask = keys.shape[0] - 1
+    slots = table.shape[0] // 3
+    mask = slots - 1
     bits = 0
-    while (1 << bits) < keys.shape[0]:
+    while (1 << bits) < slots:
         bits += 1
     shift = np.uint64(64 - bits)
     out = np.full(needles.shape[0], -1, dtype=np.int32)  # the table holds < 2^31 digests
@@ -59,10 +71,17 @@ def table_positions(keys: np.ndarray, vals: np.ndarray, needles: np.ndarray) -> 
         k = needles[i]
         if k == 0:
             continue
+        lo = np.uint32(k & _LOW)
+        hi = np.uint32(k >> _HALF)
         h = np.int64((k * _GOLDEN) >> shift)
-        while keys[h] != 0:
-            if keys[h] == k:
-                out[i] = vals[h]
+        while True:
+            b = 3 * h
+            t_lo = table[b]
+            t_hi = table[b + 1]
+            if t_lo == lo and t_hi == hi:
+                out[i] = np.int32(table[b + 2])
+                break
+            if t_lo == 0 and t_hi == 0:
                 break
             h = (h + 1) & mask
     return out

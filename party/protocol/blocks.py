@@ -65,18 +65,18 @@ class DigestLookup:
         self.size = int(np.shape(haystack)[0])
         if self.size >= 2**31:
             raise ProtocolError(f"{self.size} digests are more than a lookup table holds (2^31)")
-        self._keys, self._vals = digest_table(np.ascontiguousarray(haystack, dtype=np.uint64))
+        self._table = digest_table(np.ascontiguousarray(haystack, dtype=np.uint64))
 
     def positions(self, needles: np.ndarray) -> np.ndarray:
         """int32 array shaped like ``needles``: each needle's index in the haystack, -1 where it
         does not occur (zero never does)."""
         flat = np.ascontiguousarray(needles, dtype=np.uint64).ravel()
-        return table_positions(self._keys, self._vals, flat).reshape(np.shape(needles))
+        return table_positions(self._table, flat).reshape(np.shape(needles))
 
     @property
     def nbytes(self) -> int:
         """Bytes of the hash table."""
-        return int(self._keys.nbytes + self._vals.nbytes)
+        return int(self._table.nbytes)
 
     @staticmethod
     def table_bytes(count: int) -> int:

@@ -73,6 +73,25 @@ def test_lookup_digests_hits_and_misses() -> None:
     assert not hit.any()
 
 
+def test_lookup_digests_half_words_and_collisions_against_a_dict() -> None:
+    """Digests whose low or high 32 bits are 0 (a slot is empty only when both are), digests that
+    differ only in one half, and a haystack large enough for long probe runs: every position equals
+    a plain dict's answer."""
+    rng = np.random.default_rng(11)
+    halves = [1, 2**32, 2**32 + 1, 2**63, 2**64 - 2**32, 0xFFFFFFFF, 2**33, 3 * 2**32]
+    hay = np.unique(
+        np.concatenate([np.array(halves, np.uint64), rng.integers(1, 2**64 - 1, 5000, np.uint64)])
+    )
+    rng.shuffle(hay)  # any order: the index is the haystack position
+    index = {int(d): i for i, d in enumerate(hay)}
+    others = rng.integers(1, 2**64 - 1, 3000, np.uint64)
+    needles = np.concatenate([hay, others, np.array([0, 2**32 + 2, 5 * 2**32], np.uint64)])
+    got = DigestLookup(hay).positions(needles)
+    assert got.dtype == np.int32
+    assert got.tolist() == [index.get(int(d), -1) if d else -1 for d in needles]
+    assert DigestLookup(hay).nbytes == DigestLookup.table_bytes(hay.size)
+
+
 def test_common_blocks_sorted_or_not() -> None:
     a = np.array([3, 1, 7, 7, 0, 9], dtype=np.uint64)  # unsorted, repeats, a zero
     b = np.array([1, 3, 9, 11], dtype=np.uint64)  # already sorted and distinct
