@@ -191,11 +191,12 @@ async def blocks_from_chunks(
 
     def take(chunk: party_pb2.PushBlocksRequest) -> None:
         asm.start((chunk.run.run_id, chunk.run.parameters_digest, chunk.source), chunk.total, 8)
-        if len(chunk.digests) % 8:
+        data = chunk.digests  # once: each read of a bytes field copies it out of the message
+        if len(data) % 8:
             raise Malformed("block digests: chunk field digests is not a multiple of 8 bytes")
-        n = len(chunk.digests) // 8
+        n = len(data) // 8
         asm.advance(n)
-        asm.add("d", n, _view(chunk.digests, _U64, n, "digests"))  # add() copies
+        asm.add("d", n, _view(data, _U64, n, "digests"))  # add() copies
 
     await assemble(asm, first, rest, take)
     return asm.array("d", ()).ravel()
