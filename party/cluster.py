@@ -9,7 +9,8 @@ memo tables of its lane (``party.encoding.first_sight``):
 
 - ``scheduler = "local"``: an embedded ``LocalCluster`` of ``workers`` worker processes on
   127.0.0.1, started for one encoding and closed after it; its scheduler, workers and client talk
-  TLS with throw-away certificates (``Security.temporary()``).
+  TLS with throw-away certificates (``Security.temporary()``); at most as many of its tasks run
+  at once as this machine has cores (``GatedLane``).
 - ``scheduler = "tls://host:port"``: the party's own scheduler. Only ``tls://`` is accepted, with
   the party's cluster CA and the node's client certificate and key, and ``require_encryption``;
   workers must have this package installed (they import ``party.encoding``).
@@ -29,7 +30,7 @@ import os
 import resource
 import threading
 from collections.abc import Callable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,12 @@ from typing import Any
 from party.cluster_waves import WaveLanes
 from party.config import ClusterConfig
 from party.encoding.encoder import Encoder, EncodeReport
-from party.encoding.parallel import ParallelStats, encode_csv_parallel, resolve_workers
+from party.encoding.parallel import (
+    ParallelStats,
+    available_cores,
+    encode_csv_parallel,
+    resolve_workers,
+)
 from party.encoding.records import EncodedRecords
 from party.errors import PprlError
 
@@ -174,16 +180,49 @@ def dask_client(
         yield client
 
 
-def dask_lanes(client: Any) -> list[Executor]:
+def dask_lanes(client: Any, at_once: int | None = None) -> list[Executor]:
     """One executor per worker of the client's cluster, pinned to that worker (in address
-    order), so that the same worker runs every task of its lane."""
+    order), so that the same worker runs every task of its lane; with ``at_once``, at most that
+    many of the lanes' tasks run at a time (``GatedLane``: the embedded cluster's workers share
+    this machine's cores)."""
     workers = sorted(client.scheduler_info()["workers"])
     if not workers:  # they left after the client connected (a restart, a lost heartbeat)
         raise ClusterError("cluster: the scheduler has no workers to encode on")
-    return [
+    lanes: list[Executor] = [
         client.get_executor(workers=[address], allow_other_workers=False, pure=False)
         for address in workers
     ]
+    if at_once is None or at_once >= len(lanes):
+        return lanes
+    gate = threading.BoundedSemaphore(max(1, at_once))
+    return [GatedLane(lane, gate) for lane in lanes]
+
+
+class GatedLane(Executor):
+    """A lane whose tasks take one of ``gate``'s slots, shared with the other lanes: ``submit``
+    waits for a free slot (while the lane's earlier tasks finish) and the slot is freed when the
+    task ends (done, failed or cancelled). More workers than cores would only time-slice: each
+    task's CPU grows with the switching between processes, and the wall-clock does not shrink.
+    Tasks never wait for a task submitted after them, so waiting for a slot cannot deadlock."""
+
+    def __init__(self, lane: Executor, gate: threading.BoundedSemaphore) -> None:
+        self.lane, self.gate = lane, gate
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self.gate.acquire()
+        try:
+            fut = self.lane.submit(fn, *args, **kwargs)
+        except BaseException:
+            self.gate.release()
+            raise
+        fut.add_done_callback(self._free)
+        return fut
+
+    def _free(self, _fut: Future[Any]) -> None:
+        self.gate.release()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        self.lane.shutdown(wait=wait, cancel_futures=cancel_futures)
 
 
 @dataclass(frozen=True)
@@ -251,7 +290,8 @@ def encode_csv_on_workers(
         )
     with dask_client(cluster, workers) as client:
         before: dict[str, WorkerUsage] = {} if usage_by_worker is None else client.run(worker_usage)
-        lanes = dask_lanes(client)
+        # the embedded workers share this machine: no more tasks at once than it has cores
+        lanes = dask_lanes(client, available_cores() if cluster.embedded else None)
         out = encode_csv_parallel(
             encoder,
             path,
