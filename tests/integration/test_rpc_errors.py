@@ -147,6 +147,11 @@ async def test_party_service_status_codes(cluster3: Cluster) -> None:
         share.target = 2
         code, text = await _stream_code(as_a.PushShare, [share])
         assert code == Code.INVALID_ARGUMENT and "index 2" in text
+        bounded_hop0 = party_pb2.PassRingRequest(
+            run=ref, source=0, hop=0, total_rows=0, parties=3, bounded=True, last=True
+        )
+        code, text = await _stream_code(as_a.PassRing, [bounded_hop0])
+        assert code == Code.INVALID_ARGUMENT and "exact total" in text
         unknown_blocks = party_pb2.PushBlocksRequest(run=unknown, source=0, total=0)
         code, text = await _stream_code(as_a.PushBlocks, [unknown_blocks])
         assert code == Code.NOT_FOUND
