@@ -108,6 +108,8 @@ class PairPlan:
             index_a.starts, index_b.starts, -1 if cap is None else int(cap)
         )
         self.whole: np.ndarray = whole
+        #: some block is sub-blocked (else ``whole`` need not be read)
+        self.check = not bool(whole.all())
         #: pairs of the whole blocks (each counted once per block)
         self.whole_pairs = int(total)
         self.total = int(total)
@@ -160,7 +162,7 @@ class PairPlan:
         n_a = int(side_a.keys.shape[0])
         if max(n_a, int(side_b.keys.shape[0])) > MAX_PAIR_ROWS:
             raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
-        check = not bool(self.whole.all())
+        check = self.check
         starts_a, starts_b, whole = self.index_a.starts, self.index_b.starts, self.whole
         if self.whole_pairs <= max_pairs:
             pieces = [(0, n_a, self.whole_pairs)] if n_a and self.whole_pairs else []
@@ -185,7 +187,11 @@ class PairPlan:
         fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops)
         fixed += (table, side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
         parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
-        cuts, offsets = block_cuts(starts_a, starts_b, whole, check, self.whole_pairs, parts)
+        if parts == 1:  # no pass over the blocks
+            cuts = np.array([0, whole.size], dtype=np.int64)
+            offsets = np.array([0, self.whole_pairs], dtype=np.int64)
+        else:
+            cuts, offsets = block_cuts(starts_a, starts_b, whole, check, self.whole_pairs, parts)
         for lo, hi, pairs in pieces:
             if cancel is not None and cancel.is_set():
                 raise ComparisonCancelled("comparison cancelled")
@@ -206,7 +212,7 @@ class PairPlan:
         """``kept_of_runs``' outputs of a's rows [lo, hi) in order: the keys of block range k
         (blocks cuts[k]..cuts[k+1]-1) emitted and sorted in a task of their own, at at[k] of one
         array (None: counted first), then merged and filtered over ranges of a's rows."""
-        check = not bool(self.whole.all())
+        check = self.check
         starts_a, rows_a = self.index_a.starts, self.index_a.rows
         starts_b, rows_b = self.index_b.starts, self.index_b.rows
         whole = self.whole
@@ -242,6 +248,8 @@ class PairPlan:
             yield np.stack([np.repeat(sub_a, sub_b.size), np.tile(sub_b, sub_a.size)], axis=1)
 
     def _sub_blocks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        if not self.check:  # every block is whole
+            return
         for blk in np.flatnonzero(~self.whole).tolist():
             members = [self.index_a.members(blk), self.index_b.members(blk)]
             for sub_a, sub_b in sub_blocks(members, self.cap):
