@@ -16,7 +16,8 @@ the CSV bytes they were given so far, so every lane gets the same share):
    new value only one lane holds is computed by that lane while it encodes and never travels,
    unless another lane meets it in a later wave;
 3. every lane encodes its ranges of the wave (``parallel.encode_held_task``) and hands the
-   arrays over in files on tmpfs; meanwhile the lanes parse the next wave.
+   arrays over in files on tmpfs; meanwhile the lanes parse the next wave. The node takes the
+   last wave's results once all of them are encoded (``SETTLE_LAST_WAVE``).
 
 Entries are a pure function of the value and a lane that lacks one computes it itself, so the
 records are those of one process, bit for bit (``tests/unit/test_cluster_waves.py``). Results are
@@ -29,7 +30,7 @@ from __future__ import annotations
 import pickle
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from typing import Any
 
 import numpy as np
@@ -116,6 +117,9 @@ class WaveLanes(_RangeLanes):
     RANGE_BLOCKS = 8
     MAX_LANES = 64  # a bit per lane in a uint64 (more lanes: ``_RangeLanes``)
     HANDED_CAP = 1 << 21  # values per column remembered (then forgotten: a cost, not an error)
+    # the node takes (reads, checks, places) the last wave's results once all are encoded: taken
+    # while the last workers encode, the node's assembly shares the cores with them
+    SETTLE_LAST_WAVE = True
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -264,6 +268,8 @@ class WaveLanes(_RangeLanes):
                 if failed is not None:
                     self.results.append(failed)
                     break
+            if self.SETTLE_LAST_WAVE:
+                wait(list(self.results))
             while self.results:
                 yield self._take()
         finally:
