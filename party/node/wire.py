@@ -326,21 +326,37 @@ def ring_stream_to_chunks(
 ) -> Iterator[party_pb2.PassRingRequest]:
     """Chunks of a ring message of ``total`` rows produced piece by piece (``parts``)."""
     for msg, sl, rows in _pieces(parts, lambda m: m.candidates, _rows_per_chunk(8 * (parties + 2))):
-        yield party_pb2.PassRingRequest(
-            run=run,
-            source=source,
-            hop=hop,
-            total_rows=total,
-            parties=parties,
-            rows=rows,
-            candidates=_pack(np.asarray(msg.candidates)[sl], _U64),
-            c_masked=_pack(msg.c_masked[sl], _U64),
-            x_masked=_pack(msg.x_masked[sl], _U64),
-        )
+        yield _ring_chunk(run, source, hop, total, parties, msg, sl, rows)
     if total == 0:
         yield party_pb2.PassRingRequest(
             run=run, source=source, hop=hop, total_rows=total, parties=parties
         )
+
+
+def _ring_chunk(
+    run: common_pb2.RunRef,
+    source: int,
+    hop: int,
+    total: int,
+    parties: int,
+    msg: RingMessage,
+    sl: slice,
+    rows: int,
+    bounded: bool = False,
+) -> party_pb2.PassRingRequest:
+    """One PassRing chunk: rows ``sl`` of ``msg`` declared as part of ``total`` rows."""
+    return party_pb2.PassRingRequest(
+        run=run,
+        source=source,
+        hop=hop,
+        total_rows=total,
+        parties=parties,
+        rows=rows,
+        candidates=_pack(np.asarray(msg.candidates)[sl], _U64),
+        c_masked=_pack(msg.c_masked[sl], _U64),
+        x_masked=_pack(msg.x_masked[sl], _U64),
+        bounded=bounded,
+    )
 
 
 async def ring_piped_chunks(
@@ -357,18 +373,7 @@ async def ring_piped_chunks(
     step = _rows_per_chunk(8 * (parties + 2))
     async for msg in parts:
         for _, sl, rows in _pieces([msg], lambda m: m.candidates, step):
-            yield party_pb2.PassRingRequest(
-                run=run,
-                source=source,
-                hop=hop,
-                total_rows=bound,
-                parties=parties,
-                rows=rows,
-                candidates=_pack(np.asarray(msg.candidates)[sl], _U64),
-                c_masked=_pack(msg.c_masked[sl], _U64),
-                x_masked=_pack(msg.x_masked[sl], _U64),
-                bounded=True,
-            )
+            yield _ring_chunk(run, source, hop, bound, parties, msg, sl, rows, bounded=True)
     yield party_pb2.PassRingRequest(
         run=run,
         source=source,
