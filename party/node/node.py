@@ -818,16 +818,24 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 bound = engine.ring_rows_sent if initiator else engine.candidate_set_bound
                 feed = engine.ring_finish_feed if initiator else engine.ring_step_feed
                 ring = wire.ring_chunks(first, rest, account=account, max_rows=bound)
-                async with contextlib.aclosing(ring):  # releases the chunk in hand on failure
-                    async for part in ring:
-                        await self._engine(run, feed, part)
-                        received += len(part)
-                        fed += 1
+                step = "summing.ring_back" if initiator else "summing.ring_step"
+                with timed(run, step):
+                    async with contextlib.aclosing(ring):  # releases the chunk in hand on failure
+                        async for part in ring:
+                            await self._engine(run, feed, part)
+                            received += len(part)
+                            fed += 1
+                    if not initiator:
+                        run.ring_out_rows = await self._engine(run, engine.ring_step_end)
                 if initiator:
                     log.info("run %s: ring back (%d rows), classifying", run.run_id, received)
-                    run.ring_counts = await self._engine(run, engine.ring_finish_end)
-                else:
-                    run.ring_out_rows = await self._engine(run, engine.ring_step_end)
+                    with timed(run, "summing.classify"):
+                        run.ring_counts = await self._engine(run, engine.ring_finish_end)
+                    for key in ("groups", "cpu.groups"):  # target any: the solver's part of it
+                        if key in engine.timings:
+                            run.stage_seconds[key.replace("groups", "summing.groups")] = (
+                                engine.timings[key]
+                            )
             elif what == "ring message" and pipes_ring(run.index, len(run.parties)):
                 # passed on chunk by chunk: each outgoing chunk waits in a short queue (its bytes
                 # counted in the buffer budget) for the driver's stream to the successor
@@ -836,31 +844,33 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                 )
                 pipe = run.ring_pipe = run.ring_pipe or asyncio.Queue(PIPE_CHUNKS)
                 run.ring_bound = first.total_rows
-                async with contextlib.aclosing(ring):
-                    async for part in ring:
-                        out = await self._engine(run, engine.ring_step_chunk, part)
-                        fed += 1  # the engine took it: a failure from here on fails the run
-                        received += len(part)
-                        nbytes = _ring_bytes(out)
-                        account.reserve(nbytes, "ring message passed on")
-                        try:
-                            await self._unless_aborted(run, pipe.put(out))
-                        except BaseException:
-                            account.release(nbytes)
-                            raise
-                        run.event("ring_started").set()
-                run.ring_out_rows = await self._engine(run, engine.ring_step_close)
+                with timed(run, "summing.ring_step"):
+                    async with contextlib.aclosing(ring):
+                        async for part in ring:
+                            out = await self._engine(run, engine.ring_step_chunk, part)
+                            fed += 1  # the engine took it: a failure from here on fails the run
+                            received += len(part)
+                            nbytes = _ring_bytes(out)
+                            account.reserve(nbytes, "ring message passed on")
+                            try:
+                                await self._unless_aborted(run, pipe.put(out))
+                            except BaseException:
+                                account.release(nbytes)
+                                raise
+                            run.event("ring_started").set()
+                    run.ring_out_rows = await self._engine(run, engine.ring_step_close)
                 await self._unless_aborted(run, pipe.put(None))
             elif what != "ring message":
                 bound = mpc3.results_bound(run) if run.mpc else engine.candidate_set_bound
                 chunks = wire.results_chunks(first, rest, account=account, max_rows=bound)
-                async with contextlib.aclosing(chunks):
-                    async for cols in chunks:
-                        results = wire.party_results(run.index, cols)
-                        await self._engine(run, engine.receive_results_chunk, results)
-                        received += cols[0].shape[0]
-                        fed += 1
-                await self._engine(run, engine.results_end)
+                with timed(run, "summing.results_in"):
+                    async with contextlib.aclosing(chunks):
+                        async for cols in chunks:
+                            results = wire.party_results(run.index, cols)
+                            await self._engine(run, engine.receive_results_chunk, results)
+                            received += cols[0].shape[0]
+                            fed += 1
+                    await self._engine(run, engine.results_end)
         except Exception as exc:
             if fed == 0:
                 # refused before the engine took any of it (a refused chunk changes nothing
@@ -1107,16 +1117,17 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         predecessor = run.parties[(run.index - 1) % len(run.parties)]
         p = len(run.parties)
         if run.index == 0:
-            rows_out, chunks = await self._engine(run, engine.ring_start_chunks)
-            await self._pause_hook(run, "ring")
-            await self._send(
-                run,
-                successor,
-                "the ring",
-                "summing",
-                "PassRing",
-                wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
-            )
+            with timed(run, "summing.ring_out"):
+                rows_out, chunks = await self._engine(run, engine.ring_start_chunks)
+                await self._pause_hook(run, "ring")
+                await self._send(
+                    run,
+                    successor,
+                    "the ring",
+                    "summing",
+                    "PassRing",
+                    wire.ring_stream_to_chunks(run.ref, 0, 0, rows_out, p, chunks),
+                )
             run.event("ring_sent").set()
             log.info("run %s: ring sent on (%d rows)", run.run_id, rows_out)
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
@@ -1137,7 +1148,10 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     ),
                 )
 
-            sent = await asyncio.gather(*(deliver(j) for j in run.others), return_exceptions=True)
+            with timed(run, "summing.deliver"):
+                sent = await asyncio.gather(
+                    *(deliver(j) for j in run.others), return_exceptions=True
+                )
             for failed in sent:  # both streams ended: the first failure fails the run
                 if isinstance(failed, BaseException):
                     raise failed
@@ -1165,21 +1179,22 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         else:
             await self._wait_peer(run, run.event("ring"), f"the ring from {predecessor}", "summing")
             await self._pause_hook(run, "ring")
-            await self._send(
-                run,
-                successor,
-                "the ring",
-                "summing",
-                "PassRing",
-                wire.ring_stream_to_chunks(
-                    run.ref,
-                    run.index,
-                    run.index,
-                    run.ring_out_rows,
-                    p,
-                    engine.ring_out_chunks(),
-                ),
-            )
+            with timed(run, "summing.ring_send"):
+                await self._send(
+                    run,
+                    successor,
+                    "the ring",
+                    "summing",
+                    "PassRing",
+                    wire.ring_stream_to_chunks(
+                        run.ref,
+                        run.index,
+                        run.index,
+                        run.ring_out_rows,
+                        p,
+                        engine.ring_out_chunks(),
+                    ),
+                )
             log.info("run %s: ring sent on (%d rows)", run.run_id, run.ring_out_rows)
             what = f"results from {run.parties[0]}"
             await self._wait_peer(run, run.event("results"), what, "summing")
@@ -1330,6 +1345,19 @@ def log_memory(run: Run, stage: str) -> None:
         heap.peak_rss_bytes() // 2**20,
         ", ".join(f"{k} {v // 2**20} MiB" for k, v in parts.items()) or "no engine",
     )
+
+
+@contextlib.contextmanager
+def timed(run: Run, key: str) -> Iterator[None]:
+    """Add the wall seconds of the block to ``run.stage_seconds[key]`` and the process's CPU
+    seconds (all threads) to ``cpu.<key>``: a step of a stage (e.g. ``summing.classify``)."""
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    try:
+        yield
+    finally:
+        add = run.stage_seconds
+        add[key] = add.get(key, 0.0) + time.perf_counter() - t0
+        add[f"cpu.{key}"] = add.get(f"cpu.{key}", 0.0) + cpu_seconds() - c0
 
 
 def cpu_seconds() -> float:

@@ -250,6 +250,7 @@ class PairEngine(PartyEngine):
         # The solver works after the comparison, in the half of the budget the comparison used,
         # from the matches store, sorted on disk into the solver's order and scanned keeping
         # per-record state (party.protocol.components); its stores spill like the ring's.
+        t0, c0 = time.perf_counter(), time.process_time()
         self._group_rows, group_count = solve_streamed(
             self._matched_chunks,
             self._known,
@@ -260,6 +261,8 @@ class PairEngine(PartyEngine):
             LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer),
         )
         self.group_count = group_count
+        self.timings["groups"] = time.perf_counter() - t0
+        self.timings["cpu.groups"] = time.process_time() - c0  # the process's, all threads
         logger.info(
             "party 0: %d pairs summed, %d matched, %d groups", summed, matched_count, group_count
         )

@@ -106,8 +106,18 @@ def test_three_parties_any_equals_the_oracle(
     want = oracle_any_groups(cluster, params)
     assert got == want
     assert {size for _, _, size, _ in got} == {2, 3}, "groups of both sizes expected"
+    steps = {
+        "party-a": {"ring_out", "ring_back", "classify", "groups", "deliver"},
+        "party-b": {"ring_step", "results_in"},  # passes the ring on as it comes
+        "party-c": {"ring_step", "ring_send", "results_in"},
+    }
     for s in status.summaries:
         assert s.candidate_sets > 0 and s.survivors > 0 and s.bytes_sent > 0
+        # the summing stage's steps, wall and CPU seconds (the report's timeline)
+        got_steps = {k.split(".", 1)[1] for k in s.stage_seconds if k.startswith("summing.")}
+        assert got_steps == steps[s.party], s.party
+        for step in got_steps:
+            assert s.stage_seconds[f"cpu.summing.{step}"] >= 0.0
     for name in cluster.parties:
         assert sorted(p.name for p in cluster.result_dir(name, status.run_id).iterdir()) == [
             "matches.csv"
