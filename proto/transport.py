@@ -333,12 +333,14 @@ def add_health_and_reflection(
 
 
 async def set_serving(
-    servicer: health.aio.HealthServicer, services: Iterable[str], on: bool
+    servicer: health.aio.HealthServicer, services: Iterable[str], on: bool, overall: bool = True
 ) -> None:
+    """Report ``services`` (and, with ``overall``, the server as a whole: service "") SERVING or
+    NOT_SERVING."""
     status = (
         health_pb2.HealthCheckResponse.SERVING if on else health_pb2.HealthCheckResponse.NOT_SERVING
     )
-    for name in ["", *services]:
+    for name in ["", *services] if overall else services:
         await servicer.set(name, status)
 
 

@@ -9,13 +9,18 @@ from __future__ import annotations
 from party.config import PartyConfig
 from proto.transport import Security, check_health
 
+# The health service name a node reports SERVING once its start-up warm-up (compiled loops loaded,
+# encoding lanes started) is over: a readiness signal beside the liveness of service "".
+WARM_SERVICE = "pprl.v1.Party.Warm"
+
 
 def security_for(config: PartyConfig, insecure: bool) -> Security:
     return Security.for_node(config.name, insecure, config.tls.read)
 
 
-async def health(config: PartyConfig, insecure: bool) -> str:
-    """This node's health status name as seen through its own gRPC health service."""
+async def health(config: PartyConfig, insecure: bool, service: str = "") -> str:
+    """This node's health status name as seen through its own gRPC health service (``service``:
+    "" for the node, ``WARM_SERVICE`` for its warm-up)."""
     security = security_for(config, insecure)
     address = config.advertise or config.listen
     if config.port_file is not None and config.port_file.exists():
@@ -24,4 +29,4 @@ async def health(config: PartyConfig, insecure: bool) -> str:
     host, _, _ = address.rpartition(":")
     if host in ("0.0.0.0", "[::]"):
         address = "127.0.0.1:" + address.rpartition(":")[2]
-    return await check_health(security, address, config.name, config.timeouts.rpc)
+    return await check_health(security, address, config.name, config.timeouts.rpc, service)

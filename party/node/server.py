@@ -6,13 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 
 import grpc
 
 from party.config import ConfigError, PartyConfig
 from party.node.hooks import Hooks
 from party.node.node import PartyNode
-from party.node.probe import security_for
+from party.node.probe import WARM_SERVICE, security_for
 from proto import party_pb2
 from proto.startup import bind_problem, listen_problems, tls_problems
 from proto.transport import (
@@ -76,10 +77,10 @@ async def _register_forever(node: PartyNode, advertise: str, stop: asyncio.Event
             await asyncio.wait_for(stop.wait(), wait)
 
 
-async def _warm_up(node: PartyNode) -> None:
+async def _warm_up(node: PartyNode, done: Callable[[], Awaitable[None]]) -> None:
     """Load the compiled loops and, beside them, start the encoding lanes (own processes);
-    ``node.warmed`` is set when both are over, failed or not (optimisations only: the first run
-    pays the cost instead)."""
+    ``node.warmed`` is set and ``done`` awaited when both are over, failed or not (optimisations
+    only: the first run pays the cost instead)."""
     from party.node.warmup import warm_up
 
     async def lanes() -> None:
@@ -102,6 +103,7 @@ async def _warm_up(node: PartyNode) -> None:
         await starting
         if node.warmed is not None:
             node.warmed.set()
+        await done()
 
 
 async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0) -> None:
@@ -147,12 +149,15 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
     stop = stop_on_signals()
     registrar = asyncio.create_task(_register_forever(node, advertise, stop))
     node.warmed = asyncio.Event()
-    warming = asyncio.create_task(_warm_up(node))
+    await set_serving(health, [WARM_SERVICE], False, overall=False)
+    warming = asyncio.create_task(
+        _warm_up(node, lambda: set_serving(health, [WARM_SERVICE], True, overall=False))
+    )
     try:
         await stop.wait()
     finally:
         log.info("party %s shutting down", config.name)
-        await set_serving(health, [PARTY_SERVICE], False)
+        await set_serving(health, [PARTY_SERVICE, WARM_SERVICE], False)
         registrar.cancel()
         await asyncio.gather(registrar, warming, return_exceptions=True)
         await node.shutdown()

@@ -270,22 +270,37 @@ class Cluster:
                 raise TimeoutError(f"{node.name} did not bind a port: {self.tail(node)}")
             time.sleep(0.05)
 
-    def wait_healthy(self, node: Node, timeout: float = 60.0) -> None:
-        """Block until the node's gRPC health service answers SERVING."""
+    def wait_healthy(self, node: Node, timeout: float = 60.0, service: str = "") -> None:
+        """Block until the node's gRPC health service answers SERVING for ``service`` ("": the
+        node is up; ``WARM_SERVICE``: its start-up warm-up is over)."""
         self.wait_port(node, timeout)
         deadline = time.monotonic() + timeout
         while True:
-            status = asyncio.run(self.health(node.name))
+            status = asyncio.run(self.health(node.name, service))
             if status == "SERVING":
                 return
+            if node.proc is not None and node.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{node.name} exited with {node.proc.returncode}: {self.tail(node)}"
+                )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"{node.name} not SERVING ({status}): {self.tail(node)}")
+                what = f"{service or 'health'} not SERVING"
+                raise TimeoutError(f"{node.name} {what} ({status}): {self.tail(node)}")
+            time.sleep(0.05)
 
-    async def health(self, name: str) -> str:
+    def wait_warm(self, names: Sequence[str], timeout: float = 600.0) -> None:
+        """Block until every node in ``names`` reports its start-up warm-up over (compiled loops
+        loaded, encoding lanes started): what a long-running deployment has before its runs."""
+        from party.node.probe import WARM_SERVICE
+
+        for name in names:
+            self.wait_healthy(self.nodes[name], timeout, WARM_SERVICE)
+
+    async def health(self, name: str, service: str = "") -> str:
         from proto.transport import check_health
 
         node = self.coordinator if name == "coordinator" else self.nodes[name]
-        return await check_health(self.security("coordinator"), node.address, name, 2.0)
+        return await check_health(self.security("coordinator"), node.address, name, 2.0, service)
 
     def wait_registered(self, names: Sequence[str], timeout: float = 30.0) -> None:
         """Block until the coordinator lists every name with its current address."""
