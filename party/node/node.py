@@ -717,7 +717,15 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                     if run.engine is None or run.aborted:
                         raise RunAborted(run.reason or f"run {run.run_id} was aborted")
                     # the engine owns the share's reserved bytes now (freed after its comparison)
-                    await self._engine(run, run.engine.receive_share, share, nbytes)
+                    await self._engine(
+                        run,
+                        thread_timed,
+                        run,
+                        "cpu.exchanging.install",
+                        run.engine.receive_share,
+                        share,
+                        nbytes,
+                    )
                 except BaseException:
                     run.shares_seen.discard(share.source)
                     raise
@@ -1041,27 +1049,29 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         common blocks (both modes)."""
         engine = run.engine
         me = self.config.name
-        mine = await self._engine(run, engine.block_digests)
-        await asyncio.gather(
-            *(
-                self._send(
-                    run,
-                    j,
-                    "block digests",
-                    "exchanging",
-                    "PushBlocks",
-                    wire.blocks_to_chunks(
-                        run.ref,
-                        run.index,
-                        mine,
-                        peer_confirmation(
-                            self.secret(), run.run_id, run.digest, me, run.parties[j]
+        with timed(run, "exchanging.digests"):
+            mine = await self._engine(run, engine.block_digests)
+        with timed(run, "exchanging.digests_sent"):  # the peers' come in meanwhile
+            await asyncio.gather(
+                *(
+                    self._send(
+                        run,
+                        j,
+                        "block digests",
+                        "exchanging",
+                        "PushBlocks",
+                        wire.blocks_to_chunks(
+                            run.ref,
+                            run.index,
+                            mine,
+                            peer_confirmation(
+                                self.secret(), run.run_id, run.digest, me, run.parties[j]
+                            ),
                         ),
-                    ),
+                    )
+                    for j in run.others
                 )
-                for j in run.others
             )
-        )
         await self._pause_hook(run, "exchange")
         missing = [run.parties[j] for j in run.others if j not in run.blocks_in]
         if missing:
@@ -1069,7 +1079,8 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             await self._wait_peer(run, run.event("blocks"), what, "exchanging")
         sets = [mine if j == run.index else run.blocks_in[j] for j in range(len(run.parties))]
         # off the event loop: at 1M records the intersection takes seconds (heartbeats must go on)
-        await self._engine(run, lambda: engine.use_common_blocks(engine.common_of(sets)))
+        with timed(run, "exchanging.common"):
+            await self._engine(run, lambda: engine.use_common_blocks(engine.common_of(sets)))
         # the peers' digest sets did their work: free them and the bytes reserved for them (an
         # empty set stays, so a repeated stream is still refused)
         for j in run.others:
@@ -1087,20 +1098,22 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         results as PartyResults chunks (resolved and written by _execute)."""
         engine = run.engine
         await self._exchange_blocks(run)
-        shares = await self._engine(run, engine.outgoing_shares)
-        await asyncio.gather(
-            *(
-                self._send(
-                    run,
-                    s.target,
-                    "segments",
-                    "exchanging",
-                    "PushShare",
-                    wire.share_to_chunks(run.ref, s),
+        with timed(run, "exchanging.shares"):
+            shares = await self._engine(run, engine.outgoing_shares)
+        with timed(run, "exchanging.shares_sent"):  # the peers' come in (and are checked) meanwhile
+            await asyncio.gather(
+                *(
+                    self._send(
+                        run,
+                        s.target,
+                        "segments",
+                        "exchanging",
+                        "PushShare",
+                        wire.share_to_chunks(run.ref, s),
+                    )
+                    for s in shares
                 )
-                for s in shares
             )
-        )
         missing = [run.parties[j] for j in run.others if j not in run.shares_in]
         if missing:
             what = f"segments from {', '.join(missing)}"
@@ -1358,6 +1371,16 @@ def timed(run: Run, key: str) -> Iterator[None]:
         add = run.stage_seconds
         add[key] = add.get(key, 0.0) + time.perf_counter() - t0
         add[f"cpu.{key}"] = add.get(f"cpu.{key}", 0.0) + cpu_seconds() - c0
+
+
+def thread_timed(run: Run, key: str, fn: Callable[..., T], *args: Any) -> T:
+    """``fn(*args)``, adding the CPU seconds of the calling thread meanwhile to
+    ``run.stage_seconds[key]`` (a handler's engine call, without the other threads' CPU)."""
+    c0 = time.thread_time()
+    try:
+        return fn(*args)
+    finally:
+        run.stage_seconds[key] = run.stage_seconds.get(key, 0.0) + time.thread_time() - c0
 
 
 def cpu_seconds() -> float:

@@ -118,6 +118,12 @@ def test_three_parties_any_equals_the_oracle(
         assert got_steps == steps[s.party], s.party
         for step in got_steps:
             assert s.stage_seconds[f"cpu.summing.{step}"] >= 0.0
+        # the exchanging stage's steps (wall and process CPU) and the shares' install (thread CPU)
+        got_steps = {k.split(".", 1)[1] for k in s.stage_seconds if k.startswith("exchanging.")}
+        assert got_steps == {"digests", "digests_sent", "common", "shares", "shares_sent"}
+        for step in got_steps:
+            assert s.stage_seconds[f"cpu.exchanging.{step}"] >= 0.0
+        assert s.stage_seconds["cpu.exchanging.install"] > 0.0
     for name in cluster.parties:
         assert sorted(p.name for p in cluster.result_dir(name, status.run_id).iterdir()) == [
             "matches.csv"
