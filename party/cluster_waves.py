@@ -12,7 +12,9 @@ the CSV bytes they were given so far, so every lane gets the same share):
    to one owner: a lane whose memo has it already, or (a new value two or more lanes hold)
    one of its holders picked by its hash (so the shares are even). The owners compute the
    memo entries (``routed_sight_task``) and send each holder lacking them just its part,
-   which it installs with its next range: a lane gets only the entries of values it meets. A
+   which it installs with its next range: a lane gets only the entries of values it meets
+   (in a file of the job's tmpfs folder, so they never pass through Dask and the node; a
+   column's units share one list of values: pickled once, looked up once). A
    new value only one lane holds is computed by that lane while it encodes and never travels,
    unless another lane meets it in a later wave;
 3. every lane encodes its ranges of the wave (``parallel.encode_held_task``) and hands the
@@ -27,6 +29,8 @@ record-id checks, the first error); at most two waves of ranges are held or in f
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pickle
 import time
 from collections.abc import Iterator
@@ -45,6 +49,7 @@ from party.encoding.parallel import (
     _RangeLanes,
     _worker_encoder,
     _worker_name,
+    encode_held_task,
     stop_tasks,
 )
 
@@ -53,16 +58,23 @@ _NO_HASHES = np.zeros(0, dtype=np.uint64)
 
 
 def routed_sight_task(
-    work: dict[Unit, RawValues], dests: dict[str, np.ndarray], spec: EncoderSpec, column_of: Any
-) -> tuple[dict[int, bytes], dict[Unit, tuple[int, float]], str, float]:
+    work: dict[Unit, RawValues],
+    dests: dict[str, np.ndarray],
+    spec: EncoderSpec,
+    column_of: Any,
+    files: str | None = None,
+) -> tuple[dict[int, bytes | str], dict[Unit, tuple[int, float]], str, float]:
     """Runs in a lane: the memo entries of one share of first-sight work (``compute_entries``:
     left in this lane's memo tables too), cut per destination lane (bit d of ``dests[column]``,
     aligned with the column's values in ``work``: lane d gets the value) and pickled once per
-    lane; also the CPU seconds per unit, the lane's name and the task's CPU seconds. Entries
-    are only a speed-up: if computing them fails, none are sent and each lane's batch reports
-    the problem in input order."""
+    lane; also the CPU seconds per unit, the lane's name and the task's CPU seconds. With
+    ``files`` (a path prefix on tmpfs: the lanes share this machine) each lane's part is
+    written to the file ``files.<lane>`` and its path returned instead of the bytes, so the
+    entries never travel through Dask (``_entries_file``). Entries are only a speed-up: if
+    computing them fails, none are sent and each lane's batch reports the problem in input
+    order."""
     c0 = time.process_time()
-    blobs: dict[int, bytes] = {}
+    blobs: dict[int, bytes | str] = {}
     with _WORKER_LOCK:
         try:
             entries = compute_entries(_worker_encoder(spec), work)
@@ -72,8 +84,56 @@ def routed_sight_task(
         for d in range(int(lanes).bit_length()):
             part = _entries_for(entries, dests, column_of, np.uint64(1 << d))
             if len(part):
-                blobs[d] = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+                blob = pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL)
+                blobs[d] = blob if files is None else _entries_file(blob, f"{files}.{d}")
     return blobs, entries.seconds, _worker_name(), time.process_time() - c0
+
+
+def _entries_file(blob: bytes, path: str) -> bytes | str:
+    """In a lane: ``blob`` written to the new file ``path`` (tmpfs), and the path; the blob
+    itself if the file cannot be written (tmpfs full)."""
+    try:
+        with open(path, "xb") as fh:
+            fh.write(blob)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return blob
+    return path
+
+
+def _entries_of(entries: list[bytes | str]) -> list[bytes]:
+    """In a lane: the pickled entries, those handed over in files (``_entries_file``) read and
+    the files removed; a file that cannot be read is left out (its entries are computed again
+    where they are needed: the same records)."""
+    out: list[bytes] = []
+    for blob in entries:
+        if isinstance(blob, bytes):
+            out.append(blob)
+            continue
+        with contextlib.suppress(OSError):
+            with open(blob, "rb") as fh:
+                out.append(fh.read())
+            os.unlink(blob)
+    return out
+
+
+def wave_encode_task(
+    spec: EncoderSpec,
+    key: int,
+    first_row: int,
+    entries: list[bytes | str],
+    source: str,
+    id_column: str | None,
+    out_dir: str | None,
+) -> tuple[Any, str, float]:
+    """Runs in a lane: ``parallel.encode_held_task`` with the entries handed over in files read
+    first (``_entries_of``); its CPU seconds include the reading."""
+    c0 = time.process_time()
+    result, worker, _ = encode_held_task(
+        spec, key, first_row, _entries_of(entries), source, id_column, out_dir
+    )
+    return result, worker, time.process_time() - c0
 
 
 def _entries_for(
@@ -81,28 +141,35 @@ def _entries_for(
 ) -> SightEntries:
     """The entries of the values whose destination mask has ``bit``. A part memo's entry whose
     values are not aligned with its column's (invalid UTF-8 left out) goes whole to every
-    destination of the column: an extra entry is identical to the one it replaces."""
+    destination of the column: an extra entry is identical to the one it replaces. The units
+    of a column that share one list of values (``compute_entries``) share one list of the
+    values picked: pickled once, and looked up once where they are installed
+    (``blocking._ColumnIds.of`` reuses the ids of the list it was last given)."""
     out = SightEntries()
+    cut: dict[tuple[str, int], tuple[np.ndarray, list[str]]] = {}
+
+    def pick(column: str, vals: list[str]) -> tuple[np.ndarray, list[str]]:
+        got = cut.get((column, id(vals)))
+        if got is None:
+            sel = (dests[column] & bit) != 0
+            mine = [v for v, keep in zip(vals, sel.tolist(), strict=True) if keep]
+            got = cut[(column, id(vals))] = (sel, mine)
+        return got
+
     for name, (vals, codes, rows) in entries.filters.items():
-        sel = (dests[column_of[("filter", name)]] & bit) != 0
-        if sel.any():
-            out.filters[name] = (
-                [v for v, keep in zip(vals, sel.tolist(), strict=True) if keep],
-                codes[sel],
-                rows[sel[codes > 0]],
-            )
+        sel, mine = pick(column_of[("filter", name)], vals)
+        if mine:
+            out.filters[name] = (mine, codes[sel], rows[sel[codes > 0]])
     for m, (vals, blocks) in entries.parts.items():
-        mask = dests[column_of[("part", m)]]
+        column = column_of[("part", m)]
+        mask = dests[column]
         if len(vals) != mask.size:  # some values left out: all of it, to every destination
             if (np.bitwise_or.reduce(mask) & bit) != 0:
                 out.parts[m] = (vals, blocks)
             continue
-        sel = (mask & bit) != 0
-        if sel.any():
-            out.parts[m] = (
-                [v for v, keep in zip(vals, sel.tolist(), strict=True) if keep],
-                blocks[sel],
-            )
+        sel, mine = pick(column, vals)
+        if mine:
+            out.parts[m] = (mine, blocks[sel])
     return out
 
 
@@ -129,6 +196,9 @@ class WaveLanes(_RangeLanes):
         # per lane of the last plan: column -> destination lanes (bits) of its share's values
         self.dests: list[dict[str, np.ndarray]] = []
         self.ranges: list[CsvRange] = []
+        # per lane: entries not yet sent to it, pickled (bytes) or in a file on tmpfs (path)
+        self.handed: list[list[bytes | str]] = [[] for _ in self.lanes]
+        self.waves = 0  # waves whose first sight was computed (names the entries' files)
 
     def _scanned(
         self, scans: list[tuple[int, int, Future[Any]]], row: int
@@ -227,13 +297,24 @@ class WaveLanes(_RangeLanes):
 
     def _sight(self, done: list[_Scanned]) -> None:
         """Compute the wave's shared first sight on the lanes and queue each lane's part of
-        the entries for it (waits for all of it: the wave's ranges are encoded after)."""
+        the entries for it (waits for all of it: the wave's ranges are encoded after). With
+        the job's tmpfs folder, the parts go from lane to lane in files of it."""
         shares = self.plan(done)
+        self.waves += 1
         sight = [
-            lane.submit(routed_sight_task, share, dests, self.spec, self.planner.units)
+            lane.submit(
+                routed_sight_task,
+                share,
+                dests,
+                self.spec,
+                self.planner.units,
+                None if self.out_dir is None else os.path.join(self.out_dir, f"s{self.waves}.{w}"),
+            )
             if share
             else None
-            for lane, share, dests in zip(self.lanes, shares, self.dests, strict=True)
+            for w, (lane, share, dests) in enumerate(
+                zip(self.lanes, shares, self.dests, strict=True)
+            )
         ]
         for fut in sight:
             if fut is None:
@@ -243,7 +324,16 @@ class WaveLanes(_RangeLanes):
             if self.stats is not None:
                 self.stats.add(worker, cpu, first_sight=True)
             for d, blob in blobs.items():
-                self.outbox[d].append(blob)
+                self.handed[d].append(blob)
+
+    def _encode_range(
+        self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
+    ) -> None:
+        """Encode range ``key`` on lane ``w`` with the entries handed to it (``sight``: empty,
+        first sight is computed per wave by ``_sight``)."""
+        entries, self.handed[w] = self.handed[w], []
+        args = (self.spec, key, first_row, entries, self.source, self.id_column, self.out_dir)
+        self.results.append(self.lanes[w].submit(wave_encode_task, *args))
 
     def run_ranges(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
         """Results in input order; raises ``NotSplittable`` (the caller starts again the exact

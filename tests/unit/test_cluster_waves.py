@@ -9,11 +9,17 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from party.cluster_waves import WaveLanes
+from party.cluster_waves import WaveLanes, _entries_for, _entries_of, routed_sight_task
 from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder
-from party.encoding.first_sight import value_hashes
-from party.encoding.parallel import EncoderSpec, ParallelStats, encode_csv_parallel, start_lanes
+from party.encoding.first_sight import compute_entries, sight_units, value_hashes
+from party.encoding.parallel import (
+    EncoderSpec,
+    ParallelStats,
+    encode_csv_parallel,
+    forget_task,
+    start_lanes,
+)
 from tests.unit.encoding.test_parallel import (
     SECRET,
     _first_error,
@@ -219,3 +225,79 @@ def test_quotes_late_in_the_file_start_again_the_exact_way(tmp_path, small_range
     got = _waves(path, lanes, id_column="rec_id", progress=ticks.append)
     _same(ref[0], got[0])
     assert sum(ticks) == 3000
+
+
+def _share(encoder: Encoder, values: dict[str, list[bytes]]) -> tuple[dict[Any, Any], Any]:
+    """A first-sight share of every unit of the given columns (one array per column, as
+    ``WaveLanes.plan`` makes them), and the units' columns."""
+    units = sight_units(encoder)
+    arrays = {c: pa.array(v, type=pa.binary()) for c, v in values.items()}
+    work = {u: arrays[c] for u, c in units.items() if c in values}
+    return work, units
+
+
+def test_entries_cut_per_lane_share_one_list_per_column():
+    """Each destination gets the entries of exactly the values whose mask has its bit (checked
+    against the entries computed whole), and a column's units share one list of values."""
+    schema = _shipped_schema()
+    encoder = Encoder(schema, SECRET)
+    names = [b"smith", b"jones", b"brown", b"", b"lee"]
+    streets = [b"1 high st", b"22 low rd", b"3 mid ave"]
+    work, units = _share(encoder, {"surname": names, "street_address": streets})
+    whole = compute_entries(Encoder(schema, SECRET), work)
+    dests = {
+        "surname": np.array([0b011, 0b100, 0, 0b110, 0b001], dtype=np.uint64),
+        "street_address": np.array([0b100, 0b100, 0b010], dtype=np.uint64),
+    }
+    for d in range(3):
+        part = _entries_for(whole, dests, units, np.uint64(1 << d))
+        lists: dict[str, set[int]] = {}
+        for name, (vals, codes, rows) in whole.filters.items():
+            column = units[("filter", name)]
+            keep = [i for i, m in enumerate(dests[column].tolist()) if m >> d & 1]
+            if not keep:
+                assert name not in part.filters
+                continue
+            got_vals, got_codes, got_rows = part.filters[name]
+            assert got_vals == [vals[i] for i in keep]
+            assert got_codes.tolist() == [codes[i] for i in keep]
+            with_rows = [i for i in keep if codes[i] > 0]
+            expect = rows[[int((codes[: i + 1] > 0).sum()) - 1 for i in with_rows]]
+            assert np.array_equal(got_rows, expect.reshape(-1, rows.shape[1]))
+            lists.setdefault(column, set()).add(id(got_vals))
+        for m, (vals, blocks) in whole.parts.items():
+            column = units[("part", m)]
+            keep = [i for i, mask in enumerate(dests[column].tolist()) if mask >> d & 1]
+            if not keep:
+                assert m not in part.parts
+                continue
+            got_vals, got_blocks = part.parts[m]
+            assert got_vals == [vals[i] for i in keep]
+            assert np.array_equal(got_blocks, blocks[keep])
+            lists.setdefault(column, set()).add(id(got_vals))
+        assert all(len(ids) == 1 for ids in lists.values()), lists  # one list per column
+        assert set(lists) == {c for c, mask in dests.items() if (mask >> np.uint64(d) & 1).any()}
+
+
+def test_entries_go_from_lane_to_lane_in_files(tmp_path):
+    """With a path prefix the routed entries are written to files (one per destination), read
+    back and removed by the encoding lane; the same bytes as when they travel as messages.
+    Where the file cannot be written, the bytes themselves."""
+    schema = _shipped_schema()
+    spec = EncoderSpec(schema, SECRET, "files")
+    work, units = _share(Encoder(schema, SECRET), {"surname": [b"smith", b"jones", b"lee"]})
+    dests = {"surname": np.array([0b10, 0b110, 0b100], dtype=np.uint64)}
+    try:
+        sent, _, _, _ = routed_sight_task(work, dests, spec, units)
+        forget_task(spec.token)
+        filed, _, _, _ = routed_sight_task(work, dests, spec, units, str(tmp_path / "s1.0"))
+        forget_task(spec.token)
+        failed, _, _, _ = routed_sight_task(work, dests, spec, units, str(tmp_path / "no/s1.0"))
+    finally:
+        forget_task(spec.token)
+    assert sorted(sent) == sorted(filed) == sorted(failed) == [1, 2]
+    assert filed == {d: str(tmp_path / f"s1.0.{d}") for d in (1, 2)}
+    assert failed == sent  # no such folder: the bytes instead
+    got = _entries_of([filed[1], str(tmp_path / "gone"), filed[2], sent[1]])
+    assert got == [sent[1], sent[2], sent[1]]  # a file that cannot be read is left out
+    assert not list(tmp_path.iterdir())  # read files are removed
