@@ -585,3 +585,54 @@ def csr_keys(
             if lo <= b < hi and _first_of_block(pos, r, c, rows_sorted):
                 out[k] = (np.int64(b) << 32) | low
                 k += 1
+
+
+@jit
+def range_entries(pos: np.ndarray, lo: int, hi: int) -> int:
+    """How many entries of an (n, B) position matrix name a block in [lo, hi) (a row's repeats of
+    a block included)."""
+    n, width = pos.shape
+    k = 0
+    for r in range(n):
+        for c in range(width):
+            b = pos[r, c]
+            if lo <= b < hi:
+                k += 1
+    return k
+
+
+@jit
+def range_entry_keys(pos: np.ndarray, lo: int, hi: int, out: np.ndarray) -> None:
+    """Write ``b << 32 | r`` (int64) for every entry b in [lo, hi) of row r of an (n, B) position
+    matrix to ``out``, row after row (as many as ``range_entries`` counts; rows in any order
+    within a row): sorted, they list the range's blocks' rows in row order, a row's repeats of a
+    block next to each other."""
+    n, width = pos.shape
+    k = 0
+    for r in range(n):
+        for c in range(width):
+            b = pos[r, c]
+            if lo <= b < hi:
+                out[k] = (np.int64(b) << 32) | np.int64(r)
+                k += 1
+
+
+@jit
+def rows_of_sorted_keys(keys: np.ndarray, lo: int, hi: int, base: int, starts: np.ndarray) -> int:
+    """From the sorted ``range_entry_keys`` of blocks [lo, hi): each distinct key's row (its low 32
+    bits) written over the keys from the front, a repeated key once; starts[b] = base + where
+    block b's rows begin, for b in [lo, hi). Returns how many rows (keys.size when none repeats)."""
+    m = keys.shape[0]
+    w = 0
+    j = 0
+    prev = np.int64(-1)
+    for b in range(lo, hi):
+        starts[b] = base + w
+        while j < m and (keys[j] >> 32) == b:
+            x = keys[j]
+            if x != prev:
+                keys[w] = x & 0xFFFFFFFF
+                w += 1
+            prev = x
+            j += 1
+    return w

@@ -45,7 +45,8 @@ LOW = np.uint64(0xFFFFFFFF)
 @jit
 def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-untyped-def]
     """out[r] = the candidate pairs of a's row r (r in [lo, hi)) with b, counted once per whole
-    block (``check``: look ``whole`` up, else every block is whole)."""
+    block (``check``: look ``whole`` up, else every block is whole); a row's blocks in any
+    order."""
     width = pos_a.shape[1]
     for r in range(lo, hi):
         if r + PREFETCH_ROWS < hi:
@@ -54,15 +55,17 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
                 if x >= 0:
                     _prefetch_row(starts_b, x)  # type: ignore[call-arg]
         total = 0
-        last = -1
         for i in range(width):
             x = pos_a[r, i]
-            if x < 0 or x == last:
+            if x < 0 or (check and not whole[x]):
                 continue
-            last = x
-            if check and not whole[x]:
-                continue
-            total += starts_b[x + 1] - starts_b[x]
+            repeat = False
+            for e in range(i):  # a row's blocks in any order: a repeat counts once
+                if pos_a[r, e] == x:
+                    repeat = True
+                    break
+            if not repeat:
+                total += starts_b[x + 1] - starts_b[x]
         out[r] = total
 
 
@@ -252,12 +255,34 @@ def plan_pairs(starts_a: np.ndarray, starts_b: np.ndarray, cap: int):  # type: i
 
 
 @jit
-def pair_counts(counts_a: np.ndarray, counts_b: np.ndarray):  # type: ignore[no-untyped-def]
-    """(pairs of every block, pairs of the largest block) from two parties' rows per block."""
+def pair_counts(starts_a: np.ndarray, starts_b: np.ndarray):  # type: ignore[no-untyped-def]
+    """(pairs of every block, pairs of the largest block) from two parties' CSR block starts."""
     total = 0
     largest = 0
-    for b in range(counts_a.shape[0]):
-        pairs = int(counts_a[b]) * int(counts_b[b])
+    for b in range(starts_a.shape[0] - 1):
+        pairs = (starts_a[b + 1] - starts_a[b]) * (starts_b[b + 1] - starts_b[b])
         total += pairs
         largest = max(largest, pairs)
     return total, largest
+
+
+@jit
+def merge_partner_rows(rows, at, col):  # type: ignore[no-untyped-def]
+    """Ring rows of party a's pairs with several partners in the survivor store's order: run r
+    (rows[at[r]:at[r + 1]], the kept rows of a and its r-th partner, partners increasing) is in
+    order of (a's pseudonym in column ``col``, the partner's); merged by a's pseudonym, ties by
+    partner decreasing (a row with 0 in a column sorts before one with a pseudonym there), each
+    run's order kept. Rows in lexicographic order when the runs are (one pass, no sort)."""
+    runs = at.shape[0] - 1
+    heads = at[:-1].copy()
+    out = np.empty_like(rows)
+    for i in range(rows.shape[0]):
+        best = -1
+        for r in range(runs - 1, -1, -1):  # later partners first among equal pseudonyms
+            if heads[r] < at[r + 1] and (best < 0 or rows[heads[r], col] < rows[heads[best], col]):
+                best = r
+        j = heads[best]
+        for c in range(rows.shape[1]):
+            out[i, c] = rows[j, c]
+        heads[best] = j + 1
+    return out

@@ -34,9 +34,9 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import pair_counts
+from party.protocol._numba_pairs import merge_partner_rows, pair_counts
 from party.protocol.any_driver import GroupRow
-from party.protocol.blocks import BlockIndex, block_counts, block_index_at, shared_blocks
+from party.protocol.blocks import row_block_index, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
 from party.protocol.components import solve_streamed
 from party.protocol.engine import ComparisonStats, PartyEngine
@@ -95,6 +95,22 @@ def group_results(rows: np.ndarray, party: int) -> GroupResults:
     )
 
 
+def _merged(runs: list[list[np.ndarray]], a: int, parties: int) -> np.ndarray:
+    """Party a's kept rows with its partners (``runs[k]``: with party a + 1 + k, in order) in the
+    store's order (``merge_partner_rows``); empties ``runs``."""
+    sizes = [sum(int(x.shape[0]) for x in run) for run in runs]
+    if sum(1 for size in sizes if size) <= 1:  # one partner's rows: in order already
+        parts = [x for run in runs for x in run]
+        runs.clear()
+        if not parts:
+            return np.zeros((0, parties + 1), dtype=np.uint64)
+        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+    rows = np.concatenate([x for run in runs for x in run])
+    runs.clear()
+    at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+    return merge_partner_rows(rows, at, a)  # type: ignore[no-any-return]
+
+
 class PairEngine(PartyEngine):
     """PartyEngine for target "any" (see the module docstring)."""
 
@@ -137,39 +153,25 @@ class PairEngine(PartyEngine):
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
 
         n = int(common.size)
-        # each record's block positions sorted in place (shorter scans, the canonical-block rule)
         sides = [
-            pair_side(j, pseud[j], segs[j], self._positions[j], self.workers) for j in range(p)
+            pair_side(j, pseud[j], segs[j], self._positions[j], self.workers, sort=False)
+            for j in range(p)
         ]
-        counts = [block_counts(sd.positions, n, self.workers, rows_sorted=True) for sd in sides]
-        indexes: dict[int, BlockIndex] = {}
+        # every party's records by the run's blocks (their positions, found when the shares
+        # arrived; rows in pseudonym order), each built once: a block two parties do not share
+        # holds no pair of theirs
+        indexes = [row_block_index(sd.positions, n, self.workers) for sd in sides]
 
         def plan_of(a: int, b: int) -> PairPlan:
-            # the two parties' records by the run's blocks (their positions, found when the
-            # shares arrived): a block the two do not share holds no pair. At most two parties'
-            # indexes are held: the pairs (a, b) come in lexicographic order, so a's is reused.
-            for j in [j for j in indexes if j not in (a, b)]:
-                del indexes[j]
-            for j in (a, b):
-                if j not in indexes:
-                    indexes[j] = block_index_at(
-                        sides[j].positions,
-                        n,
-                        keys=pseud[j],
-                        workers=self.workers,
-                        rows_sorted=True,
-                        counts=counts[j],
-                    )
             return PairPlan.from_indexes(indexes[a], indexes[b], cap)
 
-        # the pairs per block from the counts; with a cap, the sub-blocks from the plans
+        # the pairs per block from the indexes; with a cap, the sub-blocks from the plans
         plan_bytes = 0
         for a, b in party_pairs(p):
-            members = int(counts[a].sum(dtype=np.int64)) + int(counts[b].sum(dtype=np.int64))
-            # 2 indexes, whole blocks, the running sum of a's rows' pairs (kept_pairs)
-            plan_bytes = max(plan_bytes, 8 * members + 17 * (n + 1) + 8 * int(pseud[a].size))
+            # whole blocks, the running sum of a's rows' pairs (kept_pairs)
+            plan_bytes = max(plan_bytes, (n + 1) + 8 * int(pseud[a].size))
             if cap is None:
-                pairs, largest = pair_counts(counts[a], counts[b])
+                pairs, largest = pair_counts(indexes[a].starts, indexes[b].starts)
                 stats.candidate_sets += int(pairs)
                 stats.candidate_sets_uncapped += int(pairs)
                 stats.largest_block_sets = max(stats.largest_block_sets, int(largest))
@@ -180,7 +182,8 @@ class PairEngine(PartyEngine):
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
             del plan
         total = stats.candidate_sets
-        budget = max(0, self.working_budget() - plan_bytes - sum(int(c.nbytes) for c in counts))
+        held = sum(int(ix.rows.nbytes) + int(ix.starts.nbytes) for ix in indexes)
+        budget = max(0, self.working_budget() - plan_bytes - held)
         # a piece of the compiled path holds at most one kept row per pair, in a quarter of what
         # the working budget leaves beside one plan (a sub-block, at most cap^2 pairs, is one piece)
         piece = max(4096, budget // 4 // (8 * (p + 1)))
@@ -189,40 +192,71 @@ class PairEngine(PartyEngine):
         done = kept_total = 0
         if progress is not None:
             progress(0, total)
+        # Party a's kept rows with each partner b come in order of (a's pseudonym, b's); merged
+        # (``merge_partner_rows``), a's partners' rows are in the store's order, and with the
+        # parties a from last to first (a row whose first pseudonym is in a later column sorts
+        # first) every append continues that order: the store keeps them without a sort. The
+        # rows wait for the merge on the memory gauge; refused (or with sub-blocks, whose pairs
+        # may repeat a whole block's), they go to the store as they come, which sorts them.
+        merging = cap is None
+        waiting = 0  # gauge bytes of the rows waiting for their merge
         try:
-            for a, b in party_pairs(p):
-                plan = plan_of(a, b)
-                for found, pairs, kept in plan.kept_pairs(
-                    sides[a], sides[b], p, table, piece, self.workers, cancel
-                ):
-                    for rows in found:
-                        store.append(rows)
-                    kept_total += kept
-                    done += pairs
-                    if progress is not None:
-                        progress(done, total)
-                for rows in plan.sub_block_pairs():
-                    if cancel is not None and cancel.is_set():
-                        raise ComparisonCancelled("comparison cancelled")
-                    c, keep = segment_pair_counts(
-                        segs[a], segs[b], rows, self.params.segment_threshold
-                    )
-                    rows = rows[keep]
-                    out = np.zeros((rows.shape[0], p + 1), dtype=np.uint64)
-                    out[:, a] = pseud[a][rows[:, 0]]
-                    out[:, b] = pseud[b][rows[:, 1]]
-                    out[:, p] = c[keep]
-                    store.append(out)
-                    kept_total += int(rows.shape[0])
-                    done += int(keep.size)
-                    if progress is not None:
-                        progress(done, total)
+            for a in range(p - 2, -1, -1):
+                runs: list[list[np.ndarray]] = []  # a's kept rows per partner, b increasing
+                for b in range(a + 1, p):
+                    plan = plan_of(a, b)
+                    runs.append([])
+                    for found, pairs, kept in plan.kept_pairs(
+                        sides[a], sides[b], p, table, piece, self.workers, cancel
+                    ):
+                        for rows in found:
+                            # the rows and their merged copy
+                            if merging and self._gauge.try_reserve(2 * int(rows.nbytes)):
+                                waiting += 2 * int(rows.nbytes)
+                                runs[-1].append(rows)
+                                continue
+                            if merging:  # no room to wait: the store sorts
+                                merging = False
+                                for part in (r for run in runs for r in run):
+                                    store.append(part)
+                                runs = [[]]
+                                self._gauge.release(waiting)
+                                waiting = 0
+                            store.append(rows)
+                        kept_total += kept
+                        done += pairs
+                        if progress is not None:
+                            progress(done, total)
+                    for rows in plan.sub_block_pairs():
+                        if cancel is not None and cancel.is_set():
+                            raise ComparisonCancelled("comparison cancelled")
+                        c, keep = segment_pair_counts(
+                            segs[a], segs[b], rows, self.params.segment_threshold
+                        )
+                        rows = rows[keep]
+                        out = np.zeros((rows.shape[0], p + 1), dtype=np.uint64)
+                        out[:, a] = pseud[a][rows[:, 0]]
+                        out[:, b] = pseud[b][rows[:, 1]]
+                        out[:, p] = c[keep]
+                        store.append(out)
+                        kept_total += int(rows.shape[0])
+                        done += int(keep.size)
+                        if progress is not None:
+                            progress(done, total)
+                if merging:
+                    merged = _merged(runs, a, p)
+                    self._gauge.release(waiting)  # the store reserves what it keeps
+                    waiting = 0
+                    if merged.shape[0]:
+                        store.append(merged)
+                    del merged
         except BaseException:
+            self._gauge.release(waiting)
             store.close()
             raise
         stats.survivors_with_duplicates = kept_total
-        for held in (segs, sides, indexes):  # the survivors' sort gets their memory
-            held.clear()
+        for inputs in (segs, sides, indexes):  # the survivors' sort gets their memory
+            inputs.clear()
         return self._finish_compare(store, stats, t0, "pairs")
 
     # ----------------------------------------------------------------- ring

@@ -58,15 +58,25 @@ class PairSide:
     keys: np.ndarray  # (n,) uint64 pseudonyms
     segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
     pops: np.ndarray  # (n,) int64 popcounts of those segments
-    positions: np.ndarray  # (n, B) int32 common-block positions, each row sorted (-1 first)
+    positions: np.ndarray  # (n, B) int32 common-block positions (-1: none)
 
 
 def pair_side(
-    column: int, keys: np.ndarray, segments: np.ndarray, positions: np.ndarray, workers: int = 1
+    column: int,
+    keys: np.ndarray,
+    segments: np.ndarray,
+    positions: np.ndarray,
+    workers: int = 1,
+    sort: bool = True,
 ) -> PairSide:
-    """A PairSide; sorts each row of ``positions`` in place (a block index does not depend on the
-    order within a row) unless the array is read-only (then a sorted copy)."""
-    pos = sort_position_rows(positions, workers)
+    """A PairSide; ``sort``: sorts each row of ``positions`` in place (for ``block_index_at``'s
+    ``rows_sorted``; a block index does not depend on the order within a row) unless the array is
+    read-only (then a sorted copy). ``row_block_index`` and the pair kernel take rows in any
+    order."""
+    if sort:
+        pos = sort_position_rows(positions, workers)
+    else:
+        pos = np.ascontiguousarray(positions, dtype=np.int32)
     segs = np.ascontiguousarray(segments, dtype=np.uint64)
     return PairSide(column, np.ascontiguousarray(keys, np.uint64), segs, popcount_rows(segs), pos)
 

@@ -15,6 +15,7 @@ from party.protocol.blocks import (
     block_index_at,
     common_blocks,
     lookup_digests,
+    row_block_index,
 )
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
@@ -44,6 +45,40 @@ def _check(digests: np.ndarray, common: np.ndarray, keys: np.ndarray | None) -> 
                 np.sort(positions, axis=1), common.size, keys, workers, rows_sorted=True
             )
             assert [ix.members(b).tolist() for b in range(common.size)] == want
+            if keys is None:  # rows in row order, each row's positions in any order
+                ix = row_block_index(positions, common.size, workers)
+                assert ix.starts.shape == (common.size + 1,) and ix.rows.dtype == np.int64
+                assert [ix.members(b).tolist() for b in range(common.size)] == want
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_row_block_index_equals_oracle_with_repeats_in_one_range(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``row_block_index`` against the plain oracle: rows naming a block twice (not next to each
+    other) in the first, a middle or the last thread's range of blocks or in none, blocks without
+    rows, rows without blocks, positions unsorted within a row; 1-4 threads."""
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)
+    rng = np.random.default_rng(100 + seed)
+    n, width, blocks = 400, 5, 60
+    pos = rng.integers(-1, blocks, size=(n, width)).astype(np.int32)
+    pos[::7] = -1
+    repeat = [None, 0, blocks // 2, blocks - 1][seed]
+    pos[:, 0] = np.where(pos[:, 0] == repeat, -1, pos[:, 0])
+    pos[:, 4] = np.where(pos[:, 4] == repeat, -1, pos[:, 4])
+    if repeat is not None:
+        pos[3, 0] = pos[3, 4] = repeat  # one row repeats one block
+        pos[5, 4] = pos[5, 1] = repeat
+    members: list[list[int]] = [[] for _ in range(blocks)]
+    for r in range(n):
+        for b in sorted({int(v) for v in pos[r] if v >= 0}):
+            members[b].append(r)
+    for workers in (1, 2, 3, 4):
+        ix = row_block_index(pos, blocks, workers)
+        assert ix.starts[0] == 0 and ix.starts[-1] == ix.rows.size
+        assert [ix.members(b).tolist() for b in range(blocks)] == members
+    empty = row_block_index(np.full((0, 3), -1, np.int32), 5, 2)
+    assert empty.starts.tolist() == [0] * 6 and empty.rows.size == 0
 
 
 @pytest.mark.parametrize("seed", range(6))

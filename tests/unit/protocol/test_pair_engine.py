@@ -303,3 +303,57 @@ def test_pseudonym_tables_and_binary_search_give_the_same_ring() -> None:
         for e in engines:
             e.close()
     assert runs[0] == runs[1] and runs[0][0], "the same matched pairs and Dice, and some"
+
+
+def _survivor_rows(engine) -> np.ndarray:  # type: ignore[no-untyped-def]
+    parts = list(engine._survivors.chunks(1 << 16))
+    return np.concatenate(parts) if parts else np.zeros((0, engine.parties + 1), np.uint64)
+
+
+@pytest.mark.parametrize("p", [2, 4])
+def test_survivors_merged_in_order_equal_the_sorted_store(p: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The kept rows of each party with its partners, merged into the store's order (no sort at
+    the end), equal the rows the store sorts when the merge gets no memory to wait in (the gauge
+    refuses everything: rows appended as they come, spilled, merged from disk)."""
+    import random
+
+    from party.protocol.pair_engine import PairEngine
+    from party.protocol.spill import LocalGauge
+
+    tables = subset_tables(21 + p, p, 200, 0.05)
+    prm = params(p, segment_threshold=0.5)
+
+    def engines(refuse: bool) -> list[PairEngine]:
+        rng = random.Random(5)  # the same pseudonyms in both runs
+        es = [
+            PairEngine(i, prm, t, random_bytes=rng.randbytes, spill_dir=tmp_path)
+            for i, t in enumerate(tables)
+        ]
+        common = es[0].common_of([e.block_digests() for e in es])
+        for e in es:
+            e.set_common_blocks(common)
+        for e in es:
+            for share in e.outgoing_shares():
+                es[share.target].receive_share(share)
+        for e in es:
+            if refuse:
+                e._gauge = LocalGauge(0)  # grants nothing: every row spills
+            e.compare()
+        return es
+
+    merged, sorted_ = engines(False), engines(True)
+    for x, y in zip(merged, sorted_, strict=True):
+        rows = _survivor_rows(x)
+        assert x._survivors is not None and y._survivors is not None
+        assert x._survivors.ordered and not x._survivors.spilled  # kept without a sort
+        assert y._survivors.spilled
+        assert rows.shape[0] > 0 and np.array_equal(rows, _survivor_rows(y))
+        assert [tuple(r) for r in rows[:, :p].tolist()] == sorted(
+            {tuple(r) for r in rows[:, :p].tolist()}
+        )
+        assert x.comparison_stats is not None and y.comparison_stats is not None
+        assert x.comparison_stats.survivors_with_duplicates == (
+            y.comparison_stats.survivors_with_duplicates
+        )
+        x.close()
+        y.close()

@@ -226,8 +226,9 @@ def test_row_visits_equal_a_plain_count(check: bool) -> None:
     pos = rng.integers(-1, blocks, size=(300, width)).astype(np.int32)
     pos[::9] = -1  # empty rows
     pos[1::9] = rng.integers(0, 3, size=(pos[1::9].shape[0], width))  # repeats within a row
-    pos[2::9, 3] = pos[2::9, 1]
-    pos.sort(axis=1)
+    pos[2::9, 3] = pos[2::9, 1]  # a repeat not next to the first (rows in any order)
+    if check:
+        pos.sort(axis=1)
     sizes_b = rng.integers(0, 4, size=blocks)
     starts_b = np.concatenate([[0], np.cumsum(sizes_b)]).astype(np.int64)
     whole = rng.random(blocks) < (0.7 if check else 2.0)
@@ -343,3 +344,30 @@ def test_kept_of_runs_merges_runs_and_counts_repeats_across_them() -> None:
 def popcount_rows_plain(segs: np.ndarray) -> np.ndarray:
     """Each row's 1-bits, plain Python."""
     return np.array([sum(bin(int(w)).count("1") for w in row) for row in segs], dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_merge_partner_rows_equals_a_plain_sort(seed: int) -> None:
+    """A party's kept rows with several partners (runs in partner order, each sorted by the
+    party's then the partner's pseudonym), merged: the rows in plain lexicographic order. Equal
+    pseudonyms of the party across runs and within one, empty runs, one run."""
+    from party.protocol._numba_pairs import merge_partner_rows
+
+    rng = np.random.default_rng(40 + seed)
+    parties = 5
+    a = int(rng.integers(0, parties - 1))
+    runs = []
+    for b in range(a + 1, parties):
+        m = int(rng.integers(0, 30)) if seed else (0 if b % 2 else 25)
+        run = np.zeros((m, parties + 1), dtype=np.uint64)
+        run[:, a] = rng.integers(1, 12, m)  # few values: ties across runs
+        run[:, b] = rng.integers(1, 2**64 - 1, m, dtype=np.uint64)
+        run[:, parties] = rng.integers(0, 99, m)
+        runs.append(run[np.lexsort((run[:, b], run[:, a]))])
+    rows = np.concatenate(runs)
+    at = np.concatenate([[0], np.cumsum([r.shape[0] for r in runs])]).astype(np.int64)
+    got = merge_partner_rows(rows, at, a)
+    want = sorted(tuple(r) for r in rows.tolist())
+    assert [tuple(r) for r in got.tolist()] == want
+    one = merge_partner_rows(runs[-1], np.array([0, runs[-1].shape[0]], np.int64), a)
+    assert np.array_equal(one, runs[-1])
