@@ -229,14 +229,19 @@ class GatedLane(Executor):
 class WorkerUsage:
     """One worker process: CPU seconds of all its threads and of those that ran tasks (the rest
     is Dask's event loop: receiving arguments, sending results, heartbeats, monitors), and its
-    peak resident memory in bytes. ``after - before``: the CPU in between, the later peak."""
+    peak resident memory in bytes. ``after - before``: the CPU in between, the later peak, and
+    in ``start`` the process's CPU from its start to ``before`` (its start-up: interpreter,
+    imports, numba loops, joining the cluster, for a reading taken before its first task)."""
 
     process: float
     tasks: float
     peak_rss: int = 0
+    start: float = 0.0
 
     def __sub__(self, other: WorkerUsage) -> WorkerUsage:
-        return WorkerUsage(self.process - other.process, self.tasks - other.tasks, self.peak_rss)
+        return WorkerUsage(
+            self.process - other.process, self.tasks - other.tasks, self.peak_rss, other.process
+        )
 
 
 TASK_THREAD_NAME = "Dask-Default-Threads"  # in the names of distributed's task threads
@@ -283,7 +288,8 @@ def encode_csv_on_workers(
 ) -> tuple[EncodedRecords, EncodeReport]:
     """Encode a CSV on this machine's cores (``cluster`` None) or on the party's Dask cluster;
     the same records and report as ``encoder.encode_csv`` either way. ``usage_by_worker``
-    (Dask only) receives each worker's CPU during the encoding and its peak RSS, by address."""
+    (Dask only) receives each worker's CPU during the encoding (and before it, from the
+    process's start) and its peak RSS, by address."""
     if cluster is None:
         return encode_csv_parallel(
             encoder, path, workers=workers, id_column=id_column, progress=progress, stats=stats

@@ -38,7 +38,10 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   every thread of the process while the task runs) and the CPU of the whole worker process from
   before to after the encoding (``os.times`` through ``client.run``: also Dask's event loop,
   receiving arguments and sending results between tasks), with its task threads' share
-  (``/proc/self/task``). The worst worker's ratio is the figure of merit.
+  (``/proc/self/task``). The worst worker's ratio is the figure of merit. Also printed: each
+  worker process's CPU from its start to the encoding (start-up: the embedded cluster is
+  started for each encoding) and from its start to the end of the encoding (the nannies that
+  start and watch the workers run in this process, counted in its CPU).
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -368,6 +371,13 @@ def cmd_cluster(args: argparse.Namespace) -> None:
             f"event loop): worst / ideal {proc[0].process / ideal:.2f}, total / one process "
             f"{sum(c.process for c in proc) / c1:.2f}; peak RSS per worker "
             f"{', '.join(f'{c.peak_rss / 2**20:.0f}' for c in proc)} MiB; {load()}"
+        )
+        born = sorted(whole.values(), key=lambda c: -(c.start + c.process))
+        print(
+            f"  from each worker process's start: start-up before the encoding (interpreter, "
+            f"imports, numba loops, joining) {', '.join(f'{c.start:.2f}' for c in born)} s; "
+            f"start to the end of the encoding {', '.join(f'{c.start + c.process:.2f}' for c in born)}"
+            f" s: worst / ideal {(born[0].start + born[0].process) / ideal:.2f}; {load()}"
         )
 
 
