@@ -356,7 +356,9 @@ def solve_streamed(
             group = state.group[lo:hi]
             lid = label[group]
             at_q = np.flatnonzero(lid >= 0)
-            at_q = at_q[np.argsort(lid[at_q], kind="stable")]
+            # a group holds at most one record per party (merges of groups sharing a party are
+            # refused): party q's linkage ids are distinct, so any sort orders them alike
+            at_q = at_q[np.argsort(lid[at_q])]
             g = group[at_q]
             rows = np.empty((at_q.size, RESULT_COLUMNS), dtype=np.uint64)
             rows[:, 0] = label[g]
