@@ -191,105 +191,174 @@ def solve_streamed(
     read from the sorted store at a time. ``memory_order``: hold the visiting order in memory
     (``party.protocol.pair_order``, on ``gauge``) while the gauge grants it, moving it to the
     sorted store when the gauge refuses it or a later step; False: always the store. The groups
-    are the same either way."""
-    check_solver(solver)
-    strong = _strong_level(solver, match_threshold)
-    parties = len(known)
-    solver = effective_solver(solver, parties)  # greedy at P = 2 (``party.protocol.solver``)
-    if solver == "greedy":
-        strong = -math.inf
-    nodes = _Nodes(known)
-    n = nodes.count
-    if n >= 2**31 - 1:
-        raise ProtocolError(f"the group solver supports fewer than 2^31 records, got {n}")
-    chunk_rows = max(1, int(chunk_rows))
-    held = 0
+    are the same either way. (``StreamedSolver`` takes the pairs as they come instead.)"""
+    solving = StreamedSolver(
+        known, min_parties, solver, match_threshold, new_store, gauge, chunk_rows, memory_order
+    )
+    try:
+        for ends, sims in pair_chunks():
+            solving.add(ends, sims)
+    except BaseException:
+        solving.close()
+        raise
+    return solving.finish()
 
-    by_dice: RowStore | None = None
-    order = MemoryOrder(n, gauge) if memory_order else None
-    out: list[RowStore] = []
 
-    def to_store(a: np.ndarray, b: np.ndarray, dice: np.ndarray) -> None:
-        nonlocal by_dice
-        if by_dice is None:
-            by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
+class StreamedSolver:
+    """``solve_streamed`` fed chunk by chunk: ``add`` each chunk of matched pairs as it comes
+    (their node numbers and the visiting order, the first step), then ``finish`` (the rest);
+    ``close`` gives everything back when the solving is abandoned. Arguments as
+    ``solve_streamed``'s; the per-record state is reserved on ``gauge`` at once (MemoryBudgetError
+    naming memory_budget_mib when it does not fit)."""
+
+    def __init__(
+        self,
+        known: Sequence[np.ndarray],
+        min_parties: int,
+        solver: str,
+        match_threshold: float | None,
+        new_store: NewStore,
+        gauge: MemoryGauge,
+        chunk_rows: int = CHUNK_ROWS,
+        memory_order: bool = True,
+    ) -> None:
+        check_solver(solver)
+        strong = _strong_level(solver, match_threshold)
+        self.parties = len(known)
+        # greedy at P = 2 (``party.protocol.solver``)
+        self.solver = solver = effective_solver(solver, self.parties)
+        self.strong = -math.inf if solver == "greedy" else strong
+        self.min_parties = min_parties
+        self.nodes = nodes = _Nodes(known)
+        self.n = n = nodes.count
+        if n >= 2**31 - 1:
+            raise ProtocolError(f"the group solver supports fewer than 2^31 records, got {n}")
+        self.chunk_rows = max(1, int(chunk_rows))
+        self.new_store = new_store
+        self.gauge = gauge
+        self.held = 0
+        self.tables = 0  # bytes of the node lookups' hash tables while held
+        self.by_dice: RowStore | None = None
+        self.order: MemoryOrder | None = MemoryOrder(n, gauge) if memory_order else None
+        self.out: list[RowStore] = []
+        self.closed = False
+        try:
+            self._reserve(NODE_BYTES * n, f"the state of {n} records")
+            tables = nodes.lookup_bytes()
+            # the tables hold non-zero keys (pseudonyms never are 0); else, or without room for
+            # them, the binary search finds the records
+            if nodes.keys_nonzero() and gauge.try_reserve(tables):
+                self.held += tables
+                self.tables = tables
+                nodes.use_lookups(True)
+        except BaseException:
+            self.close()
+            raise
+
+    def _to_store(self, a: np.ndarray, b: np.ndarray, dice: np.ndarray) -> None:
+        if self.by_dice is None:
+            self.by_dice = self.new_store(_SORTED, "pairs-by-dice", _SORTED)
         rows = np.empty((a.shape[0], _SORTED), dtype=np.uint64)
         rows[:, 0] = np.invert((dice + 0.0).view(np.uint64))  # descending Dice (+0.0: no -0)
         rows[:, 1] = a
         rows[:, 2] = b
-        by_dice.append(rows)
+        self.by_dice.append(rows)
 
-    def finish_store() -> RowStore:
-        nonlocal by_dice
-        if by_dice is None:
-            by_dice = new_store(_SORTED, "pairs-by-dice", _SORTED)
-        return by_dice.finish()
+    def _finish_store(self) -> RowStore:
+        if self.by_dice is None:
+            self.by_dice = self.new_store(_SORTED, "pairs-by-dice", _SORTED)
+        return self.by_dice.finish()
 
-    def order_to_store() -> bool:
+    def _order_to_store(self) -> bool:
         """Move the pairs held in memory into the sorted store (a finished order in its order,
         so the store stays ordered: no sort, and finish it); False when none were held."""
-        nonlocal order
+        order = self.order
         if order is None:
             return False
         done = order.finished
-        for a, b, dice in order.chunks(chunk_rows) if done else order.drain():
-            to_store(a, b, dice)
+        for a, b, dice in order.chunks(self.chunk_rows) if done else order.drain():
+            self._to_store(a, b, dice)
         order.close()
-        order = None
+        self.order = None
         if done:
-            finish_store()
+            self._finish_store()
         return True
 
-    def reserve(nbytes: int, what: str) -> None:
-        nonlocal held
+    def _reserve(self, nbytes: int, what: str) -> None:
         # the order in memory gives its bytes back (to the store) before the solver is refused
-        if not gauge.try_reserve(nbytes) and not (order_to_store() and gauge.try_reserve(nbytes)):
+        gauge = self.gauge
+        if not gauge.try_reserve(nbytes) and not (
+            self._order_to_store() and gauge.try_reserve(nbytes)
+        ):
             raise MemoryBudgetError(
-                f"solving the groups needs about {(held + nbytes) // 2**20 + 1} MiB for {what}, "
-                "more than the party's memory budget leaves the solver (half of it, less what "
-                "other runs hold): raise the party's memory_budget_mib"
+                f"solving the groups needs about {(self.held + nbytes) // 2**20 + 1} MiB for "
+                f"{what}, more than the party's memory budget leaves the solver (half of it, less "
+                "what other runs hold): raise the party's memory_budget_mib"
             )
-        held += nbytes
+        self.held += nbytes
 
-    def release(nbytes: int) -> None:
-        nonlocal held
-        gauge.release(nbytes)
-        held -= nbytes
+    def _release(self, nbytes: int) -> None:
+        self.gauge.release(nbytes)
+        self.held -= nbytes
 
-    def sorted_pairs() -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        if order is not None:
-            return order.chunks(chunk_rows)
-        assert by_dice is not None
-        return _sorted_pairs(by_dice, chunk_rows)
+    def _sorted_pairs(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        if self.order is not None:
+            return self.order.chunks(self.chunk_rows)
+        assert self.by_dice is not None
+        return _sorted_pairs(self.by_dice, self.chunk_rows)
 
-    try:
-        reserve(NODE_BYTES * n, f"the state of {n} records")
-        tables = nodes.lookup_bytes()
-        # the tables hold non-zero keys (pseudonyms never are 0); else, or without room for
-        # them, the binary search finds the records
-        if nodes.keys_nonzero() and gauge.try_reserve(tables):
-            held += tables
-            nodes.use_lookups(True)
-        for ends, sims in pair_chunks():
-            pa, pb = ends[:, 0].astype(np.int64), ends[:, 2].astype(np.int64)
-            same = np.flatnonzero(pa == pb)
-            if same.size:
-                raise ProtocolError(f"a matched pair joins two records of party {pa[same[0]]}")
-            dice = np.asarray(sims, dtype=np.float64)
-            if not np.all((dice >= 0.0) & (dice <= 1.0)):
-                raise ProtocolError("a matched pair's Dice is outside [0, 1]")
-            a, b = nodes.of(pa, ends[:, 1]), nodes.of(pb, ends[:, 3])
-            lo, hi = np.minimum(a, b), np.maximum(a, b)  # node order is (party, key) order
-            if order is not None and not order.add(lo, hi, dice):
-                order_to_store()  # the gauge refused: the store takes the pairs from here on
-            if order is None:
-                to_store(lo, hi, dice)
+    def add(self, ends: np.ndarray, sims: np.ndarray) -> None:
+        """Take a chunk of matched pairs (``solve_streamed``'s ``pair_chunks`` items)."""
+        if self.closed:
+            raise ProtocolError("the group solver is finished")
+        pa, pb = ends[:, 0].astype(np.int64), ends[:, 2].astype(np.int64)
+        same = np.flatnonzero(pa == pb)
+        if same.size:
+            raise ProtocolError(f"a matched pair joins two records of party {pa[same[0]]}")
+        dice = np.asarray(sims, dtype=np.float64)
+        if not np.all((dice >= 0.0) & (dice <= 1.0)):
+            raise ProtocolError("a matched pair's Dice is outside [0, 1]")
+        a, b = self.nodes.of(pa, ends[:, 1]), self.nodes.of(pb, ends[:, 3])
+        lo, hi = np.minimum(a, b), np.maximum(a, b)  # node order is (party, key) order
+        if self.order is not None and not self.order.add(lo, hi, dice):
+            self._order_to_store()  # the gauge refused: the store takes the pairs from here on
+        if self.order is None:
+            self._to_store(lo, hi, dice)
+
+    def finish(self) -> tuple[list[RowStore], int]:
+        """The result stores and the number of groups (``solve_streamed``); closes the solver."""
+        try:
+            return self._finish()
+        except BaseException:
+            for store in self.out:
+                store.close()
+            raise
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Release everything still held (the result stores ``finish`` returned stay open)."""
+        self.closed = True
+        self.nodes.use_lookups(False)
+        self.gauge.release(self.held)
+        self.held = 0
+        if self.by_dice is not None:
+            self.by_dice.close()
+        if self.order is not None:
+            self.order.close()
+            self.order = None
+
+    def _finish(self) -> tuple[list[RowStore], int]:
+        if self.closed:
+            raise ProtocolError("the group solver is finished")
+        nodes, n, solver, parties = self.nodes, self.n, self.solver, self.parties
+        chunk_rows, new_store, out = self.chunk_rows, self.new_store, self.out
         if nodes.lookups:  # every pair has its node numbers: the tables are done
             nodes.use_lookups(False)
-            release(tables)
-        if order is not None and not order.finish():
-            order_to_store()
-        pairs = order.pairs if order is not None else finish_store().rows
+            self._release(self.tables)
+        if self.order is not None and not self.order.finish():
+            self._order_to_store()
+        pairs = self.order.pairs if self.order is not None else self._finish_store().rows
 
         state = GroupState(nodes.party_bits())
         starts = np.zeros(n + 1, dtype=np.int64)
@@ -297,18 +366,18 @@ def solve_streamed(
         adjacency = 0
         if needs_partners(solver):
             adjacency = ADJACENCY_BYTES_PER_PAIR * pairs
-            reserve(adjacency, f"the partner lists of {pairs} matched pairs")
-            for a, b, _ in sorted_pairs():
+            self._reserve(adjacency, f"the partner lists of {pairs} matched pairs")
+            for a, b, _ in self._sorted_pairs():
                 count_degrees(starts, a, b)
             np.cumsum(starts, out=starts)
             cursor = starts[:-1].copy()
             partners = np.empty(2 * pairs, dtype=np.int32)
-            for a, b, _ in sorted_pairs():
+            for a, b, _ in self._sorted_pairs():
                 fill_partners(cursor, partners, a, b)
             del cursor
             sort_partners(starts, partners)
-        strong_value = -math.inf if strong == -math.inf else float(strong)
-        for a, b, dice in sorted_pairs():
+        strong_value = -math.inf if self.strong == -math.inf else float(self.strong)
+        for a, b, dice in self._sorted_pairs():
             merge_chunk(
                 a,
                 b,
@@ -324,35 +393,35 @@ def solve_streamed(
                 strong_value,
             )
         del partners, starts
-        release(adjacency)
+        self._release(adjacency)
 
         label = np.full(n, -1, dtype=np.int64)
-        count = int(number_groups(state.group, state.size, max(2, min_parties), label))
+        count = int(number_groups(state.group, state.size, max(2, self.min_parties), label))
         kept = state.size[np.flatnonzero(label >= 0)].astype(np.int64)
         inner = int(np.sum(kept * (kept - 1) // 2))
         del kept
-        reserve(
+        self._reserve(
             INNER_BYTES_PER_PAIR * inner + GROUP_BYTES * count,
             f"the similarities of {count} groups",
         )
         ids = np.empty(inner, dtype=np.int64)
         sims_in = np.empty(inner, dtype=np.float64)
         at = 0
-        for a, b, dice in sorted_pairs():
+        for a, b, dice in self._sorted_pairs():
             at = int(inner_pairs(a, b, dice, state.group, label, ids, sims_in, at))
-        if by_dice is not None:
-            by_dice.close()
-        if order is not None:
-            order.close()
-            order = None
+        if self.by_dice is not None:
+            self.by_dice.close()
+        if self.order is not None:
+            self.order.close()
+            self.order = None
         similarity = group_similarity(ids[:at], sims_in[:at], count)
         del ids, sims_in
-        release(INNER_BYTES_PER_PAIR * inner)
+        self._release(INNER_BYTES_PER_PAIR * inner)
 
         for q in range(parties):
             lo, hi = int(nodes.offset[q]), int(nodes.offset[q + 1])
             need = RESULT_BYTES_PER_RECORD * (hi - lo)
-            reserve(need, f"the result rows of {hi - lo} records of party {q}")
+            self._reserve(need, f"the result rows of {hi - lo} records of party {q}")
             group = state.group[lo:hi]
             lid = label[group]
             at_q = np.flatnonzero(lid >= 0)
@@ -372,15 +441,5 @@ def solve_streamed(
                 store.append(rows[first : first + chunk_rows])
             store.finish()
             del rows, group, lid, at_q, g
-            release(need)
+            self._release(need)
         return out, count
-    except BaseException:
-        for store in out:
-            store.close()
-        raise
-    finally:
-        gauge.release(held)
-        if by_dice is not None:
-            by_dice.close()
-        if order is not None:
-            order.close()

@@ -1000,8 +1000,13 @@ class PartyEngine:
         else:
             rows[:, :p] = cand[above]
             rows[:, p] = bits
-        self._above.append(rows)
+        self._keep_above(rows)
         self.timings["classify"] = self.timings.get("classify", 0.0) + time.perf_counter() - t0
+
+    def _keep_above(self, rows: np.ndarray) -> None:
+        """Keep one returning chunk's sets with Dice >= s_t (``ring_finish_feed``'s rows)."""
+        assert self._above is not None
+        self._above.append(rows)
 
     def ring_finish_end(self) -> tuple[int, int, int]:
         """Initiator: the returning message is complete; apply one-to-one; return

@@ -38,10 +38,11 @@ from party.protocol._numba_pairs import merge_partner_rows, pair_counts
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import row_block_index, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
-from party.protocol.components import solve_streamed
+from party.protocol.components import StreamedSolver
 from party.protocol.engine import ComparisonStats, PartyEngine
 from party.protocol.errors import (
     ComparisonCancelled,
+    MemoryBudgetError,
     ProtocolError,
     ResultsError,
     RingError,
@@ -131,6 +132,10 @@ class PairEngine(PartyEngine):
         self._group_rows: list[
             RowStore
         ] = []  # initiator: per party (lid, sim, pseudonym, size, mask)
+        # initiator: the group solver fed as the ring returns (None: not started, or refused
+        # by the memory budget, then it solves from the matches store at the end)
+        self._solving: StreamedSolver | None = None
+        self._solve_early = True
 
     def common_of(self, digest_sets: list[np.ndarray]) -> np.ndarray:
         """Blocks of target any: digests present at two or more parties."""
@@ -276,17 +281,11 @@ class PairEngine(PartyEngine):
             if col.size and np.any((self._known_positions(j, col) < 0) & (col != 0)):
                 raise RingError(f"ring message names an unknown pseudonym of party {j}")
 
-    def ring_finish_end(self) -> tuple[int, int, int]:
-        """Initiator: classify the pairs (as PartyEngine), then solve the groups and prepare each
-        party's results; returns (pairs summed, matched pairs, rows of all parties' results)."""
-        summed, matched_count, _ = super().ring_finish_end()
-        assert self._matches is not None
+    def _solver(self) -> StreamedSolver:
         # The solver works after the comparison, in the half of the budget the comparison used,
-        # from the matches store, sorted on disk into the solver's order and scanned keeping
-        # per-record state (party.protocol.components); its stores spill like the ring's.
-        t0, c0 = time.perf_counter(), time.process_time()
-        self._group_rows, group_count = solve_streamed(
-            self._matched_chunks,
+        # sorting the matched pairs into its order (in memory, or on disk) and scanning them
+        # keeping per-record state (party.protocol.components); its stores spill like the ring's.
+        return StreamedSolver(
             self._known,
             self.params.min_parties,
             self.params.solver,
@@ -294,6 +293,39 @@ class PairEngine(PartyEngine):
             self._store,
             LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer),
         )
+
+    def _keep_above(self, rows: np.ndarray) -> None:
+        """Keep the chunk's matched pairs, and hand them to the group solver at once: its first
+        step (node numbers, visiting order) runs while the ring is still returning. Where the
+        budget refuses the solver that early, it starts from the matches store at the end."""
+        super()._keep_above(rows)
+        if not self._solve_early:
+            return
+        try:
+            if self._solving is None:
+                self._solving = self._solver()
+            self._solving.add(*self._matched_pairs(rows))
+        except MemoryBudgetError:
+            if self._solving is not None:
+                self._solving.close()
+            self._solving, self._solve_early = None, False
+
+    def ring_finish_end(self) -> tuple[int, int, int]:
+        """Initiator: classify the pairs (as PartyEngine), then solve the groups and prepare each
+        party's results; returns (pairs summed, matched pairs, rows of all parties' results)."""
+        summed, matched_count, _ = super().ring_finish_end()
+        assert self._matches is not None
+        t0, c0 = time.perf_counter(), time.process_time()
+        solving, self._solving = self._solving, None
+        if solving is None:  # no pair came back, or the solver was refused while they came
+            solving = self._solver()
+            try:
+                for ends, sims in self._matched_chunks():
+                    solving.add(ends, sims)
+            except BaseException:
+                solving.close()
+                raise
+        self._group_rows, group_count = solving.finish()
         self.group_count = group_count
         self.timings["groups"] = time.perf_counter() - t0
         self.timings["cpu.groups"] = time.process_time() - c0  # the process's, all threads
@@ -303,17 +335,28 @@ class PairEngine(PartyEngine):
         return summed, matched_count, sum(s.rows for s in self._group_rows)
 
     def _matched_chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """The matched pairs chunk by chunk: (k, 4) uint64 ends (party a, pseudonym, party b,
-        pseudonym; a < b) and their (k,) Dice."""
+        """The matched pairs chunk by chunk (``_matched_pairs``)."""
         assert self._matches is not None
+        for rows in self._matches.chunks(self._chunk_rows(self.parties + 1)):
+            yield self._matched_pairs(rows)
+
+    def _matched_pairs(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Matched rows (pseudonyms..., Dice bits) as (k, 4) uint64 ends (party a, pseudonym,
+        party b, pseudonym; a < b) and their (k,) Dice."""
         p = self.parties
-        for rows in self._matches.chunks(self._chunk_rows(p + 1)):
-            member = rows[:, :p] != 0
-            a = np.argmax(member, axis=1)
-            b = p - 1 - np.argmax(member[:, ::-1], axis=1)
-            at = np.arange(rows.shape[0])
-            ends = np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
-            yield ends, rows[:, p].view(np.float64).copy()
+        member = rows[:, :p] != 0
+        a = np.argmax(member, axis=1)
+        b = p - 1 - np.argmax(member[:, ::-1], axis=1)
+        at = np.arange(rows.shape[0])
+        ends = np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
+        return ends, rows[:, p].view(np.float64).copy()
+
+    def close(self) -> None:
+        """As PartyEngine.close, and the group solver's memory if a run ends while it is fed."""
+        if self._solving is not None:
+            self._solving.close()
+            self._solving = None
+        super().close()
 
     # ----------------------------------------------------------------- results
     def result_count(self, party: int) -> int:

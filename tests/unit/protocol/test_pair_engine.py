@@ -357,3 +357,43 @@ def test_survivors_merged_in_order_equal_the_sorted_store(p: int, tmp_path) -> N
         )
         x.close()
         y.close()
+
+
+@pytest.mark.parametrize("refuse_at", ["never", "start", "add"])
+def test_a_solver_refused_while_the_ring_returns_solves_at_the_end(
+    refuse_at: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The initiator hands each returning chunk's matched pairs to the group solver at once; when
+    the budget refuses that (at the solver's start or while a chunk is added), everything it held
+    is given back and the groups are solved from the matches store at the end, the same."""
+    from party.protocol import pair_engine
+    from party.protocol.errors import MemoryBudgetError
+
+    tables = subset_tables(5, 3, 200, 0.05)
+    prm = params(3, match_threshold=0.7)
+    want = groups_of(run_in_process(tables, prm).matches)  # type: ignore[arg-type]
+    assert want
+    calls: list[str] = []
+    real = pair_engine.StreamedSolver
+
+    class Refusing(real):  # type: ignore[misc, valid-type]
+        def __init__(self, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+            calls.append("start")
+            if refuse_at == "start" and calls.count("start") == 1:
+                raise MemoryBudgetError("refused")
+            super().__init__(*args, **kwargs)
+
+        def add(self, ends: np.ndarray, sims: np.ndarray) -> None:
+            calls.append("add")
+            super().add(ends, sims)
+            if refuse_at == "add" and calls.count("add") == 1:
+                raise MemoryBudgetError("refused")
+
+    monkeypatch.setattr(pair_engine, "StreamedSolver", Refusing)
+    got = groups_of(run_in_process(tables, prm).matches)  # type: ignore[arg-type]
+    assert got == want
+    if refuse_at == "never":  # one solver, fed as the ring returned
+        assert calls.count("start") == 1 and "add" in calls
+        return
+    assert calls.count("start") == 2  # refused early, then the solver of the end
+    assert "add" in calls[calls.index("start", 1) :]  # it took the pairs from the store
