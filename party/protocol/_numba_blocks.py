@@ -20,23 +20,28 @@ _HALF = np.uint64(32)
 
 
 @jit
-def _table_bits(count: int) -> int:
+def table_bits(count: int) -> int:
     bits = 4
     while (1 << bits) < 2 * count:
         bits += 1
     return bits
 
 
+#: How many slots past its home slot (its top bits) a digest of a sorted table may sit
+#: (``fill_sorted``), and the slots a table has past its 2^bits home slots. HMAC digests and random
+#: pseudonyms sit at most ~12 past it at 16 M; a haystack clustered in its top bits is hashed
+#: instead (``fill_hashed``), so a lookup reads at most this many slots past its home.
+SORTED_REACH = 64
+
+
 @jit
-def digest_table(haystack: np.ndarray) -> np.ndarray:
-    """Open-addressing hash table of the distinct non-zero uint64 ``haystack``: digest -> its
-    index. Slot s is words 3s..3s+2 of one uint32 array (digest low and high half, index), so a
-    probe reads one cache line (separate key and value arrays cost two misses per hit); a slot of
-    digest 0 is empty. At most half full."""
-    bits = _table_bits(max(1, haystack.shape[0]))
+def fill_hashed(table: np.ndarray, bits: int, haystack: np.ndarray) -> None:
+    """Fill the zeroed ``table`` (``(2^bits + SORTED_REACH)`` slots of 3 uint32 words: digest low
+    and high half, index; a slot of digest 0 is empty; a probe reads one cache line) with the
+    distinct non-zero uint64 ``haystack`` in any order: open addressing on a multiplicative hash
+    over the first 2^bits slots, at most half full. Digest -> its index."""
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
-    table = np.zeros(3 << bits, dtype=np.uint32)  # < 2^31 digests (checked by the caller)
     for i in range(haystack.shape[0]):
         k = haystack[i]
         if k == 0:
@@ -54,17 +59,42 @@ def digest_table(haystack: np.ndarray) -> np.ndarray:
         table[b] = lo
         table[b + 1] = hi
         table[b + 2] = np.uint32(i)
-    return table
 
 
 @jit
-def table_positions(table: np.ndarray, needles: np.ndarray) -> np.ndarray:
-    """For each needle (uint64), its index in the table's haystack, or -1 (needle 0: -1)."""
-    slots = table.shape[0] // 3
-    mask = slots - 1
-    bits = 0
-    while (1 << bits) < slots:
-        bits += 1
+def fill_sorted(table: np.ndarray, bits: int, haystack: np.ndarray) -> int:
+    """Fill the zeroed ``table`` (as ``fill_hashed``) with the strictly increasing ``haystack``
+    (zeros skipped): digest k goes to its home slot k >> (64 - bits) or, if taken, the slot after
+    the previous digest's, so the table is written in one sequential pass and each run of occupied
+    slots holds increasing digests. Returns the largest distance of a digest past its home slot,
+    or -1 when some digest would sit more than SORTED_REACH past it (the table then holds a part
+    of the haystack: zero it before ``fill_hashed``)."""
+    shift = np.uint64(64 - bits)
+    prev = -1
+    reach = 0
+    for i in range(haystack.shape[0]):
+        k = haystack[i]
+        if k == 0:
+            continue
+        home = np.int64(k >> shift)
+        s = home if home > prev else np.int64(prev + 1)
+        if s - home > SORTED_REACH:
+            return -1
+        if s - home > reach:
+            reach = int(s - home)
+        b = 3 * s
+        table[b] = np.uint32(k & _LOW)
+        table[b + 1] = np.uint32(k >> _HALF)
+        table[b + 2] = np.uint32(i)
+        prev = int(s)
+    return reach
+
+
+@jit
+def table_positions(table: np.ndarray, bits: int, reach: int, needles: np.ndarray) -> np.ndarray:
+    """For each needle (uint64), its index in the table's haystack, or -1 (needle 0: -1).
+    ``reach``: what ``fill_sorted`` returned (-1: the table was filled by ``fill_hashed``)."""
+    mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
     out = np.full(needles.shape[0], -1, dtype=np.int32)  # the table holds < 2^31 digests
     for i in range(needles.shape[0]):
@@ -73,6 +103,22 @@ def table_positions(table: np.ndarray, needles: np.ndarray) -> np.ndarray:
             continue
         lo = np.uint32(k & _LOW)
         hi = np.uint32(k >> _HALF)
+        if reach >= 0:
+            # a run of occupied slots from the home slot on, digests increasing: stop at an empty
+            # slot or a larger digest (the run is contiguous: fill_sorted's rule)
+            h = np.int64(k >> shift)
+            last = h + reach
+            while h <= last:
+                b = 3 * h
+                t_lo = table[b]
+                t_hi = table[b + 1]
+                if t_lo == lo and t_hi == hi:
+                    out[i] = np.int32(table[b + 2])
+                    break
+                if t_hi > hi or (t_hi == hi and t_lo > lo) or (t_lo == 0 and t_hi == 0):
+                    break
+                h += 1
+            continue
         h = np.int64((k * _GOLDEN) >> shift)
         while True:
             b = 3 * h
@@ -106,24 +152,6 @@ def rows_in_blocks(pos: np.ndarray) -> np.ndarray:
             out[k] = r
             k += 1
     return out
-
-
-@jit
-def gather_in_blocks(
-    digests: np.ndarray, pos: np.ndarray, rows: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(digests, positions) of the given rows of (n, B) digest and position matrices, each digest
-    that names no block (position -1) set to 0: one pass, no temporaries."""
-    width = pos.shape[1]
-    out_d = np.empty((rows.shape[0], width), dtype=np.uint64)
-    out_p = np.empty((rows.shape[0], width), dtype=np.int32)
-    for i in range(rows.shape[0]):
-        r = rows[i]
-        for c in range(width):
-            b = pos[r, c]
-            out_p[i, c] = b
-            out_d[i, c] = digests[r, c] if b >= 0 else np.uint64(0)
-    return out_d, out_p
 
 
 @jit
@@ -324,7 +352,7 @@ def first_of_each_key(rows: np.ndarray, key_columns: int) -> np.ndarray:
     keep = np.zeros(n, dtype=np.bool_)
     if n == 0:
         return keep
-    bits = _table_bits(n)
+    bits = table_bits(n)
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
     table = np.full(1 << bits, -1, dtype=np.int32)  # row number (n < 2^31) or -1

@@ -42,7 +42,6 @@ import numpy as np
 from party.encoding.bits import popcount_rows, slice_bits
 from party.protocol._numba_blocks import (
     block_sizes,
-    gather_in_blocks,
     rows_in_blocks,
     strictly_increasing,
 )
@@ -94,7 +93,7 @@ from party.protocol.ring import (
     sub_mod64,
     validate_message,
 )
-from party.protocol.segments import SegmentShare, new_pseudonyms, validate_share
+from party.protocol.segments import SegmentShare, pseudonyms_in_order, validate_share
 from party.protocol.spill import (
     LocalGauge,
     MemoryGauge,
@@ -222,7 +221,6 @@ class PartyEngine:
         self._common: np.ndarray | None = None
         self._shared_rows = np.zeros(0, dtype=np.int64)  # table rows sent, sorted by pseudonym
         self._pseudonyms = np.zeros(0, dtype=np.uint64)  # pseudonym of each shared row (sorted)
-        self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
         self._shares: dict[int, SegmentShare] = {}
         # per party (own and received): the common-block position of each shared record's digests
         # (-1: none), rows as in its share; the comparison's block index is built from them
@@ -283,24 +281,18 @@ class PartyEngine:
         del lookup
         self._let_go("common-block lookup table")
         rows = rows_in_blocks(at)
-        pseud = new_pseudonyms(rows.size, self._random_bytes)
-        order = np.argsort(pseud, kind="stable")
+        pseud, order = pseudonyms_in_order(rows.size, self._random_bytes)
         self._shared_rows = rows[order]
         self._pseudonyms = pseud[order]
-        # the shared rows' digests (0 where not a common block) and positions, in one pass
-        self._digests_out, self._positions[self.index] = gather_in_blocks(
-            digests, at, self._shared_rows
-        )
+        # the shared rows' positions (their digests, for mode mpc3 only: ``shared_records``)
+        self._positions[self.index] = at[self._shared_rows]
         del at
         self._common = common
         self._hold(
             "pseudonyms and common blocks",
             self._pseudonyms.nbytes + self._shared_rows.nbytes + common.nbytes,
         )
-        self._hold(
-            "own block digests and positions",
-            self._digests_out.nbytes + self._positions[self.index].nbytes,
-        )
+        self._hold("own block positions", self._positions[self.index].nbytes)
         self.timings["blocks"] = time.perf_counter() - t0
         logger.info(
             "party %d: %d common blocks, %d of %d records shared",
@@ -337,9 +329,13 @@ class PartyEngine:
         if self._common is None:
             raise StateError("set_common_blocks must be called before shared_records")
         rows = self._shared_rows
+        pos = self._positions[self.index]
+        digests = np.zeros(pos.shape, dtype=np.uint64)  # 0: not a common block
+        named = pos >= 0
+        digests[named] = self._common[pos[named]]
         return (
             self._pseudonyms.copy(),
-            self._digests_out.copy(),
+            digests,
             self._records.filters[rows],
             self._x[rows].copy(),
         )
@@ -1275,8 +1271,7 @@ class PartyEngine:
         self._shares.clear()  # the pseudonyms stay in self._known
         self._let_go("received segments")
         self._let_go("received block positions")
-        self._digests_out = np.zeros((0, self._digest_width), dtype=np.uint64)
-        self._let_go("own block digests and positions")
+        self._let_go("own block positions")
         self._records = _RecordIds(self._records.record_ids, self._records.filter_bits)
         self._filters_freed = True
         self._let_go("encodings")

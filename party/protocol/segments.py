@@ -50,8 +50,22 @@ def new_pseudonyms(n: int, random_bytes: Callable[[int], bytes] = os.urandom) ->
     Assumption: the OS CSPRNG output is uniform; collisions among 2^64 values are redrawn, so the
     result is a uniformly random injective assignment (the ids carry no information about records).
     """
+    return pseudonyms_in_order(n, random_bytes)[0]
+
+
+def pseudonyms_in_order(
+    n: int, random_bytes: Callable[[int], bytes] = os.urandom
+) -> tuple[np.ndarray, np.ndarray]:
+    """``new_pseudonyms(n, random_bytes)`` and the permutation that sorts them (their argsort),
+    found on the way (the check for repeats sorts them)."""
     out = np.frombuffer(random_bytes(8 * n), dtype="<u8").astype(np.uint64)
     for _ in range(64):
+        # distinct values have one sorting permutation: numpy's default argsort (vectorised,
+        # ~3x faster than the stable one at 1 M) finds it; repeats take the stable path below
+        order = np.argsort(out)
+        ordered = out[order]
+        if n == 0 or (ordered[0] != 0 and (n < 2 or bool(np.all(ordered[1:] != ordered[:-1])))):
+            return out, order
         order = np.argsort(out, kind="stable")
         ordered = out[order]
         bad = np.zeros(n, dtype=bool)
@@ -59,8 +73,6 @@ def new_pseudonyms(n: int, random_bytes: Callable[[int], bytes] = os.urandom) ->
             bad[order[1:][ordered[1:] == ordered[:-1]]] = True  # later copies of a value
         bad |= out == 0
         count = int(bad.sum())
-        if not count:
-            return out
         out[bad] = np.frombuffer(random_bytes(8 * count), dtype="<u8").astype(np.uint64)
     raise ShareError("could not draw distinct pseudonyms (is the random source broken?)")
 

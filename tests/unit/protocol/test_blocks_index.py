@@ -127,6 +127,32 @@ def test_lookup_digests_half_words_and_collisions_against_a_dict() -> None:
     assert DigestLookup(hay).nbytes == DigestLookup.table_bytes(hay.size)
 
 
+@pytest.mark.parametrize("case", ["uniform", "top", "clustered", "zero first", "unsorted"])
+def test_digest_lookup_sorted_and_hashed_tables_against_a_dict(case: str) -> None:
+    """A sorted haystack is placed by its top bits (digests up to 2^64 - 1 sit in the slots past
+    the last home slot); one clustered in its top bits (every home slot the same) or unsorted is
+    hashed. Either way every position equals a plain dict's answer, misses included."""
+    rng = np.random.default_rng(5)
+    hay = np.unique(rng.integers(1, 2**64 - 1, 3000, np.uint64))
+    if case == "top":  # the last home slots taken by a run that spills past them
+        hay = np.unique(np.concatenate([hay, 2**64 - 1 - np.arange(40, dtype=np.uint64)]))
+    elif case == "clustered":  # 1..3000: one home slot, more than SORTED_REACH past it
+        hay = np.arange(1, 3001, dtype=np.uint64)
+    elif case == "zero first":
+        hay = np.concatenate([np.zeros(1, np.uint64), hay])
+    elif case == "unsorted":
+        rng.shuffle(hay)
+    look = DigestLookup(hay)
+    assert look.sorted == (case in ("uniform", "top", "zero first"))
+    index = {int(d): i for i, d in enumerate(hay) if d}
+    near = np.concatenate([hay[hay > 0] - np.uint64(1), hay + np.uint64(1)])  # misses beside hits
+    needles = np.concatenate([hay, near, rng.integers(0, 2**64 - 1, 2000, np.uint64)])
+    needles = np.concatenate([needles, np.array([0, 1, 2**64 - 1], np.uint64)])
+    got = look.positions(needles)
+    assert got.tolist() == [index.get(int(d), -1) if d else -1 for d in needles]
+    assert look.nbytes == DigestLookup.table_bytes(hay.size)
+
+
 def test_common_blocks_sorted_or_not() -> None:
     a = np.array([3, 1, 7, 7, 0, 9], dtype=np.uint64)  # unsorted, repeats, a zero
     b = np.array([1, 3, 9, 11], dtype=np.uint64)  # already sorted and distinct

@@ -103,8 +103,8 @@ def test_a_budget_too_small_for_the_encodings_fails_at_once_naming_the_setting()
 
 def test_resident_data_leaving_under_a_quarter_of_the_budget_fails_before_comparing() -> None:
     rng = np.random.default_rng(4)
-    tables = linked_tables(rng, 3, 3000, L, shared=2000, keys=4, blocks=50)
-    params = _params(2**20)  # 1 MiB: the resident structures of 3 x 3,000 records take most of it
+    tables = linked_tables(rng, 3, 3400, L, shared=2000, keys=4, blocks=50)
+    params = _params(2**20)  # 1 MiB: the resident structures of 3 x 3,400 records take most of it
     accounts = [LocalGauge(2**40) for _ in range(3)]
     engines = [PairEngine(i, params, tables[i], memory=accounts[i]) for i in range(3)]
     _run(engines, accounts)
