@@ -616,33 +616,49 @@ def csr_keys(
 
 
 @jit
-def range_entries(pos: np.ndarray, lo: int, hi: int) -> int:
-    """How many entries of an (n, B) position matrix name a block in [lo, hi) (a row's repeats of
-    a block included)."""
-    n, width = pos.shape
-    k = 0
-    for r in range(n):
-        for c in range(width):
-            b = pos[r, c]
-            if lo <= b < hi:
-                k += 1
-    return k
+def _range_of(b, cuts):  # type: ignore[no-untyped-def]
+    """The range k of block b (cuts[k] <= b < cuts[k + 1]), or len(cuts) - 1 for b < 0; compares
+    summed, not branched on (blocks fall in the ranges at random)."""
+    parts = cuts.shape[0] - 1
+    k = np.int64(0)
+    for j in range(1, parts):
+        k += np.int64(b >= cuts[j])
+    return parts if b < 0 else k
 
 
 @jit
-def range_entry_keys(pos: np.ndarray, lo: int, hi: int, out: np.ndarray) -> None:
-    """Write ``b << 32 | r`` (int64) for every entry b in [lo, hi) of row r of an (n, B) position
-    matrix to ``out``, row after row (as many as ``range_entries`` counts; rows in any order
-    within a row): sorted, they list the range's blocks' rows in row order, a row's repeats of a
-    block next to each other."""
-    n, width = pos.shape
-    k = 0
-    for r in range(n):
+def range_entry_counts(
+    pos: np.ndarray, r0: int, r1: int, cuts: np.ndarray, counts: np.ndarray
+) -> None:
+    """counts[k] = the entries of rows r0..r1-1 of an (n, B) position matrix naming a block of
+    range k (cuts[k] <= b < cuts[k + 1]; a row's repeats of a block included); -1 not counted."""
+    parts = cuts.shape[0] - 1
+    width = pos.shape[1]
+    own = np.zeros(parts + 1, dtype=np.int64)  # own[parts]: the -1 entries
+    for r in range(r0, r1):
         for c in range(width):
-            b = pos[r, c]
-            if lo <= b < hi:
-                out[k] = (np.int64(b) << 32) | np.int64(r)
-                k += 1
+            own[_range_of(pos[r, c], cuts)] += 1
+    for k in range(parts):
+        counts[k] = own[k]
+
+
+@jit
+def range_entry_keys(
+    pos: np.ndarray, r0: int, r1: int, cuts: np.ndarray, fill: np.ndarray, out: np.ndarray
+) -> None:
+    """Write ``b << 32 | r`` (int64) for every entry b >= 0 of rows r0..r1-1 to out[fill[k]], the
+    next slot of its range k, row after row; fill[len(cuts) - 1] is a slot the -1 entries are
+    written to and not advanced past (no branch per entry). Sorted, a range's keys list its
+    blocks' rows in row order, a row's repeats of a block next to each other."""
+    f = fill.copy()
+    width = pos.shape[1]
+    for r in range(r0, r1):
+        low = np.int64(r)
+        for c in range(width):
+            b = np.int64(pos[r, c])
+            k = _range_of(b, cuts)
+            out[f[k]] = (b << 32) | low
+            f[k] += np.int64(b >= 0)
 
 
 @jit

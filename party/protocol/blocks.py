@@ -30,7 +30,7 @@ from party.protocol._numba_blocks import (
     fill_sorted,
     in_two_or_more,
     intersect_sorted,
-    range_entries,
+    range_entry_counts,
     range_entry_keys,
     rows_of_sorted_keys,
     sort_rows_in_place,
@@ -258,41 +258,47 @@ def block_index_at(
 
 
 def row_block_index(positions: np.ndarray, blocks: int, workers: int = 1) -> BlockIndex:
-    """``block_index_at(positions, blocks)`` (within a block the rows in row order, each once) in
-    one counting pass less and without sorting each row first: the entries of a range of blocks
-    are written as sort keys ``block << 32 | row`` in row order (a sequential pass over the
-    positions, rows in any order), sorted (numpy's vectorised sort, the GIL released) and reduced
-    to their rows, a row's repeats of a block dropped; the block starts come from the sorted keys
-    (no per-block counters: ``block_counts`` increments one at a random place per entry). With
-    ``workers`` > 1 each kernel thread takes one range of blocks (it reads all positions and
-    writes only its blocks' rows and starts): the same index as one thread."""
+    """``block_index_at(positions, blocks)`` (within a block the rows in row order, each once)
+    without sorting each row first or a per-block counter: the entries are written as sort keys
+    ``block << 32 | row`` into one slice per range of blocks (a count, then a pass writing them,
+    each over the positions in order and without a branch per entry), each slice sorted (numpy's
+    vectorised sort, the GIL released) and reduced to its rows, a row's repeats of a block
+    dropped; the block starts come from the sorted keys. With ``workers`` > 1 each kernel thread
+    counts and writes the entries of one slice of the rows, then sorts one range of blocks: the
+    same index as one thread."""
     pos = np.ascontiguousarray(positions)
     n = pos.shape[0]
     blocks = int(blocks)
     if n >= 2**32:  # rows do not fit the low 32 bits of a sort key
         return block_index_at(pos, blocks, None, workers)
     ranges = thread_ranges(workers, blocks, words=pos.size)
-    sizes = np.zeros(len(ranges), dtype=np.int64)
-
-    def count(k: int, lo: int, hi: int) -> None:
-        sizes[k] = range_entries(pos, lo, hi)
-
-    run_ranges(workers, ranges, count)
-    at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    keys = np.empty(int(at[-1]), dtype=np.int64)
+    if not ranges:  # no blocks
+        return BlockIndex(np.zeros(blocks + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+    cuts = np.array([lo for lo, _ in ranges] + [blocks], dtype=np.int64)
+    slices = thread_ranges(workers, n, words=pos.size)
+    counts = np.zeros((len(slices), len(ranges)), dtype=np.int64)
+    run_ranges(workers, slices, lambda s, r0, r1: range_entry_counts(pos, r0, r1, cuts, counts[s]))
+    at = np.concatenate([[0], np.cumsum(counts.sum(axis=0))]).astype(np.int64)
+    total = int(at[-1])
+    keys = np.empty(total + 1, dtype=np.int64)  # keys[total]: where the -1 entries go
+    # slice s's entries of range k go after those of slices 0..s-1
+    fill = np.full((len(slices), len(ranges) + 1), total, dtype=np.int64)
+    fill[:, :-1] = at[:-1] + np.cumsum(counts, axis=0) - counts
+    run_ranges(
+        workers, slices, lambda s, r0, r1: range_entry_keys(pos, r0, r1, cuts, fill[s], keys)
+    )
     starts = np.empty(blocks + 1, dtype=np.int64)
     kept = np.zeros(len(ranges), dtype=np.int64)
 
-    def fill(k: int, lo: int, hi: int) -> None:
+    def reduce(k: int, lo: int, hi: int) -> None:
         part = keys[at[k] : at[k + 1]]
-        range_entry_keys(pos, lo, hi, part)
         part.sort()
         kept[k] = rows_of_sorted_keys(part, lo, hi, at[k], starts)
 
-    run_ranges(workers, ranges, fill)
-    starts[blocks] = at[-1]
-    if int(kept.sum()) == keys.size:  # no row repeats a block (the common case)
-        return BlockIndex(starts, keys)
+    run_ranges(workers, ranges, reduce)
+    starts[blocks] = total
+    if int(kept.sum()) == total:  # no row repeats a block (the common case)
+        return BlockIndex(starts, keys[:total])
     # a row named a block twice: close the ranges' gaps (their starts assumed none)
     rows = np.concatenate([keys[at[k] : at[k] + kept[k]] for k in range(len(ranges))])
     done = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
