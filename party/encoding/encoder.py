@@ -70,6 +70,9 @@ _TOO_LONG = -2
 _NO_MATCH = -3
 _BAD_UTF8 = -4
 _UNSEEN = -99  # not in the memo yet
+# ``Encoder.step_cpu``: decoding a batch's columns; field filters (memo look-ups, first sight
+# of new values, the gather and hardening); blocking-key digests; record ids and fill counts
+STEPS = ("columns", "fields", "blocking", "ids")
 
 
 class EncodeDataError(PprlError, ValueError):
@@ -567,6 +570,8 @@ class Encoder:
                 if schema.column_of(p.field) not in cols:
                     cols.append(schema.column_of(p.field))
         self.columns: tuple[str, ...] = tuple(cols)
+        # CPU seconds of ``encode_batch``'s steps so far (``STEPS``), for the node's report
+        self.step_cpu: dict[str, float] = dict.fromkeys(STEPS, 0.0)
 
     # ----------------------------------------------------------------- single values (audit API)
     def _codec(self, name: str) -> _FieldCodec:
@@ -851,13 +856,17 @@ class Encoder:
     # ----------------------------------------------------------------- core
     def encode_batch(self, batch: _Batch, source: str, id_column: str | None) -> _BatchResult:
         """Encode one batch on its own (no state shared with other batches but memo tables)."""
-        batch.materialise()
+        if batch.arrow is not None:  # else decoded already (a lane, while reading)
+            c0 = time.process_time()
+            batch.materialise()
+            self.step_cpu["columns"] += time.process_time() - c0
         skipped: Counter[str] = Counter()
         kept, f_batch, d_batch = self._batch_core(batch, source, skipped)
+        c1 = time.process_time()
         ids = None if id_column is None else self._raw_ids(batch, kept, id_column)
         for codec in self._codecs.values():
             codec.trim_cache()
-        return _BatchResult(
+        result = _BatchResult(
             batch.n,
             batch.first_row,
             batch.rownos,
@@ -870,6 +879,8 @@ class Encoder:
             bits.popcount_rows(f_batch).astype(np.uint16),  # here: in a lane, if there is one
             id_column is not None and batch.columns[id_column]._valid is True,
         )
+        self.step_cpu["ids"] += time.process_time() - c1
+        return result
 
     def _encode_stream(
         self,
@@ -971,6 +982,7 @@ class Encoder:
         self, batch: _Batch, source: str, skipped: Counter[str]
     ) -> tuple[list[int], np.ndarray, np.ndarray]:
         """Encode one batch: (kept row offsets, filters, block digests); counts skips."""
+        c0 = time.process_time()
         codecs = list(self._codecs.values())
         cols = batch.columns
         code_arr = np.empty((batch.n, len(codecs)), dtype=np.int64)
@@ -996,6 +1008,8 @@ class Encoder:
             np.take(codec.table, good[:, fi], axis=0, out=gathered)
             raw |= gathered
         out = self.apply_blip(self.harden(raw))
+        c1 = time.process_time()
+        self.step_cpu["fields"] += c1 - c0
 
         d = np.zeros((kept.size, self.schema.digest_width), dtype=np.uint64)
         if self._all_pairs is not None:
@@ -1029,6 +1043,7 @@ class Encoder:
                 raise EncodeDataError(
                     f"{source}, row {row}, field {name!r}: not valid UTF-8"
                 ) from None
+        self.step_cpu["blocking"] += time.process_time() - c1
         return kept.tolist(), out, d
 
     @staticmethod

@@ -174,6 +174,24 @@ class ParallelStats:
     ranges: int = 0  # CSV ranges the lanes read themselves
     shared_values: int = 0  # first-sight entries lanes installed from each other (peer_sight)
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
+    steps: dict[str, float] = field(default_factory=dict)  # own ranges: ``Encoder.step_cpu``
+
+    def add_steps(self, steps: dict[str, float]) -> None:
+        for k, v in steps.items():
+            self.steps[k] = self.steps.get(k, 0.0) + v
+
+    def stage_entries(self, encoder: Encoder, own_cpu: float) -> dict[str, float]:
+        """The node's sub-entries of ``cpu.audited.encoding``: this process's CPU (parsing in
+        one process or driving the lanes, and its other threads), the lanes' task CPU, their
+        CSV reading, and every ``Encoder.step_cpu`` step (here and in the lanes' ranges)."""
+        out = {"cpu.audited.encoding.node": own_cpu}
+        if self.cpu_by_worker:
+            out["cpu.audited.encoding.lanes"] = self.cpu_seconds
+            out["cpu.audited.encoding.lanes.reading"] = self.reading_seconds
+        for k, v in encoder.step_cpu.items():
+            if v + self.steps.get(k, 0.0) > 0:  # lanes decode columns while reading
+                out[f"cpu.audited.encoding.{k}"] = v + self.steps.get(k, 0.0)
+        return out
 
     def add(
         self, worker: str, cpu: float, *, first_sight: bool = False, reading: bool = False
@@ -429,13 +447,13 @@ def _write_rows(job: RangeJob, at: int, result: _BatchResult) -> bool:
 
 def peer_range_task(
     spec: EncoderSpec, job: RangeJob, lane: int, part: CsvRange, first_row: int
-) -> tuple[_Placed | _BatchResult, str, tuple[float, float, float], int]:
+) -> tuple[_Placed | _BatchResult, str, tuple[float, float, float], int, dict[str, float]]:
     """Runs in lane ``lane``: parse a range of the CSV whose first row is ``first_row`` (so
     errors name the rows one process names), install the first-sight entries the other lanes
     published (``job.exchange``), encode the range, publish the entries it computed and write
     its arrays into the output file at their row (``_write_rows``; pickled back if there is
     no file or no room); also the lane's name, the CPU seconds of reading, of the exchange
-    and of encoding, and the entries it installed."""
+    and of encoding, the entries it installed and the CPU of the encoding's steps."""
     c0 = time.process_time()
     with _WORKER_LOCK:
         encoder = _worker_encoder(spec)
@@ -448,7 +466,9 @@ def peer_range_task(
             peers = _PEERS[spec.token] = PeerSight(encoder, lane, job.lanes, folder)
         peers.take()
         c2 = time.process_time()
+        before = dict(encoder.step_cpu)
         result = encoder.encode_batch(batch, job.source, job.id_column)
+        steps = {k: v - before[k] for k, v in encoder.step_cpu.items()}
         if result.ids is not None and result.ids_valid:  # the parent checks them by hash
             result.id_hashes = value_hashes(pa.array(result.ids, type=pa.string()))
         c3 = time.process_time()
@@ -462,7 +482,7 @@ def peer_range_task(
             )
         installed, peers.installed = peers.installed, 0
     cpu = (c1 - c0, c2 - c1 + time.process_time() - c3, c3 - c2)
-    return out, _worker_name(), cpu, installed
+    return out, _worker_name(), cpu, installed, steps
 
 
 def _ready() -> str:
@@ -772,8 +792,9 @@ class _PeerLanes:
         try:
             while pending:
                 w, fut = pending.popleft()
-                out, worker, (reading, sight, encoding), installed = fut.result()
+                out, worker, (reading, sight, encoding), installed, steps = fut.result()
                 if self.stats is not None:
+                    self.stats.add_steps(steps)
                     self.stats.add(worker, reading, reading=True)
                     self.stats.add(worker, sight, first_sight=True)
                     self.stats.add(worker, encoding)

@@ -448,6 +448,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         t1, c1 = time.perf_counter(), cpu_seconds()
         run.stage_seconds["audited.encoding"] = t1 - t0
         run.stage_seconds["cpu.audited.encoding"] = c1 - c0 + workers_cpu.cpu_seconds
+        run.stage_seconds.update(workers_cpu.stage_entries(encoder, c1 - c0))
         if run.aborted:
             raise RunAborted(f"run {run.run_id} was aborted")
         allowed, reasons = await self._on_local_files(

@@ -417,3 +417,30 @@ def test_a_duplicate_id_ranges_apart_is_found(tmp_path, small_batches, pool, mod
     msg = _first_error(lambda: Encoder(schema, SECRET).encode_csv(path, id_column="id"))
     assert "row 2801" in msg and "duplicate record id" in msg
     assert _first_error(lambda: _on_pool(schema, path, pool, mode, id_column="id")) == msg
+
+
+def test_cpu_entries_name_the_encoding_steps(tmp_path, small_batches, pool):
+    """The node's ``cpu.audited.encoding.<step>`` entries: the lanes' step CPU is part of
+    their task CPU; in one process the encoder itself counts every step."""
+    path = _people_csv(tmp_path, 2500, seed=8)
+    one = Encoder(_shipped_schema(), SECRET)
+    one.encode_csv(path, id_column="rec_id")
+    assert set(one.step_cpu) == set(encoder_module.STEPS)
+    assert all(v > 0 for v in one.step_cpu.values())
+    parent = Encoder(_shipped_schema(), SECRET)
+    stats = ParallelStats()
+    encode_csv_parallel(
+        parent, path, id_column="rec_id", workers=2, lanes=pool, own_ranges=True, stats=stats
+    )
+    assert not any(parent.step_cpu.values())  # the lanes encoded every range
+    entries = stats.stage_entries(parent, 1.5)
+    pre = "cpu.audited.encoding."
+    assert entries[pre + "node"] == 1.5
+    # the lanes decode the columns while reading their ranges: no "columns" entry
+    assert set(entries) == {pre + s for s in ("node", "lanes", "lanes.reading", *STEPS_IN_LANES)}
+    steps = sum(entries[pre + s] for s in STEPS_IN_LANES)
+    assert 0 < steps <= entries[pre + "lanes"] - entries[pre + "lanes.reading"]
+    assert stats.steps["fields"] > 0 and stats.steps["blocking"] > 0
+
+
+STEPS_IN_LANES = ("fields", "blocking", "ids")
