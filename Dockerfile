@@ -42,6 +42,12 @@ RUN . /tmp/pip-env.sh \
  && /opt/pprl/venv/bin/python -c 'import coordinator, party, proto' \
  && /opt/pprl/venv/bin/python -m pip uninstall -q -y pip setuptools \
  && find /opt/pprl/venv/lib -type d -name tests -path '*/site-packages/*' -prune -exec rm -rf {} +
+# numba's on-disk cache of every compiled loop a node uses (about a minute of CPU to compile, a second to
+# load): made here against the installed files, which the final stage copies unchanged (numba keys its
+# cache on each source file's path, size and mtime, which COPY --from keeps), and copied to NUMBA_CACHE_DIR
+# at each start (docker/entrypoint.sh). Run from / so that the installed package is imported, not /src/party.
+COPY docker/warm_cache.py /tmp/warm_cache.py
+RUN cd / && NUMBA_CACHE_DIR=/opt/pprl/numba-cache /opt/pprl/venv/bin/python /tmp/warm_cache.py
 
 FROM ${BASE_IMAGE}
 ARG PPRL_UID=10001
@@ -50,7 +56,8 @@ ENV PATH=/opt/pprl/venv/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PIP_NO_CACHE_DIR=1 \
     MPLCONFIGDIR=/tmp/matplotlib \
-    NUMBA_CACHE_DIR=/var/lib/pprl/.cache/numba \
+    NUMBA_CACHE_DIR=/tmp/pprl-numba-cache \
+    PPRL_NUMBA_CACHE_SEED=/opt/pprl/numba-cache \
     LANG=C.UTF-8
 RUN groupadd --gid "$PPRL_UID" pprl \
  && useradd --no-create-home --uid "$PPRL_UID" --gid "$PPRL_UID" --home-dir /var/lib/pprl --shell /usr/sbin/nologin pprl \
@@ -58,8 +65,12 @@ RUN groupadd --gid "$PPRL_UID" pprl \
  && chown -R pprl:pprl /var/lib/pprl /volumes \
  && rm -rf /root/.cache /tmp/*
 COPY --from=build /opt/pprl/venv /opt/pprl/venv
+COPY --from=build /opt/pprl/numba-cache /opt/pprl/numba-cache
 COPY scripts /opt/pprl/scripts
 COPY docker /opt/pprl/docker
 USER pprl
 WORKDIR /var/lib/pprl
+# docker/entrypoint.sh copies the numba cache above to NUMBA_CACHE_DIR (numba only uses a writable cache
+# folder; /tmp is a tmpfs under compose's read-only root), then runs the command.
+ENTRYPOINT ["/opt/pprl/docker/entrypoint.sh"]
 CMD ["pprl-party", "--help"]

@@ -413,6 +413,88 @@ def test_dockerfile_is_multistage_slim_and_unprivileged() -> None:
     assert ("scripts", f"{IMAGE_HOME}/scripts") in copies
 
 
+def _env_values(stage: list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs of a stage's ENV instructions (continuation lines joined)."""
+    text = " ".join(line.rstrip("\\").strip() for line in stage)
+    values: dict[str, str] = {}
+    for instr in re.findall(r"\bENV\s+(.*?)(?=\s+[A-Z]+\s|$)", text):
+        values.update(re.findall(r"([A-Z_][A-Z0-9_]*)=(\S+)", instr))
+    return values
+
+
+def test_image_carries_a_numba_cache_that_read_only_containers_load(
+    compose: dict[str, Any],
+) -> None:
+    # numba only loads from a cache folder it can write to: the image's cache (filled by
+    # docker/warm_cache.py against the installed package) is copied by the entry point to a
+    # NUMBA_CACHE_DIR on the tmpfs every service mounts; never into the node's volume (a stale copy
+    # there would outlive an image upgrade).
+    stages = _stages((ROOT / "Dockerfile").read_text())
+    build, final = "\n".join(stages[0]), stages[-1]
+    fill = next(line for line in stages[0] if "warm_cache.py" in line and line.startswith("RUN"))
+    assert fill.startswith("RUN cd / &&"), "fill the cache outside /src, where party/ is the source"
+    assert "NUMBA_CACHE_DIR=/opt/pprl/numba-cache" in fill
+    assert build.index("pip install --no-deps") < build.index(fill)
+    env = _env_values(final)
+    cache, seed = env["NUMBA_CACHE_DIR"], env["PPRL_NUMBA_CACHE_SEED"]
+    assert seed == "/opt/pprl/numba-cache"
+    assert f"COPY --from=build {seed} {seed}" in final
+    assert not cache.startswith(NODE_HOME) and not cache.startswith(seed)
+    assert 'ENTRYPOINT ["/opt/pprl/docker/entrypoint.sh"]' in final
+    for name, svc in services(compose).items():
+        assert any(cache.startswith(t.rstrip("/") + "/") for t in svc["tmpfs"]), name
+
+
+def _entrypoint(tmp: pathlib.Path, seed: pathlib.Path, cache: pathlib.Path, *argv: str) -> Any:
+    import subprocess
+
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PPRL_NUMBA_CACHE_SEED": str(seed),
+        "NUMBA_CACHE_DIR": str(cache),
+    }
+    script = ROOT / "docker" / "entrypoint.sh"
+    return subprocess.run(
+        ["sh", str(script), *argv], env=env, capture_output=True, text=True, cwd=tmp
+    )
+
+
+def test_entrypoint_seeds_the_numba_cache_once_then_runs_the_command(
+    tmp_path: pathlib.Path,
+) -> None:
+    seed = tmp_path / "seed"
+    (seed / "protocol_ab").mkdir(parents=True)
+    (seed / "protocol_ab" / "k.nbi").write_bytes(b"index")
+    (seed / "protocol_ab" / "k.1.nbc").write_bytes(b"code")
+    cache = tmp_path / "run" / "numba"
+    proc = _entrypoint(tmp_path, seed, cache, "sh", "-c", 'echo "$0 $1"; exit 7', "a b", "c")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (7, "a b c\n", "")
+    assert (cache / "protocol_ab" / "k.nbi").read_bytes() == b"index"
+    assert (cache / "protocol_ab" / "k.1.nbc").read_bytes() == b"code"
+    assert (cache / ".seeded").exists()
+    # seeded once per container: what numba wrote since is kept
+    (cache / "protocol_ab" / "k.1.nbc").write_bytes(b"newer")
+    assert _entrypoint(tmp_path, seed, cache, "true").returncode == 0
+    assert (cache / "protocol_ab" / "k.1.nbc").read_bytes() == b"newer"
+
+
+def test_entrypoint_runs_the_command_when_the_cache_cannot_be_seeded(
+    tmp_path: pathlib.Path,
+) -> None:
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    (seed / "x.nbi").write_bytes(b"index")
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    proc = _entrypoint(tmp_path, seed, blocker / "numba", "echo", "ran")
+    assert (proc.returncode, proc.stdout) == (0, "ran\n")
+    assert "cannot copy numba's cache" in proc.stderr and "NUMBA_CACHE_DIR" in proc.stderr
+    # no seed folder (an image built without one): silent
+    proc = _entrypoint(tmp_path, tmp_path / "none", tmp_path / "c2", "echo", "ran")
+    assert (proc.returncode, proc.stdout, proc.stderr) == (0, "ran\n", "")
+    assert not (tmp_path / "c2").exists()
+
+
 def test_dockerignore_keeps_secrets_out_of_the_context() -> None:
     patterns = {
         line.strip()
@@ -734,7 +816,12 @@ def test_check_results_checks_target_any_groups(
 def test_shell_scripts_parse() -> None:
     import subprocess
 
-    for script in ("scripts/compose_smoke.sh", "scripts/docker_base_image.sh", "docker/pip-env.sh"):
+    for script in (
+        "scripts/compose_smoke.sh",
+        "scripts/docker_base_image.sh",
+        "docker/pip-env.sh",
+        "docker/entrypoint.sh",
+    ):
         proc = subprocess.run(["bash", "-n", str(ROOT / script)], capture_output=True, text=True)
         assert proc.returncode == 0, f"{script}: {proc.stderr.strip()}"
 
