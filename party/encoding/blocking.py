@@ -445,8 +445,9 @@ class BlockingKeyer:
             ck = (self.spec.parts[i], id(uniques), id(indices))
             got = None if shared is None else shared.get(ck)
             if got is None:
-                x = self._part_blocks(i, uniques)[indices]
-                none = ~x.any(axis=1)
+                distinct = self._part_blocks(i, uniques)
+                x = distinct[indices]
+                none = (distinct == 0).all(axis=1)[indices]  # per distinct value, then gathered
                 if shared is not None:  # holding the lists keeps their ids unique meanwhile
                     shared[ck] = (x, none, uniques, indices)
             else:
