@@ -28,6 +28,7 @@ import contextlib
 import logging
 import os
 import resource
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
@@ -101,6 +102,33 @@ def _embedded_heartbeat(default: Callable[[int], float]) -> Callable[[int], floa
     return interval
 
 
+# what the embedded workers' forkserver imports before it forks them (``_forkserver``)
+EMBEDDED_PRELOAD = (
+    "distributed",
+    "party.encoding.encoder",
+    "party.encoding._numba_warm",
+    "party.cluster_waves",
+    "party.cluster",
+)
+
+
+def _forkserver() -> bool:
+    """Start (once per process) the forkserver that the embedded cluster's workers are forked
+    from, with Dask and the encoder imported and the encoder's numba loops loaded: a worker then
+    starts without importing them (spawned, each paid 1.5-2.3 CPU-s of start-up per encoding),
+    and the server's imports are paid once per node process. The server is shared with the
+    encoding pool's lanes (``parallel.process_pool``); if they started it first, it has the
+    encoder but not Dask preloaded. False where there is no forkserver (not Linux)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import multiprocessing
+    from multiprocessing import forkserver
+
+    multiprocessing.get_context("forkserver").set_forkserver_preload(list(EMBEDDED_PRELOAD))
+    forkserver.ensure_running()  # the preload above counts only if the server starts here
+    return True
+
+
 @contextlib.contextmanager
 def dask_client(
     cluster: ClusterConfig, workers: int | None = None, *, connect_timeout: float = 60.0
@@ -109,8 +137,9 @@ def dask_client(
     Every worker loads the encoder's numba loops once when the client connects (``warm_up``), as
     the process pool's forkserver does; the embedded cluster runs without Dask's sampling
     profiler thread, with its monitors at long intervals (a party's own workers: set the
-    same three keys in their Dask configuration, docs/scaling.md) and with heartbeats every
-    ``EMBEDDED_HEARTBEAT_S`` seconds (``_slow_heartbeats``)."""
+    same three keys in their Dask configuration, docs/scaling.md), with heartbeats every
+    ``EMBEDDED_HEARTBEAT_S`` seconds (``_slow_heartbeats``) and with its workers forked from a
+    forkserver that has Dask and the encoder loaded (``_forkserver``; Linux)."""
     import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
@@ -120,9 +149,11 @@ def dask_client(
     n = resolve_workers(workers)
     if cluster.embedded:
         security = Security.temporary()
+        method = "forkserver" if _forkserver() else "spawn"
         with (
             dask.config.set(
                 {
+                    "distributed.worker.multiprocessing-method": method,
                     "distributed.worker.profile.enabled": False,  # no sampling thread
                     # the workers' periodic callbacks (event-loop tick every 20 ms, system
                     # monitor every 0.5 s, memory monitor every 0.1 s) cost an idle worker 0.25

@@ -40,8 +40,10 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   receiving arguments and sending results between tasks), with its task threads' share
   (``/proc/self/task``). The worst worker's ratio is the figure of merit. Also printed: each
   worker process's CPU from its start to the encoding (start-up: the embedded cluster is
-  started for each encoding) and from its start to the end of the encoding (the nannies that
-  start and watch the workers run in this process, counted in its CPU).
+  started for each encoding; its workers are forked from a forkserver that has Dask and the
+  encoder loaded, whose CPU is printed too: paid once per node process) and from its start to
+  the end of the encoding (the nannies that start and watch the workers run in this process,
+  counted in its CPU).
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -373,12 +375,29 @@ def cmd_cluster(args: argparse.Namespace) -> None:
             f"{', '.join(f'{c.peak_rss / 2**20:.0f}' for c in proc)} MiB; {load()}"
         )
         born = sorted(whole.values(), key=lambda c: -(c.start + c.process))
+        server = forkserver_cpu()
         print(
             f"  from each worker process's start: start-up before the encoding (interpreter, "
             f"imports, numba loops, joining) {', '.join(f'{c.start:.2f}' for c in born)} s; "
             f"start to the end of the encoding {', '.join(f'{c.start + c.process:.2f}' for c in born)}"
-            f" s: worst / ideal {(born[0].start + born[0].process) / ideal:.2f}; {load()}"
+            f" s: worst / ideal {(born[0].start + born[0].process) / ideal:.2f}; the "
+            f"forkserver they are forked from (once per node process: Dask and the encoder "
+            f"imported, numba loops loaded) "
+            f"{'-' if server is None else f'{server:.2f}'} CPU-s; {load()}"
         )
+
+
+def forkserver_cpu() -> float | None:
+    """CPU seconds of this process's multiprocessing forkserver so far (Linux), None if none."""
+    from multiprocessing import forkserver
+
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except (OSError, TypeError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> int:

@@ -51,7 +51,7 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
         usage_by_worker=cpu,
     )
     assert len(cpu) == 2 and all(c.process >= c.tasks >= 0 for c in cpu.values())
-    assert all(c.start > 0.1 for c in cpu.values())  # start-up: interpreter, imports, numba
+    assert all(c.start > 0 for c in cpu.values())  # start-up: joining (forked with imports)
     assert all(a.startswith("tls://") for a in cpu) and sum(c.process for c in cpu.values()) > 0
     assert got.record_ids == ref.record_ids
     assert np.array_equal(got.filters, ref.filters)
@@ -59,6 +59,25 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     assert report.encoded == ref_report.encoded == 3000 and report.skipped == ref_report.skipped
     assert stats.batches > 4 and 1 <= len(stats.cpu_by_worker) <= 2
     assert stats.first_sight_seconds > 0  # values both workers met: computed by one (waves)
+
+
+def _origin() -> tuple[int, bool, bool]:
+    """In a worker: its parent process, and whether the encoder's numba loops and Dask were
+    imported before it started (by the forkserver's preload) rather than by a task."""
+    import os
+
+    return os.getppid(), "party.encoding._numba_warm" in sys.modules, "distributed" in sys.modules
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
+def test_embedded_workers_are_forked_with_the_encoder_loaded() -> None:
+    from multiprocessing import forkserver
+
+    with dask_client(ClusterConfig("local"), 2) as client:
+        server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
+        origins = client.run(_origin)
+    assert len(origins) == 2 and server is not None
+    assert all(o == (server, True, True) for o in origins.values()), (server, origins)
 
 
 def _heartbeat_ms(dask_worker: Any) -> float:
