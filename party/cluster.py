@@ -8,7 +8,8 @@ worker), so first sight of the values is shared out among the workers and every 
 memo tables of its lane (``party.encoding.first_sight``):
 
 - ``scheduler = "local"``: an embedded ``LocalCluster`` of ``workers`` worker processes on
-  127.0.0.1, started for one encoding and closed after it; its scheduler, workers and client talk
+  127.0.0.1 (forked from a forkserver with Dask and the encoder loaded, ``_forkserver``),
+  started for one encoding and closed after it; its scheduler, workers and client talk
   TLS with throw-away certificates (``Security.temporary()``); at most as many of its tasks run
   at once as this machine has cores (``GatedLane``).
 - ``scheduler = "tls://host:port"``: the party's own scheduler. Only ``tls://`` is accepted, with
