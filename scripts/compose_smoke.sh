@@ -124,7 +124,8 @@ status=$(docker wait "$runner")
 
 # What numba wrote after docker/entrypoint.sh seeded the cache: loops (and argument types) the node compiled
 # in this container. The image check above shows the warm-up compiles nothing; the first run still compiles
-# a few variants the image's cache lacks (read-only argument arrays, the group solver): listed, no error.
+# a few variants the image's cache lacks (loops called on read-only arrays received from peers): listed,
+# no error.
 say "the nodes' start-up warm-up and the loops compiled in each container beyond the image's numba cache"
 for name in pprl-party-a pprl-party-b pprl-party-c; do
   warmed=$(docker logs "$name" 2>&1 | grep -o 'comparison kernel warmed up in [0-9.]*s' | tail -1)
