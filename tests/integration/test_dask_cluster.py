@@ -62,8 +62,8 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
 
 
 def _origin() -> tuple[int, bool, bool]:
-    """In a worker: its parent process, and whether the encoder's numba loops and Dask were
-    imported before it started (by the forkserver's preload) rather than by a task."""
+    """In a worker: its parent process, whether the encoder's numba loops were loaded before
+    it started (only the forkserver's preload imports ``_numba_warm``), and Dask's."""
     import os
 
     return os.getppid(), "party.encoding._numba_warm" in sys.modules, "distributed" in sys.modules
