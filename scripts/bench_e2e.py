@@ -71,7 +71,7 @@ def main() -> int:
     args = parser.parse_args()
 
     from party.encoding.encoder import Encoder
-    from party.encoding.parallel import encode_csv_parallel, resolve_workers
+    from party.encoding.parallel import encode_csv_parallel, resolve_workers, start_lanes_for
     from party.encoding.schema import parse_schema
     from party.mpc.driver import run_mpc3_in_process
     from party.protocol.driver import run_in_process
@@ -169,9 +169,10 @@ def main() -> int:
             "PPRL_MEMORY_BUDGET_MIB": str(args.memory_budget_mib),
         }
         cluster.start({name: node_env for name in names})
-        for name in names:  # wait for each node's start-up warm-up (it logs when done)
-            while "warmed up" not in cluster.log_text(name):
-                time.sleep(0.1)
+        # Each node's start-up warm-up (compiled loops loaded, encoding lanes started) over, and
+        # this process's own lanes started, before either side is timed: neither pays start-up.
+        cluster.wait_warm(names)
+        start_lanes_for(csvs[0], args.workers)
         for i in range(args.repeat):
             t_inproc, t_encode, inproc_sets = in_process()
             t_net, status, net_sets = networked()
