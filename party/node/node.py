@@ -1290,7 +1290,9 @@ class PartyNode(party_pb2_grpc.PartyServicer):
             log.info("run %s done: %d matches written", run.run_id, matches)
         except Exception as exc:  # noqa: BLE001 - every failure ends the run with a safe reason
             stage_name = clock["name"]
-            if isinstance(exc, RunAborted | RunFailed):
+            if isinstance(exc, RunAborted | RunFailed) or run.aborted:
+                # after an abort, a step may fail on what the abort removed (its results folder):
+                # the abort's reason, not an internal error
                 reason = run.reason if run.aborted and run.reason else str(exc)
             elif isinstance(exc, PprlError):
                 reason = f"{me} failed in stage {stage_name}: {exc}"

@@ -187,7 +187,9 @@ def validate_share(
     if n and not strictly_increasing(p) and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
     at = np.ascontiguousarray(d)
-    named = positions_named(at, int(common_count))
+    view = at.view()  # read-only as every caller's: one compiled variant, which the warm-up loads
+    view.flags.writeable = False
+    named = positions_named(view, int(common_count))
     if named == 1:
         raise ShareError(
             f"share from party {src}: a row names a block position outside the "
