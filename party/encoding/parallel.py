@@ -80,8 +80,9 @@ import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import (
+    FIRST_COMPLETED,
     BrokenExecutor,
     CancelledError,
     Executor,
@@ -755,7 +756,7 @@ class _RangeLanes(_Lanes):
 class _PeerLanes:
     """Lanes that read and encode their own ranges (the default on this machine's lanes;
     with ``peer_sight`` they also share first sight among themselves): the parent only hands
-    out ranges (to the lane with the fewest in flight, at most two per lane) with their first
+    out ranges (to the lane with the fewest unfinished, at most two per lane) with their first
     rows, known from the line counts, and takes the results in input order; the lanes write
     the arrays in place. An error a lane raises names its true row, and is raised here when
     the results before it are taken, so it is the first error one process raises."""
@@ -770,37 +771,59 @@ class _PeerLanes:
         self.lanes, self.spec, self.job, self.stats = list(lanes), spec, job, stats
 
     def run(self, ranges: list[CsvRange], lines: list[int]) -> Generator[_BatchResult]:
-        """Results in input order; raises ``NotSplittable`` (the caller starts again)."""
-        busy = [0] * len(self.lanes)  # ranges in flight per lane
-        pending: deque[tuple[int, Future[Any]]] = deque()
+        """Results in input order; raises ``NotSplittable`` (the caller starts again). A lane
+        gets its next range as soon as one of its ranges is done (at most two unfinished per
+        lane), not when its result's turn comes: a lane whose ranges go faster is not left
+        idle behind the other's (at most ``4 * lanes`` results, done or not, are held)."""
+        busy = [0] * len(self.lanes)  # unfinished ranges per lane
+        running: dict[Future[Any], int] = {}  # unfinished range -> its lane
+        pending: deque[tuple[int, Future[Any]]] = deque()  # every range not taken, in order
         firsts = np.cumsum([1, *lines[:-1]]).tolist()  # each range's first row
         todo = iter(zip(ranges, firsts, strict=True))
+        most = 4 * len(self.lanes)
 
-        def submit() -> None:
+        def submit() -> bool:
             nxt = next(todo, None)
-            if nxt is not None:
-                w = busy.index(min(busy))
-                busy[w] += 1
-                fut = self.lanes[w].submit(peer_range_task, self.spec, self.job, w, *nxt)
-                pending.append((w, fut))
+            if nxt is None:
+                return False
+            w = busy.index(min(busy))
+            busy[w] += 1
+            fut = self.lanes[w].submit(peer_range_task, self.spec, self.job, w, *nxt)
+            running[fut] = w
+            pending.append((w, fut))
+            return True
+
+        def refill() -> None:
+            while min(busy) < 2 and len(pending) < most and submit():
+                pass
+
+        def finished(futures: Iterable[Future[Any]]) -> None:
+            for fut in futures:
+                if fut in running:
+                    busy[running.pop(fut)] -= 1
 
         submit()
         if pending and self.job.exchange:  # a head start: the first (small) range's commonest
             wait([pending[0][1]])  # values reach every lane before they start
-        for _ in range(2 * len(self.lanes) - 1):
-            submit()
+        refill()
         try:
             while pending:
-                w, fut = pending.popleft()
-                out, worker, (reading, sight, encoding), installed, steps = fut.result()
+                head = pending[0][1]
+                if not head.done():
+                    done, _ = wait(list(running), return_when=FIRST_COMPLETED)
+                    finished(done)
+                    refill()
+                    continue
+                pending.popleft()
+                finished([head])
+                out, worker, (reading, sight, encoding), installed, steps = head.result()
                 if self.stats is not None:
                     self.stats.add_steps(steps)
                     self.stats.add(worker, reading, reading=True)
                     self.stats.add(worker, sight, first_sight=True)
                     self.stats.add(worker, encoding)
                     self.stats.shared_values += installed
-                busy[w] -= 1
-                submit()
+                refill()
                 yield out.take() if isinstance(out, _Placed) else out
         finally:
             stop_tasks([fut for _, fut in pending])

@@ -444,3 +444,63 @@ def test_cpu_entries_name_the_encoding_steps(tmp_path, small_batches, pool):
 
 
 STEPS_IN_LANES = ("fields", "blocking", "ids")
+
+
+def test_a_lane_gets_its_next_range_when_one_of_its_own_is_done(tmp_path, small_batches):
+    """The first range's lane is held until the other lane has finished three ranges: lanes
+    get ranges as their own finish, not only as results are taken in input order (which
+    would wait for the held first range and leave the other lane idle after two); the output
+    is still one process's. (Lanes are threads here, sharing the job's encoder.)"""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from party.encoding.parallel import peer_range_task
+
+    path = _people_csv(tmp_path, 4000, seed=5)
+    schema = _shipped_schema()
+    ref, _ = Encoder(schema, SECRET).encode_csv(path, id_column="rec_id")
+    gate = threading.Event()
+    lock = threading.Lock()
+    finished = {"other lane": 0}
+    opened: list[bool] = []  # per held task: the gate opened (False: the wait timed out)
+
+    class Held(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            def run():  # type: ignore[no-untyped-def]
+                opened.append(gate.wait(60))  # only a failing run waits this long
+                return fn(*args, **kwargs)
+
+            return super().submit(run)
+
+    class Counted(ThreadPoolExecutor):
+        def submit(self, fn, /, *args, **kwargs):  # type: ignore[no-untyped-def]
+            def run():  # type: ignore[no-untyped-def]
+                out = fn(*args, **kwargs)
+                if fn is peer_range_task:
+                    with lock:
+                        finished["other lane"] += 1
+                        if finished["other lane"] == 3:
+                            gate.set()
+                return out
+
+            return super().submit(run)
+
+    lanes = [Held(1), Counted(1)]
+    stats = ParallelStats()
+    try:
+        got, _ = encode_csv_parallel(
+            Encoder(schema, SECRET),
+            path,
+            id_column="rec_id",
+            workers=2,
+            lanes=lanes,
+            own_ranges=True,
+            stats=stats,
+        )
+    finally:
+        gate.set()
+        for lane in lanes:
+            lane.shutdown()
+    _same(ref, got)
+    assert stats.ranges >= 5
+    assert opened and opened[0]  # the first held range waited for three others, no timeout
