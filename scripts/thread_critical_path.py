@@ -53,6 +53,7 @@ _MODULES = (
     "party.protocol.blocks",
     "party.protocol.engine",
     "party.protocol.pairwise",
+    "party.protocol.pair_engine",
     "party.protocol.row_sort",
     "party.mpc.gates",
     "party.mpc.keys",

@@ -233,37 +233,41 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
 
 
 @jit
-def plan_pairs(starts_a: np.ndarray, starts_b: np.ndarray, cap: int):  # type: ignore[no-untyped-def]
-    """From two parties' CSR block starts: (whole, pairs of the whole blocks, pairs of every block,
-    pairs of the largest block); a block is whole when neither party has more than ``cap`` rows
-    in it (cap < 0: every block)."""
-    blocks = starts_a.shape[0] - 1
-    whole = np.empty(blocks, dtype=np.bool_)
+def plan_pairs(starts_a, starts_b, cap, lo, hi, whole, sums):  # type: ignore[no-untyped-def]
+    """From two parties' CSR block starts, blocks [lo, hi): whole[x] (neither party has more than
+    ``cap`` rows in block x; cap < 0: every block, ``whole`` not written), and sums[0..2] = (pairs
+    of the whole blocks, pairs of every block, pairs of the largest block). Ranges of blocks run
+    on the threads."""
     total = 0
     uncapped = 0
     largest = 0
-    for b in range(blocks):
-        na = starts_a[b + 1] - starts_a[b]
-        nb = starts_b[b + 1] - starts_b[b]
+    for x in range(lo, hi):
+        na = starts_a[x + 1] - starts_a[x]
+        nb = starts_b[x + 1] - starts_b[x]
         pairs = na * nb
         uncapped += pairs
         largest = max(largest, pairs)
-        whole[b] = cap < 0 or (na <= cap and nb <= cap)
-        if whole[b]:
+        if cap < 0:
             total += pairs
-    return whole, total, uncapped, largest
+        elif na <= cap and nb <= cap:
+            whole[x] = True
+            total += pairs
+        else:
+            whole[x] = False
+    sums[0] = total
+    sums[1] = uncapped
+    sums[2] = largest
 
 
 @jit
-def pair_counts(starts_a: np.ndarray, starts_b: np.ndarray):  # type: ignore[no-untyped-def]
-    """(pairs of every block, pairs of the largest block) from two parties' CSR block starts."""
-    total = 0
-    largest = 0
-    for b in range(starts_a.shape[0] - 1):
-        pairs = (starts_a[b + 1] - starts_a[b]) * (starts_b[b + 1] - starts_b[b])
-        total += pairs
-        largest = max(largest, pairs)
-    return total, largest
+def row_popcounts(rows, lo, hi, out):  # type: ignore[no-untyped-def]
+    """out[r] = the 1-bits of row r of an (n, w) uint64 array, for r in [lo, hi)."""
+    w = rows.shape[1]
+    for r in range(lo, hi):
+        c = 0
+        for k in range(w):
+            c += _popcnt64(rows[r, k])  # type: ignore[call-arg]
+        out[r] = c
 
 
 @jit
@@ -273,16 +277,58 @@ def merge_partner_rows(rows, at, col):  # type: ignore[no-untyped-def]
     order of (a's pseudonym in column ``col``, the partner's); merged by a's pseudonym, ties by
     partner decreasing (a row with 0 in a column sorts before one with a pseudonym there), each
     run's order kept. Rows in lexicographic order when the runs are (one pass, no sort)."""
-    runs = at.shape[0] - 1
-    heads = at[:-1].copy()
     out = np.empty_like(rows)
-    for i in range(rows.shape[0]):
+    merge_partner_range(rows, at[:-1], at[1:], col, out, 0)
+    return out
+
+
+@jit
+def merge_partner_range(rows, heads, ends, col, out, first):  # type: ignore[no-untyped-def]
+    """``merge_partner_rows`` of the rows[heads[r]:ends[r]] of every run r, written to ``out``
+    from row ``first`` on (ranges of a's pseudonyms, ``partner_cuts``, merge on the threads)."""
+    runs = heads.shape[0]
+    heads = heads.copy()
+    todo = 0
+    for r in range(runs):
+        todo += ends[r] - heads[r]
+    for i in range(first, first + todo):
         best = -1
         for r in range(runs - 1, -1, -1):  # later partners first among equal pseudonyms
-            if heads[r] < at[r + 1] and (best < 0 or rows[heads[r], col] < rows[heads[best], col]):
+            if heads[r] < ends[r] and (best < 0 or rows[heads[r], col] < rows[heads[best], col]):
                 best = r
         j = heads[best]
         for c in range(rows.shape[1]):
             out[i, c] = rows[j, c]
         heads[best] = j + 1
-    return out
+
+
+@jit
+def partner_cuts(rows, at, col, parts):  # type: ignore[no-untyped-def]
+    """Cut the sorted runs of ``merge_partner_rows`` into ``parts`` ranges of a's pseudonyms
+    (column ``col``) of about equal rows of the longest run: (parts + 1, runs) int64, row k the
+    position in each run where range k starts (row parts: the runs' ends; ranges may be empty).
+    Equal pseudonyms stay in one range, so merging the ranges one after the other merges the
+    runs."""
+    runs = at.shape[0] - 1
+    cuts = np.empty((parts + 1, runs), dtype=np.int64)
+    longest = 0
+    for r in range(runs):
+        cuts[0, r] = at[r]
+        cuts[parts, r] = at[r + 1]
+        if at[r + 1] - at[r] > at[longest + 1] - at[longest]:
+            longest = r
+    size = at[longest + 1] - at[longest]
+    for k in range(1, parts):
+        for r in range(runs):
+            lo = cuts[k - 1, r]  # the first row at or above the pivot (binary search)
+            hi = at[r + 1]
+            if size:
+                pivot = rows[at[longest] + size * k // parts, col]
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if rows[mid, col] < pivot:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+            cuts[k, r] = lo
+    return cuts

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import merge_partner_rows, pair_counts
+from party.protocol._numba_pairs import merge_partner_range, partner_cuts
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import row_block_index, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
@@ -52,6 +52,7 @@ from party.protocol.pairwise import PairPlan, pair_side, segment_pair_counts
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.spill import LocalGauge, RowStore
+from party.protocol.threads import run_tasks, thread_ranges
 
 logger = logging.getLogger(__name__)
 
@@ -96,20 +97,29 @@ def group_results(rows: np.ndarray, party: int) -> GroupResults:
     )
 
 
-def _merged(runs: list[list[np.ndarray]], a: int, parties: int) -> np.ndarray:
+def _merged(runs: list[list[np.ndarray]], a: int, workers: int = 1) -> list[np.ndarray]:
     """Party a's kept rows with its partners (``runs[k]``: with party a + 1 + k, in order) in the
-    store's order (``merge_partner_rows``); empties ``runs``."""
+    store's order (``_numba_pairs.merge_partner_rows``), as arrays to append in turn; empties
+    ``runs``. With ``workers`` > 1, ranges of a's pseudonyms merge on the kernel threads (the
+    same rows in the same order)."""
     sizes = [sum(int(x.shape[0]) for x in run) for run in runs]
     if sum(1 for size in sizes if size) <= 1:  # one partner's rows: in order already
         parts = [x for run in runs for x in run]
         runs.clear()
-        if not parts:
-            return np.zeros((0, parties + 1), dtype=np.uint64)
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        return parts
     rows = np.concatenate([x for run in runs for x in run])
     runs.clear()
     at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
-    return merge_partner_rows(rows, at, a)  # type: ignore[no-any-return]
+    ranges = max(1, len(thread_ranges(workers, rows.shape[0], words=rows.size)))
+    cuts = partner_cuts(rows, at, a, ranges)
+    firsts = (cuts - at[:-1]).sum(axis=1)  # range k's first row in the merged rows
+    out = np.empty_like(rows)
+    run_tasks(
+        workers,
+        ranges,
+        lambda k: merge_partner_range(rows, cuts[k], cuts[k + 1], a, out, firsts[k]),
+    )
+    return [out]
 
 
 class PairEngine(PartyEngine):
@@ -168,23 +178,22 @@ class PairEngine(PartyEngine):
         indexes = [row_block_index(sd.positions, n, self.workers) for sd in sides]
 
         def plan_of(a: int, b: int) -> PairPlan:
-            return PairPlan.from_indexes(indexes[a], indexes[b], cap)
+            return PairPlan.from_indexes(indexes[a], indexes[b], cap, self.workers)
 
-        # the pairs per block from the indexes; with a cap, the sub-blocks from the plans
+        # the pairs per block from the plans (a pass over the blocks on the threads; with a cap,
+        # also the sub-blocks). Without a cap a plan holds no per-block array: kept for the
+        # kernel; with one, made again there (one plan's flags held at a time)
         plan_bytes = 0
+        plans: dict[tuple[int, int], PairPlan] = {}
         for a, b in party_pairs(p):
             # whole blocks, the running sum of a's rows' pairs (kept_pairs)
             plan_bytes = max(plan_bytes, (n + 1) + 8 * int(pseud[a].size))
-            if cap is None:
-                pairs, largest = pair_counts(indexes[a].starts, indexes[b].starts)
-                stats.candidate_sets += int(pairs)
-                stats.candidate_sets_uncapped += int(pairs)
-                stats.largest_block_sets = max(stats.largest_block_sets, int(largest))
-                continue
             plan = plan_of(a, b)
             stats.candidate_sets += plan.total
             stats.candidate_sets_uncapped += plan.uncapped
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
+            if cap is None:
+                plans[(a, b)] = plan
             del plan
         total = stats.candidate_sets
         held = sum(int(ix.rows.nbytes) + int(ix.starts.nbytes) for ix in indexes)
@@ -209,7 +218,7 @@ class PairEngine(PartyEngine):
             for a in range(p - 2, -1, -1):
                 runs: list[list[np.ndarray]] = []  # a's kept rows per partner, b increasing
                 for b in range(a + 1, p):
-                    plan = plan_of(a, b)
+                    plan = plans.pop((a, b)) if (a, b) in plans else plan_of(a, b)
                     runs.append([])
                     for found, pairs, kept in plan.kept_pairs(
                         sides[a], sides[b], p, table, piece, self.workers, cancel
@@ -249,11 +258,11 @@ class PairEngine(PartyEngine):
                         if progress is not None:
                             progress(done, total)
                 if merging:
-                    merged = _merged(runs, a, p)
+                    merged = _merged(runs, a, self.workers)
                     self._gauge.release(waiting)  # the store reserves what it keeps
                     waiting = 0
-                    if merged.shape[0]:
-                        store.append(merged)
+                    for rows in merged:
+                        store.append(rows)
                     del merged
         except BaseException:
             self._gauge.release(waiting)

@@ -30,6 +30,7 @@ from party.protocol._numba_pairs import (
     emit_keys,
     kept_of_runs,
     plan_pairs,
+    row_popcounts,
     row_visits,
 )
 from party.protocol.blocks import (
@@ -42,9 +43,12 @@ from party.protocol.blocks import (
 )
 from party.protocol.errors import ComparisonCancelled, ProtocolError
 from party.protocol.kernel import PARALLEL_MIN_PAIRS
-from party.protocol.threads import run_split, run_tasks
+from party.protocol.threads import run_split, run_tasks, task_ranges
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
+
+#: ranges of blocks per kernel thread of a plan's pass over the blocks
+PLAN_RANGES_PER_THREAD = 8
 
 #: a row index of either party must fit the 32 bits of its half of a pair's sort key
 MAX_PAIR_ROWS = 2**32
@@ -78,7 +82,21 @@ def pair_side(
     else:
         pos = np.ascontiguousarray(positions, dtype=np.int32)
     segs = np.ascontiguousarray(segments, dtype=np.uint64)
-    return PairSide(column, np.ascontiguousarray(keys, np.uint64), segs, popcount_rows(segs), pos)
+    keys = np.ascontiguousarray(keys, np.uint64)
+    return PairSide(column, keys, segs, segment_popcounts(segs, workers), pos)
+
+
+def segment_popcounts(segments: np.ndarray, workers: int = 1) -> np.ndarray:
+    """(n,) int64: the 1-bits of each row of an (n, words) uint64 C-contiguous array (as
+    ``popcount_rows``), ranges of rows on the kernel threads."""
+    out = np.empty(segments.shape[0], dtype=np.int64)
+    run_split(
+        workers,
+        int(segments.shape[0]),
+        lambda lo, hi: row_popcounts(segments, lo, hi, out),
+        words=int(segments.size),
+    )
+    return out
 
 
 class PairPlan:
@@ -97,37 +115,67 @@ class PairPlan:
         keys_a: np.ndarray,
         keys_b: np.ndarray,
         cap: int | None,
+        workers: int = 1,
     ) -> None:
         common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
         self._plan(
-            block_index(digests_a, common, keys_a), block_index(digests_b, common, keys_b), cap
+            block_index(digests_a, common, keys_a),
+            block_index(digests_b, common, keys_b),
+            cap,
+            workers,
         )
 
     @classmethod
-    def from_indexes(cls, index_a: BlockIndex, index_b: BlockIndex, cap: int | None) -> PairPlan:
+    def from_indexes(
+        cls, index_a: BlockIndex, index_b: BlockIndex, cap: int | None, workers: int = 1
+    ) -> PairPlan:
         """The plan of two parties' block indexes over the same blocks (e.g. the run's blocks
-        shared by two or more parties: those the two do not share hold no pair)."""
+        shared by two or more parties: those the two do not share hold no pair); ``workers``:
+        kernel threads its pass over the blocks uses."""
         plan = cls.__new__(cls)
-        plan._plan(index_a, index_b, cap)
+        plan._plan(index_a, index_b, cap, workers)
         return plan
 
-    def _plan(self, index_a: BlockIndex, index_b: BlockIndex, cap: int | None) -> None:
+    def _plan(
+        self, index_a: BlockIndex, index_b: BlockIndex, cap: int | None, workers: int = 1
+    ) -> None:
         self.cap = cap
         self.index_a, self.index_b = index_a, index_b
-        whole, total, uncapped, largest = plan_pairs(
-            index_a.starts, index_b.starts, -1 if cap is None else int(cap)
+        blocks = int(index_a.starts.shape[0]) - 1
+        # ranges of blocks (several per thread, taken as each thread becomes free); their whole
+        # blocks' pairs also cut the pair kernel's block ranges (``_block_ranges``)
+        ranges = task_ranges(workers, blocks, PLAN_RANGES_PER_THREAD) or [(0, 0)]
+        # without a cap every block is whole: no per-block flags (the kernels do not read them)
+        whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
+        sums = np.zeros((len(ranges), 3), dtype=np.int64)
+        starts_a, starts_b = index_a.starts, index_b.starts
+        limit = -1 if cap is None else int(cap)
+        run_tasks(
+            workers,
+            len(ranges),
+            lambda k: plan_pairs(starts_a, starts_b, limit, *ranges[k], whole, sums[k]),
         )
-        self.whole: np.ndarray = whole
+        self._whole = whole
         #: some block is sub-blocked (else ``whole`` need not be read)
         self.check = not bool(whole.all())
+        #: the plan's ranges of blocks (cuts[k]..cuts[k+1]-1) and the pairs of their whole blocks
+        self.range_cuts = np.array([lo for lo, _ in ranges] + [blocks], dtype=np.int64)
+        self.range_pairs = sums[:, 0].copy()
         #: pairs of the whole blocks (each counted once per block)
-        self.whole_pairs = int(total)
-        self.total = int(total)
+        self.whole_pairs = int(sums[:, 0].sum())
+        self.total = self.whole_pairs
         #: pairs of all two-party blocks, and of the largest, before sub-blocking
-        self.uncapped = int(uncapped)
-        self.largest = int(largest)
+        self.uncapped = int(sums[:, 1].sum())
+        self.largest = int(sums[:, 2].max())
         for sub_a, sub_b in self._sub_blocks():
             self.total += int(sub_a.size) * int(sub_b.size)
+
+    @property
+    def whole(self) -> np.ndarray:
+        """(blocks,) bool: the blocks compared whole (not sub-blocked)."""
+        if self.cap is None:
+            return np.ones(int(self.range_cuts[-1]), dtype=np.bool_)
+        return self._whole
 
     @property
     def na(self) -> np.ndarray:
@@ -143,7 +191,7 @@ class PairPlan:
     def nbytes(self) -> int:
         """Bytes of the plan's arrays (the two block indexes and per-block sizes)."""
         arrays = (self.index_a.rows, self.index_a.starts, self.index_b.rows, self.index_b.starts)
-        return sum(int(x.nbytes) for x in arrays) + int(self.whole.nbytes)
+        return sum(int(x.nbytes) for x in arrays) + int(self._whole.nbytes)
 
     def kept_pairs(
         self,
@@ -173,7 +221,7 @@ class PairPlan:
         if max(n_a, int(side_b.keys.shape[0])) > MAX_PAIR_ROWS:
             raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
         check = self.check
-        starts_a, starts_b, whole = self.index_a.starts, self.index_b.starts, self.whole
+        starts_b, whole = self.index_b.starts, self._whole
         if self.whole_pairs <= max_pairs:
             pieces = [(0, n_a, self.whole_pairs)] if n_a and self.whole_pairs else []
         else:
@@ -197,11 +245,7 @@ class PairPlan:
         fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops)
         fixed += (table, side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
         parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
-        if parts == 1:  # no pass over the blocks
-            cuts = np.array([0, whole.size], dtype=np.int64)
-            offsets = np.array([0, self.whole_pairs], dtype=np.int64)
-        else:
-            cuts, offsets = block_cuts(starts_a, starts_b, whole, check, self.whole_pairs, parts)
+        cuts, offsets = self._block_ranges(parts)
         for lo, hi, pairs in pieces:
             if cancel is not None and cancel.is_set():
                 raise ComparisonCancelled("comparison cancelled")
@@ -209,6 +253,36 @@ class PairPlan:
             outs = self._kept_piece(lo, hi, cuts, runs, fixed, workers)
             found = [o[0] for o in outs if o[0].shape[0]]
             yield found, pairs, sum(int(o[1]) for o in outs)
+
+    def _block_ranges(self, parts: int) -> tuple[np.ndarray, np.ndarray]:
+        """The pair kernel's ``parts`` ranges of blocks, of about equal pairs of whole blocks (all
+        of a's rows): (cuts, offsets) as ``block_cuts`` gives them, cut at the plan's range
+        boundaries nearest to equal shares (no pass over the blocks) when the plan has at least
+        ``PLAN_RANGES_PER_THREAD`` ranges per part, else by ``block_cuts``."""
+        blocks = int(self.range_cuts[-1])
+        if parts == 1:
+            return (
+                np.array([0, blocks], dtype=np.int64),
+                np.array([0, self.whole_pairs], dtype=np.int64),
+            )
+        if self.range_pairs.size < PLAN_RANGES_PER_THREAD * parts:
+            return block_cuts(  # type: ignore[no-any-return]
+                self.index_a.starts,
+                self.index_b.starts,
+                self._whole,
+                self.check,
+                self.whole_pairs,
+                parts,
+            )
+        running = np.concatenate([[0], np.cumsum(self.range_pairs)]).astype(np.int64)
+        at = [0]
+        for k in range(1, parts):
+            want = self.whole_pairs * k / parts
+            i = int(np.argmin(np.abs(running - want)))
+            at.append(max(at[-1], i))
+        at.append(running.size - 1)
+        index = np.array(at, dtype=np.int64)
+        return self.range_cuts[index], running[index]
 
     def _kept_piece(
         self,
@@ -225,7 +299,7 @@ class PairPlan:
         check = self.check
         starts_a, rows_a = self.index_a.starts, self.index_a.rows
         starts_b, rows_b = self.index_b.starts, self.index_b.rows
-        whole = self.whole
+        whole = self._whole
         parts = int(cuts.size) - 1
         if at is None:  # a's rows [lo, hi) only: count each range's keys
             sizes = run_tasks(

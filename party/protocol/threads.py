@@ -65,6 +65,18 @@ def thread_ranges(workers: int, total: int, words: int | None = None) -> list[tu
     return split_range(total, workers)
 
 
+def task_ranges(
+    workers: int, total: int, per_thread: int, words: int | None = None
+) -> list[tuple[int, int]]:
+    """As ``thread_ranges``, with ``per_thread`` ranges per thread (for ``run_tasks``, which
+    evens uneven ranges out): [(0, total)] when one thread or too few ``words`` (default
+    ``total``); [] when ``total`` is 0."""
+    ranges = thread_ranges(workers, total, words)
+    if len(ranges) <= 1:
+        return ranges
+    return split_range(total, workers * max(1, per_thread))
+
+
 def run_ranges(
     workers: int, ranges: list[tuple[int, int]], fn: Callable[[int, int, int], None]
 ) -> None:

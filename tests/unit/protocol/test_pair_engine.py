@@ -397,3 +397,77 @@ def test_a_solver_refused_while_the_ring_returns_solves_at_the_end(
         return
     assert calls.count("start") == 2  # refused early, then the solver of the end
     assert "add" in calls[calls.index("start", 1) :]  # it took the pairs from the store
+
+
+@pytest.mark.parametrize("case", ["many blocks", "one block", "no shared block", "ties"])
+@pytest.mark.parametrize("p", [2, 3, 4])
+def test_survivors_on_two_threads_equal_one_thread(case: str, p: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Every threaded step of the comparison (segments' popcounts, block indexes, the plans' pass
+    over the blocks, the pair kernel's ranges, the partner merge) handed even the smallest work:
+    the same survivor rows in the same order and the same stats as one thread. Cases: many
+    blocks, every record in one block, no block shared by two parties (nothing to compare),
+    and ties (a few distinct filters: many pairs with equal counts)."""
+    import random
+
+    from party.encoding.records import EncodedRecords
+    from party.protocol import kernel as kernel_module
+    from party.protocol import pairwise as pairwise_module
+    from party.protocol import threads as threads_module
+    from party.protocol.pair_engine import PairEngine
+
+    monkeypatch.setattr(pairwise_module, "PARALLEL_MIN_PAIRS", 1)
+    monkeypatch.setattr(kernel_module, "PARALLEL_MIN_PAIRS", 1)
+    monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)
+    tables = subset_tables(40 + p, p, 160, 0.05)
+    if case != "many blocks":
+        changed = []
+        for j, t in enumerate(tables):
+            dig = np.zeros_like(t.block_digests)
+            filters = t.filters
+            if case in ("one block", "ties"):
+                dig[:, 0] = 5
+            else:
+                dig[:, 0] = 1000 * (j + 1) + np.arange(dig.shape[0])  # this party's own
+            if case == "ties":
+                filters = filters[np.arange(filters.shape[0]) % 3]
+            changed.append(EncodedRecords(t.record_ids, filters, t.filter_bits, dig))
+        tables = changed
+    prm = params(p, segment_threshold=0.5)
+
+    def compared(workers: int) -> list[PairEngine]:
+        rng = random.Random(7)  # the same pseudonyms for every number of threads
+        es = [
+            PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=workers)
+            for i, t in enumerate(tables)
+        ]
+        common = es[0].common_of([e.block_digests() for e in es])
+        for e in es:
+            e.set_common_blocks(common)
+        for e in es:
+            for share in e.outgoing_shares():
+                es[share.target].receive_share(share)
+        for e in es:
+            e.compare()
+        return es
+
+    one, two = compared(1), compared(2)
+    for x, y in zip(one, two, strict=True):
+        rows = _survivor_rows(x)
+        assert np.array_equal(rows, _survivor_rows(y))
+        assert x._survivors is not None and x._survivors.ordered
+        sx, sy = x.comparison_stats, y.comparison_stats
+        assert sx is not None and sy is not None
+        for field in (
+            "candidate_sets",
+            "candidate_sets_uncapped",
+            "largest_block_sets",
+            "survivors",
+            "survivors_with_duplicates",
+        ):
+            assert getattr(sx, field) == getattr(sy, field), field
+        if case == "no shared block":
+            assert rows.shape[0] == 0 and sx.candidate_sets == 0
+        else:
+            assert rows.shape[0] > 0
+        x.close()
+        y.close()

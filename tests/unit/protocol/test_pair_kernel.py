@@ -58,12 +58,15 @@ def _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, threshold):  # type: i
     return kept, with_duplicates
 
 
-def _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, workers):  # type: ignore[no-untyped-def]
+def _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, workers, plan_workers=1):  # type: ignore[no-untyped-def]
     common = common_blocks([distinct_digests(dig_a), distinct_digests(dig_b)])
     look = DigestLookup(common)
     pos_a, pos_b = look.positions(dig_a), look.positions(dig_b)
     plan = PairPlan.from_indexes(
-        block_index_at(pos_a, common.size, keys_a), block_index_at(pos_b, common.size, keys_b), cap
+        block_index_at(pos_a, common.size, keys_a),
+        block_index_at(pos_b, common.size, keys_b),
+        cap,
+        plan_workers,
     )
     seg_a, seg_b = pack_rows(bits_a), pack_rows(bits_b)
     sides = (
@@ -96,10 +99,12 @@ def test_kept_pairs_equal_the_oracle_each_once(seed: int, threshold: float, thre
     keys_b = rng.permutation(np.arange(1, nb + 1, dtype=np.uint64) * 5)
     want, want_dup = _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, threshold)
     outputs = []
-    for workers in (1, 2, 3):
+    # the plan on one thread (the kernel's block ranges cut by block_cuts) or on as many as the
+    # kernel (cut at the plan's ranges)
+    for workers, plan_workers in ((1, 1), (2, 1), (2, 2), (3, 1), (3, 3)):
         for max_pairs in (1, 5, 10**6):  # 1 and 5: blocks sliced by a's rows
             plan, sides, _ = _plan_and_sides(
-                bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, workers
+                bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, workers, plan_workers
             )
             rows, pairs, dup = _kept(plan, sides, threshold, bits, max_pairs, workers)
             assert pairs == plan.total
@@ -371,3 +376,121 @@ def test_merge_partner_rows_equals_a_plain_sort(seed: int) -> None:
     assert [tuple(r) for r in got.tolist()] == want
     one = merge_partner_rows(runs[-1], np.array([0, runs[-1].shape[0]], np.int64), a)
     assert np.array_equal(one, runs[-1])
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("parts", [1, 2, 3, 5])
+def test_partner_merge_in_ranges_equals_one_merge(seed: int, parts: int) -> None:
+    """``partner_cuts`` + ``merge_partner_range`` per range (as the threads run them, here in
+    reverse order) give the rows and order of one ``merge_partner_rows``: ties of a's pseudonym
+    across runs and at the cuts (few values), empty runs, all rows empty, one value only."""
+    from party.protocol._numba_pairs import (
+        merge_partner_range,
+        merge_partner_rows,
+        partner_cuts,
+    )
+
+    rng = np.random.default_rng(70 + seed)
+    parties, a = 4, 0
+    values = [1, 2, 3, 12, 200, 200][seed]
+    runs = []
+    for b in range(a + 1, parties):
+        m = 0 if seed == 5 else int(rng.integers(0, 80)) if b != 2 or seed % 2 else 0
+        run = np.zeros((m, parties + 1), dtype=np.uint64)
+        run[:, a] = rng.integers(1, values + 1, m)
+        run[:, b] = rng.integers(1, 2**64 - 1, m, dtype=np.uint64)
+        run[:, parties] = rng.integers(0, 99, m)
+        runs.append(run[np.lexsort((run[:, b], run[:, a]))])
+    rows = np.concatenate(runs)
+    at = np.concatenate([[0], np.cumsum([r.shape[0] for r in runs])]).astype(np.int64)
+    want = merge_partner_rows(rows, at, a)
+    assert [tuple(r) for r in want.tolist()] == sorted(tuple(r) for r in rows.tolist())
+    cuts = partner_cuts(rows, at, a, parts)
+    assert cuts.shape == (parts + 1, len(runs))
+    assert np.array_equal(cuts[0], at[:-1]) and np.array_equal(cuts[parts], at[1:])
+    assert np.all(np.diff(cuts, axis=0) >= 0)
+    firsts = (cuts - at[:-1]).sum(axis=1)
+    got = np.full_like(rows, 7)
+    for k in reversed(range(parts)):
+        merge_partner_range(rows, cuts[k], cuts[k + 1], a, got, firsts[k])
+    assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_pair_engine_partner_merge_on_threads_equals_one_thread(
+    workers: int, threads_always
+) -> None:  # type: ignore[no-untyped-def]
+    from party.protocol.pair_engine import _merged
+
+    rng = np.random.default_rng(9)
+    parties, a = 4, 1
+    runs = []
+    for b in range(a + 1, parties):
+        m = int(rng.integers(50, 120))
+        run = np.zeros((m, parties + 1), dtype=np.uint64)
+        run[:, a] = rng.integers(1, 40, m)
+        run[:, b] = rng.integers(1, 2**64 - 1, m, dtype=np.uint64)
+        run = run[np.lexsort((run[:, b], run[:, a]))]
+        runs.append([run[: m // 3], run[m // 3 :]])  # as the kernel's threads yield them
+    want = np.concatenate(_merged([list(r) for r in runs], a, 1))
+    got = np.concatenate(_merged([list(r) for r in runs], a, workers))
+    assert np.array_equal(got, want)
+    assert [tuple(r) for r in got.tolist()] == sorted(tuple(r) for r in got.tolist())
+    one = [runs[0], [], []]  # one partner's rows: appended as they are, no copy
+    parts = _merged([list(r) for r in one], a, workers)
+    assert len(parts) == 2 and all(x is y for x, y in zip(parts, runs[0], strict=True))
+    assert _merged([[], [], []], a, workers) == []
+
+
+@pytest.mark.parametrize("cap", [None, 1, 2])
+@pytest.mark.parametrize("blocks", [0, 1, 2, 37, 500])
+def test_plan_on_threads_equals_one_thread(cap, blocks: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    """``PairPlan.from_indexes`` with 1, 2 and 3 threads: the same whole blocks and counts (no
+    block, one block, fewer blocks than ranges, many), and the kernel's block ranges cut at the
+    plan's ranges cover the blocks with their pairs as ``block_cuts`` counts them."""
+    from party.protocol._numba_pairs import block_cuts
+    from party.protocol.blocks import BlockIndex
+
+    rng = np.random.default_rng(blocks + (cap or 0))
+    sizes = rng.integers(0, 5, size=(2, blocks))
+    if blocks:
+        sizes[:, 0] = (3, 4)  # a block over a cap of 2
+        sizes[:, -1] = (2, 2)  # at the cap: whole
+    starts = [np.concatenate([[0], np.cumsum(s)]).astype(np.int64) for s in sizes]
+    indexes = [BlockIndex(st, np.arange(st[-1], dtype=np.int64)) for st in starts]
+    plans = [PairPlan.from_indexes(indexes[0], indexes[1], cap, workers) for workers in (1, 2, 3)]
+    pairs = sizes[0] * sizes[1]
+    whole = np.ones(blocks, bool) if cap is None else sizes.max(axis=0) <= cap
+    for plan in plans:
+        assert np.array_equal(plan.whole, whole)
+        assert plan.whole_pairs == int(pairs[whole].sum())
+        assert plan.uncapped == int(pairs.sum())
+        assert plan.largest == int(pairs.max(initial=0))
+        assert plan.check == (not whole.all())
+        assert plan.total == plans[0].total
+        for parts in (1, 2, 3):
+            cuts, offsets = plan._block_ranges(parts)
+            assert cuts.shape == offsets.shape == (parts + 1,)
+            assert cuts[0] == 0 and cuts[-1] == blocks and np.all(np.diff(cuts) >= 0)
+            running = np.concatenate([[0], np.cumsum(np.where(whole, pairs, 0))])
+            assert np.array_equal(offsets, running[cuts])
+            if plan.range_pairs.size == 1:  # one range: block_cuts
+                want = block_cuts(*starts, plan.whole, plan.check, plan.whole_pairs, parts)
+                assert np.array_equal(cuts, want[0]) and np.array_equal(offsets, want[1])
+
+
+@pytest.mark.parametrize("rows", [0, 1, 5, 300])
+def test_segment_popcounts_on_threads_equal_popcount_rows(rows: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    from party.encoding.bits import popcount_rows
+    from party.protocol.pairwise import segment_popcounts
+
+    rng = np.random.default_rng(rows)
+    segs = rng.integers(0, 2**64 - 1, size=(rows, 6), dtype=np.uint64)
+    if rows:
+        segs[0] = 0
+        segs[-1] = np.uint64(2**64 - 1)
+    want = popcount_rows(segs)
+    for workers in (1, 2, 3):
+        got = segment_popcounts(segs, workers)
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+        assert np.array_equal(got, popcount_rows_plain(segs))
