@@ -196,15 +196,48 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
                 j += 1
             shared = j - i
             heads[0] = j
+            if j + AHEAD < ends[0]:
+                rp = np.int64(keys[j + AHEAD] & LOW)
+                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+        elif runs == 2:  # two threads' runs: the merge of two, inline
+            i0 = heads[0]
+            i1 = heads[1]
+            e0 = ends[0]
+            e1 = ends[1]
+            if i0 < e0:
+                key = keys[i1] if i1 < e1 and keys[i1] < keys[i0] else keys[i0]
+            elif i1 < e1:
+                key = keys[i1]
+            else:
+                break
+            j0 = i0
+            while j0 < e0 and keys[j0] == key:
+                j0 += 1
+            j1 = i1
+            while j1 < e1 and keys[j1] == key:
+                j1 += 1
+            shared = (j0 - i0) + (j1 - i1)
+            heads[0] = j0
+            heads[1] = j1
+            # ask for b's rows AHEAD keys on in the run(s) that moved
+            if j0 > i0 and j0 + AHEAD < e0:
+                rp = np.int64(keys[j0 + AHEAD] & LOW)
+                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+            if j1 > i1 and j1 + AHEAD < e1:
+                rp = np.int64(keys[j1 + AHEAD] & LOW)
+                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
         else:
             key, shared = _take(keys, heads, ends)
             if shared == 0:
                 break
-        for r in range(runs):
-            if heads[r] + AHEAD < ends[r]:
-                rp = np.int64(keys[heads[r] + AHEAD] & LOW)
-                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
-                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+            for r in range(runs):
+                if heads[r] + AHEAD < ends[r]:
+                    rp = np.int64(keys[heads[r] + AHEAD] & LOW)
+                    _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
+                    _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
         ra = np.int64(key >> np.uint64(32))
         rb = np.int64(key & LOW)
         pa = pop_a[ra]
