@@ -37,7 +37,7 @@ from party.config import PartyConfig
 from party.encoding.schema import LinkageSchema, load_schema, parse_schema
 from party.errors import PprlError
 from party.node import heap, mpc3, wire
-from party.node.budget import BufferBudget
+from party.node.budget import BufferBudget, RunAccount
 from party.node.errors import (
     AlreadyExists,
     DigestMismatch,
@@ -74,6 +74,8 @@ MAX_REASON_CHARS = 1000
 #: Outgoing ring chunks (about 1 MiB each) a party passing the ring on as it comes keeps queued
 #: for its successor at most (more wait in gRPC's flow control, which then stops the predecessor).
 PIPE_CHUNKS = 4
+#: How often a ring step waiting for its budget looks again while its pipe drains.
+PIPE_WAIT_SECONDS = 0.01
 T = TypeVar("T")
 
 
@@ -200,6 +202,21 @@ def protocol_parameters(
     except PprlError as exc:
         raise InvalidParameters(f"parameters: {exc}") from None
     return schema, params
+
+
+async def reserve_piped(
+    run: Run, account: RunAccount, pipe: asyncio.Queue[Any], nbytes: int
+) -> None:
+    """Reserve an outgoing ring chunk's bytes for the pipe to the successor. While the budget is
+    short and the pipe holds chunks (whose bytes the successor's stream gives back as it takes
+    them), wait for it to drain: the budget paces the pipe instead of failing the run. Refused
+    (BufferLimitExceeded) only when nothing queued could free room; RunAborted when the run is."""
+    while not account.try_reserve(nbytes):
+        if pipe.empty():
+            account.reserve(nbytes, "ring message passed on")  # raises, naming the budget
+        if run.aborted:
+            raise RunAborted(run.reason or f"run {run.run_id} was aborted")
+        await asyncio.sleep(PIPE_WAIT_SECONDS)
 
 
 class PartyNode(party_pb2_grpc.PartyServicer):
@@ -860,7 +877,7 @@ class PartyNode(party_pb2_grpc.PartyServicer):
                             fed += 1  # the engine took it: a failure from here on fails the run
                             received += len(part)
                             nbytes = _ring_bytes(out)
-                            account.reserve(nbytes, "ring message passed on")
+                            await reserve_piped(run, account, pipe, nbytes)
                             try:
                                 await self._unless_aborted(run, pipe.put(out))
                             except BaseException:
