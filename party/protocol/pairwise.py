@@ -82,7 +82,8 @@ def pair_side(
     else:
         pos = np.ascontiguousarray(positions, dtype=np.int32)
     segs = np.ascontiguousarray(segments, dtype=np.uint64)
-    keys = np.ascontiguousarray(keys, np.uint64)
+    keys = np.ascontiguousarray(keys, np.uint64).view()
+    keys.flags.writeable = False  # own or received alike: one compiled variant of each loop
     return PairSide(column, keys, segs, segment_popcounts(segs, workers), pos)
 
 
