@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 
@@ -436,19 +438,8 @@ def test_survivors_on_two_threads_equal_one_thread(case: str, p: int, monkeypatc
 
     def compared(workers: int) -> list[PairEngine]:
         rng = random.Random(7)  # the same pseudonyms for every number of threads
-        es = [
-            PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=workers)
-            for i, t in enumerate(tables)
-        ]
-        common = es[0].common_of([e.block_digests() for e in es])
-        for e in es:
-            e.set_common_blocks(common)
-        for e in es:
-            for share in e.outgoing_shares():
-                es[share.target].receive_share(share)
-        for e in es:
-            e.compare()
-        return es
+        es = engines_after_compare(tables, prm, random_bytes=rng.randbytes, workers=workers)
+        return cast("list[PairEngine]", es)
 
     one, two = compared(1), compared(2)
     for x, y in zip(one, two, strict=True):
