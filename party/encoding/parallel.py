@@ -775,32 +775,36 @@ class _PeerLanes:
         gets its next range as soon as one of its ranges is done (at most two unfinished per
         lane), not when its result's turn comes: a lane whose ranges go faster is not left
         idle behind the other's (at most ``4 * lanes`` results, done or not, are held)."""
-        busy = [0] * len(self.lanes)  # unfinished ranges per lane
         running: dict[Future[Any], int] = {}  # unfinished range -> its lane
         pending: deque[tuple[int, Future[Any]]] = deque()  # every range not taken, in order
         firsts = np.cumsum([1, *lines[:-1]]).tolist()  # each range's first row
         todo = iter(zip(ranges, firsts, strict=True))
         most = 4 * len(self.lanes)
 
+        def unfinished() -> list[int]:  # unfinished ranges per lane
+            counts = [0] * len(self.lanes)
+            for w in running.values():
+                counts[w] += 1
+            return counts
+
         def submit() -> bool:
             nxt = next(todo, None)
             if nxt is None:
                 return False
+            busy = unfinished()
             w = busy.index(min(busy))
-            busy[w] += 1
             fut = self.lanes[w].submit(peer_range_task, self.spec, self.job, w, *nxt)
             running[fut] = w
             pending.append((w, fut))
             return True
 
         def refill() -> None:
-            while min(busy) < 2 and len(pending) < most and submit():
+            while min(unfinished()) < 2 and len(pending) < most and submit():
                 pass
 
         def finished(futures: Iterable[Future[Any]]) -> None:
             for fut in futures:
-                if fut in running:
-                    busy[running.pop(fut)] -= 1
+                running.pop(fut, None)
 
         submit()
         if pending and self.job.exchange:  # a head start: the first (small) range's commonest

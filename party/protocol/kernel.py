@@ -553,7 +553,7 @@ def fast_block_rows(
     prepared = _numba_batch_inputs(
         segs, pops, rows_of, plan.first, plan.fast_sizes, seg_bits, threshold
     )
-    keys = tuple(_read_only(k, np.uint64) for k in blocks.keys)  # one numba type
+    keys = tuple(read_only(k, np.uint64) for k in blocks.keys)  # one numba type
     bound = [int(s.shape[0]) for s in segs]
     sets = int(blocks.cum_sets[hi - 1]) - (int(blocks.cum_sets[lo - 1]) if lo else 0)
     parallel = workers > 1 and sets >= PARALLEL_MIN_PAIRS
@@ -607,7 +607,7 @@ def plan_blocks(
     fast_sizes = np.empty((p, nb), dtype=np.int64)
     fast_sets = np.empty(nb, dtype=np.int64)
     slow = np.empty(nb, dtype=np.bool_)
-    args = tuple(_read_only(s, np.int64) for s in starts)
+    args = tuple(read_only(s, np.int64) for s in starts)
     limit = -1 if cap is None else int(cap)
     assert _numba_kernel is not None
 
@@ -665,9 +665,10 @@ def distinct_rows(idx: np.ndarray, bound: Sequence[int], runs: int = 1) -> np.nd
     return order[first]
 
 
-def _read_only(a: np.ndarray, dtype: type) -> np.ndarray:
-    """A read-only C-contiguous view (a copy only if needed): the compiled loop takes a tuple of
-    arrays, one per party, which must all have the same numba type."""
+def read_only(a: np.ndarray, dtype: type) -> np.ndarray:
+    """A read-only C-contiguous view (a copy only if needed): a compiled loop then has one variant
+    whatever the caller's array (a tuple of arrays, one per party, must all have one numba type;
+    own and received arrays alike)."""
     view: np.ndarray = np.ascontiguousarray(a, dtype=dtype).view()
     view.flags.writeable = False
     return view
@@ -689,11 +690,11 @@ def _numba_batch_inputs(
         [threshold_table(max(k, 1), float(threshold), max_s) for k in range(parties + 1)]
     )
     return (
-        tuple(_read_only(s, np.uint64) for s in segs),
-        tuple(_read_only(x, np.int64) for x in pops),
-        tuple(_read_only(r, np.int64) for r in rows_of),
-        _read_only(starts, np.int64),
-        _read_only(sizes, np.int64),
+        tuple(read_only(s, np.uint64) for s in segs),
+        tuple(read_only(x, np.int64) for x in pops),
+        tuple(read_only(r, np.int64) for r in rows_of),
+        read_only(starts, np.int64),
+        read_only(sizes, np.int64),
         tables,
     )
 

@@ -42,7 +42,7 @@ from party.protocol.blocks import (
     sub_blocks,
 )
 from party.protocol.errors import ComparisonCancelled, ProtocolError
-from party.protocol.kernel import PARALLEL_MIN_PAIRS
+from party.protocol.kernel import PARALLEL_MIN_PAIRS, read_only
 from party.protocol.threads import run_split, run_tasks, task_ranges
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
@@ -82,8 +82,7 @@ def pair_side(
     else:
         pos = np.ascontiguousarray(positions, dtype=np.int32)
     segs = np.ascontiguousarray(segments, dtype=np.uint64)
-    keys = np.ascontiguousarray(keys, np.uint64).view()
-    keys.flags.writeable = False  # own or received alike: one compiled variant of each loop
+    keys = read_only(keys, np.uint64)  # own or received alike: one compiled variant of each loop
     return PairSide(column, keys, segs, segment_popcounts(segs, workers), pos)
 
 

@@ -27,6 +27,7 @@ from party.encoding.bits import BitLayoutError, check_rows, words_for
 from party.protocol._numba_blocks import positions_named, strictly_increasing
 from party.protocol.blocks import has_duplicates
 from party.protocol.errors import ProtocolError, ShareError
+from party.protocol.kernel import read_only
 
 
 @dataclass(frozen=True)
@@ -187,9 +188,7 @@ def validate_share(
     if n and not strictly_increasing(p) and has_duplicates(p):
         raise ShareError(f"share from party {src}: pseudonyms are not unique")
     at = np.ascontiguousarray(d)
-    view = at.view()  # read-only as every caller's: one compiled variant, which the warm-up loads
-    view.flags.writeable = False
-    named = positions_named(view, int(common_count))
+    named = positions_named(read_only(at, np.int32), int(common_count))  # one compiled variant
     if named == 1:
         raise ShareError(
             f"share from party {src}: a row names a block position outside the "
