@@ -3,10 +3,14 @@
 The compiled loops (numba) are compiled on their first call, or loaded from numba's on-disk cache:
 about a second when cached, about a minute of CPU when not (a fresh checkout; ``scripts/setup.sh``
 fills the cache by running this module). Doing it once at start keeps that cost out of the first real
-run, where compiling beside the event loop can delay its heartbeats. The warm-up touches no data,
-secret or network: random bit rows, three fake parties, one block; a target-any run whose rows really
-match (the group solver and its pair order, which random rows never reach), once on read-only filters
-as a networked run's received arrays are; and the results writer into a temporary folder.
+run, where compiling beside the event loop can delay its heartbeats. numba compiles a loop once per
+type signature (array dtype, layout, read-only flag, tuple length = party count), so the runs are
+chosen to reach every loop with the types a networked run passes: rows that really match (the
+sorts, one-to-one step, group solver and pair order after the comparison, which random rows never
+reach), target any once on read-only filters as a networked run's received arrays are, P = 2, 3
+and 4, mpc3 filters of three or more words, the sorted row stores out of order and spilled, and the
+results writer into a temporary folder. It touches no data, secret or network.
+``scripts/first_run_compiles.py`` lists what a fresh checkout's first networked runs still compile.
 """
 
 from __future__ import annotations
@@ -16,23 +20,47 @@ import pathlib
 import tempfile
 import time
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 
 log = logging.getLogger(__name__)
 
+#: Filter length of the mpc3 warm-up runs: three 64-bit words (see ``warm_up``).
+MPC3_WARM_UP_BITS = 192
+#: Party counts the warm-up runs segments mode with (P = 3 first: the demo's and most runs');
+#: a run of another P compiles its own variants of the per-party loops in its first run.
+PARTY_COUNTS = (3, 2, 4)
+
 
 class _Table:
-    """An encoded table of made-up bit rows (what ``run_in_process`` takes), one block."""
+    """An encoded table of made-up bit rows (what ``run_in_process`` takes), blocked by
+    ``blocking``: "one" block; "two" blocking keys per record (one of four blocks and one of
+    three others: small blocks, and every set in two of them); or a block per "row" (only a
+    row's copies at other parties meet it)."""
 
-    def __init__(self, rows: list[np.ndarray], bits: int, ids: list[int], writable: bool = True):
+    def __init__(
+        self,
+        rows: list[np.ndarray],
+        bits: int,
+        ids: list[int],
+        writable: bool = True,
+        blocking: str = "one",
+    ):
         from party.encoding.bits import rows_from_positions
 
         self.record_ids = tuple(f"w{i}" for i in ids)
         self.filters = rows_from_positions([rows[i] for i in ids], bits)
         self.filters.setflags(write=writable)
         self.filter_bits = bits
-        self.block_digests = np.ones((len(ids), 1), dtype=np.uint64)
+        self.block_digests = np.array([_block_keys(blocking, i) for i in ids], dtype=np.uint64)
+
+
+def _block_keys(blocking: str, row: int) -> list[int]:
+    """The made-up blocking-key digests of row ``row`` (``_Table``)."""
+    if blocking == "two":
+        return [1 + row % 4, 5 + row % 3]
+    return [1 + row] if blocking == "row" else [1]
 
 
 def _random_tables(rng: np.random.Generator, n: int, bits: int) -> list[_Table]:
@@ -42,15 +70,55 @@ def _random_tables(rng: np.random.Generator, n: int, bits: int) -> list[_Table]:
     ]
 
 
-def _linked_tables(rng: np.random.Generator, bits: int, writable: bool) -> list[_Table]:
-    """Three tables sharing rows in pairs and triples: target any finds groups of two and three."""
-    rows = [rng.choice(bits, bits // 3, replace=False) for _ in range(32)]
-    triples = list(range(24, 32))
-    return [
-        _Table(rows, bits, list(range(0, 16)) + triples, writable),
-        _Table(rows, bits, list(range(0, 8)) + list(range(16, 24)) + triples, writable),
-        _Table(rows, bits, list(range(8, 24)) + triples, writable),
-    ]
+def _linked_tables(
+    rng: np.random.Generator,
+    bits: int,
+    writable: bool,
+    parties: int = 3,
+    blocking: str = "one",
+) -> list[_Table]:
+    """``parties`` tables sharing 8 rows at every party, 4 rows with each next party (the last
+    with the first) and holding 4 rows of their own: target any finds groups of two and of
+    ``parties``, target all sets at every party."""
+    shared = list(range(8))
+    rows = [rng.choice(bits, bits // 3, replace=False) for _ in range(8 + 8 * parties)]
+    pair = [list(range(8 + 4 * j, 12 + 4 * j)) for j in range(parties)]
+    own = [list(range(8 + 4 * parties + 4 * j, 12 + 4 * parties + 4 * j)) for j in range(parties)]
+    ids = [shared + pair[j] + pair[j - 1] + own[j] for j in range(parties)]
+    return [_Table(rows, bits, i, writable, blocking) for i in ids]
+
+
+def _sorted_stores() -> None:
+    """The sorted row stores' loops that only many rows reach (survivors and ring stores of a
+    large run): a store appended out of key order with repeated keys, finished in memory (the
+    de-duplicating sort, hash pass first or not) and spilled (sorted runs on disk, merged); and
+    the kernel threads' range sort (``row_sort.sort_unique_rows``, from ``PARALLEL_MIN_ROWS``
+    rows on). Rows of made-up numbers in a temporary folder."""
+    from party.protocol.row_sort import sort_unique_rows
+    from party.protocol.spill import LocalGauge, RowStore, SpillFolder
+
+    rng = np.random.default_rng(1)
+    rows = rng.integers(0, 8, size=(64, 4), dtype=np.uint64)  # keys repeat, in no order
+    with tempfile.TemporaryDirectory(prefix="pprl-warm-up-") as tmp:
+        folder = SpillFolder(tmp)
+        try:
+            for limit in (1 << 20, 0):  # in memory; every append spilled, then merged
+                for repeats in (True, False):
+                    store = RowStore(
+                        4,
+                        gauge=LocalGauge(limit),
+                        folder=folder,
+                        key_columns=3,
+                        name="warm-up",
+                        repeats=repeats,
+                    )
+                    for part in (rows[32:], rows[:32]):
+                        store.append(part)
+                    store.finish()
+                    store.close()
+        finally:
+            folder.close()
+    sort_unique_rows(rows, 3, 2)
 
 
 def _write_results() -> None:
@@ -89,26 +157,53 @@ def warm_up() -> float:
         target="all",
     )
     run_in_process(_random_tables(rng, 8, 96), params)
-    # Target any (the default): pair kernel, pairwise ring, group solver, pair order.
-    linked = replace(params, match_threshold=0.8, segment_threshold=0.7, target="any")
-    for writable in (True, False):
-        run = run_in_process(_linked_tables(rng, 96, writable), linked)
-        if not any(len(rows) for rows in run.matches):
-            log.warning("the warm-up's linked run found no groups; the solver stays cold")
+    for parties in PARTY_COUNTS:  # the loops over a tuple of one array per party, per P
+        names = tuple(f"w{j}" for j in range(parties))
+        # Target all on rows present at every party, one-to-one (as simulate.py and the shipped
+        # parameters run it), two blocking keys (a set is found in two blocks, in no key order):
+        # the survivors' de-duplicating sort, the matched sets' sorts and the greedy one-to-one
+        # step, which a run without matches never reaches.
+        linked_all = replace(
+            params, parties=names, match_threshold=0.8, segment_threshold=0.7, one_to_one=True
+        )
+        tables = _linked_tables(rng, 96, True, parties, blocking="two")
+        _expect_matches(run_in_process(tables, linked_all), "target all")
+        # Target any (the default): pair kernel, pairwise ring, group solver, pair order; once
+        # on read-only filters, as a networked run's received arrays are.
+        linked = replace(
+            params, parties=names, match_threshold=0.8, segment_threshold=0.7, target="any"
+        )
+        for writable in (True, False) if parties == 3 else (True,):
+            tables = _linked_tables(rng, 96, writable, parties)
+            _expect_matches(run_in_process(tables, linked), "target any")
+    _sorted_stores()
     _write_results()
-    # Mode mpc3: its bit-sliced gate kernels (numba) compile on first use as well.
+    # Mode mpc3: its bit-sliced gate kernels (numba) compile on first use as well. At least three
+    # 64-bit words per filter (a real filter has 16), so that the popcount's first full-adder
+    # layer runs on whole words, one of its operands the received (read-only) AND shares; four
+    # parties AND two received shares in the tree's second layer. A block per row: the candidate
+    # sets are the rows at every party only (one block of all would make 20^P of them).
     from party.mpc.driver import run_mpc3_in_process
 
-    mpc3 = ProtocolParameters(
-        parties=("w0", "w1", "w2"),
-        filter_bits=96,
-        match_threshold=0.5,
-        segment_threshold=0.0,
-        mode="mpc3",
-        target="all",
-    )
-    run_mpc3_in_process(_random_tables(rng, 8, 96), mpc3)
+    for parties in (3, 4):
+        mpc3 = ProtocolParameters(
+            parties=tuple(f"w{j}" for j in range(parties)),
+            filter_bits=MPC3_WARM_UP_BITS,
+            match_threshold=0.8,
+            segment_threshold=0.0,
+            one_to_one=True,
+            mode="mpc3",
+            target="all",
+        )
+        tables = _linked_tables(rng, MPC3_WARM_UP_BITS, True, parties, blocking="row")
+        _expect_matches(run_mpc3_in_process(tables, mpc3), "mpc3")
     return time.perf_counter() - t0
+
+
+def _expect_matches(run: Any, what: str) -> None:
+    """Log when a linked warm-up run found nothing: the loops after the comparison stay cold."""
+    if not any(len(rows) for rows in run.matches):
+        log.warning("the warm-up's linked %s run found no matches; its later loops stay cold", what)
 
 
 if __name__ == "__main__":  # scripts/setup.sh: fill numba's on-disk cache once per checkout
