@@ -207,6 +207,8 @@ def test_health_checks_call_the_real_probe(compose: dict[str, Any]) -> None:
         module = "coordinator.cli" if name == "coordinator" else "party.node.cli"
         assert args.func.__module__ == module
         assert args.func is not serve.func
+        if name in PARTIES:  # healthy only once the start-up warm-up is over: no run beside it
+            assert args.warm, f"{name}: health check does not wait for the warm-up (--warm)"
 
 
 def test_start_order_uses_conditions_not_sleeps(compose: dict[str, Any]) -> None:
