@@ -207,4 +207,9 @@ def _expect_matches(run: Any, what: str) -> None:
 
 
 if __name__ == "__main__":  # scripts/setup.sh: fill numba's on-disk cache once per checkout
-    print(f"compiled loops ready in {warm_up():.1f}s")
+    from party.encoding._numba_bits import warm_up as warm_up_encoding
+
+    t = time.perf_counter()
+    warm_up()
+    warm_up_encoding()  # the encoding lanes' loops (each lane loads them when it starts)
+    print(f"compiled loops ready in {time.perf_counter() - t:.1f}s")
