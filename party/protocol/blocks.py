@@ -16,6 +16,7 @@ The rule depends only on data every comparing party holds, so all parties cut al
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,7 +41,7 @@ from party.protocol._numba_blocks import (
     table_positions,
 )
 from party.protocol.errors import ProtocolError
-from party.protocol.threads import run_ranges, run_split, thread_ranges
+from party.protocol.threads import run_split, run_tasks, thread_ranges
 
 
 def sorted_unique(values: np.ndarray) -> np.ndarray:
@@ -266,46 +267,112 @@ def row_block_index(positions: np.ndarray, blocks: int, workers: int = 1) -> Blo
     dropped; the block starts come from the sorted keys. With ``workers`` > 1 each kernel thread
     counts and writes the entries of one slice of the rows, then sorts one range of blocks: the
     same index as one thread."""
-    pos = np.ascontiguousarray(positions)
-    n = pos.shape[0]
+    return row_block_indexes([positions], blocks, workers)[0]
+
+
+@dataclass
+class _IndexBuild:
+    """One party's ``row_block_index`` in the making (``row_block_indexes``)."""
+
+    pos: np.ndarray
+    ranges: list[tuple[int, int]]  # ranges of blocks (one sorted slice of keys each)
+    cuts: np.ndarray
+    slices: list[tuple[int, int]]  # slices of rows (one counting and writing task each)
+    counts: np.ndarray  # (slices, ranges) entries of each slice in each range
+    at: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    fill: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    keys: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    starts: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+    kept: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int64))
+
+
+def row_block_indexes(
+    positions: Sequence[np.ndarray], blocks: int, workers: int = 1
+) -> list[BlockIndex]:
+    """``row_block_index`` of each of several position matrices over the same ``blocks``: the
+    counting, the writing and the sorting of all of them are each one round of tasks on the
+    kernel threads (three hand-offs to the pool in all, not three per matrix), taken as each
+    thread becomes free. The same indexes as one matrix at a time, on any number of threads."""
     blocks = int(blocks)
-    if n >= 2**32:  # rows do not fit the low 32 bits of a sort key
-        return block_index_at(pos, blocks, None, workers)
-    ranges = thread_ranges(workers, blocks, words=pos.size)
-    if not ranges:  # no blocks
-        return BlockIndex(np.zeros(blocks + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
-    cuts = np.array([lo for lo, _ in ranges] + [blocks], dtype=np.int64)
-    slices = thread_ranges(workers, n, words=pos.size)
-    counts = np.zeros((len(slices), len(ranges)), dtype=np.int64)
-    run_ranges(workers, slices, lambda s, r0, r1: range_entry_counts(pos, r0, r1, cuts, counts[s]))
-    at = np.concatenate([[0], np.cumsum(counts.sum(axis=0))]).astype(np.int64)
-    total = int(at[-1])
-    keys = np.empty(total + 1, dtype=np.int64)  # keys[total]: where the -1 entries go
-    # slice s's entries of range k go after those of slices 0..s-1
-    fill = np.full((len(slices), len(ranges) + 1), total, dtype=np.int64)
-    fill[:, :-1] = at[:-1] + np.cumsum(counts, axis=0) - counts
-    run_ranges(
-        workers, slices, lambda s, r0, r1: range_entry_keys(pos, r0, r1, cuts, fill[s], keys)
+    out: list[BlockIndex | None] = [None] * len(positions)
+    builds: dict[int, _IndexBuild] = {}
+    for j, positions_j in enumerate(positions):
+        pos = np.ascontiguousarray(positions_j)
+        n = pos.shape[0]
+        if n >= 2**32:  # rows do not fit the low 32 bits of a sort key
+            out[j] = block_index_at(pos, blocks, None, workers)
+            continue
+        ranges = thread_ranges(workers, blocks, words=pos.size)
+        if not ranges:  # no blocks
+            out[j] = BlockIndex(np.zeros(blocks + 1, dtype=np.int64), np.zeros(0, dtype=np.int64))
+            continue
+        cuts = np.array([lo for lo, _ in ranges] + [blocks], dtype=np.int64)
+        slices = thread_ranges(workers, n, words=pos.size)
+        counts = np.zeros((len(slices), len(ranges)), dtype=np.int64)
+        builds[j] = _IndexBuild(pos, ranges, cuts, slices, counts)
+    # one task per (matrix, slice of rows) and per (matrix, range of blocks); the calling thread
+    # alone when every matrix is one slice and one range (too little work to hand off)
+    threads = workers if any(len(b.slices) > 1 or len(b.ranges) > 1 for b in builds.values()) else 1
+    per_slice = [(b, s, lo, hi) for b in builds.values() for s, (lo, hi) in enumerate(b.slices)]
+    run_tasks(
+        threads,
+        len(per_slice),
+        lambda t: range_entry_counts(
+            per_slice[t][0].pos,
+            per_slice[t][2],
+            per_slice[t][3],
+            per_slice[t][0].cuts,
+            per_slice[t][0].counts[per_slice[t][1]],
+        ),
     )
-    starts = np.empty(blocks + 1, dtype=np.int64)
-    kept = np.zeros(len(ranges), dtype=np.int64)
+    for b in builds.values():
+        b.at = np.concatenate([[0], np.cumsum(b.counts.sum(axis=0))]).astype(np.int64)
+        total = int(b.at[-1])
+        b.keys = np.empty(total + 1, dtype=np.int64)  # keys[total]: where the -1 entries go
+        # slice s's entries of range k go after those of slices 0..s-1
+        b.fill = np.full((len(b.slices), len(b.ranges) + 1), total, dtype=np.int64)
+        b.fill[:, :-1] = b.at[:-1] + np.cumsum(b.counts, axis=0) - b.counts
+        b.starts = np.empty(blocks + 1, dtype=np.int64)
+        b.kept = np.zeros(len(b.ranges), dtype=np.int64)
+    run_tasks(
+        threads,
+        len(per_slice),
+        lambda t: range_entry_keys(
+            per_slice[t][0].pos,
+            per_slice[t][2],
+            per_slice[t][3],
+            per_slice[t][0].cuts,
+            per_slice[t][0].fill[per_slice[t][1]],
+            per_slice[t][0].keys,
+        ),
+    )
+    per_range = [(b, k, lo, hi) for b in builds.values() for k, (lo, hi) in enumerate(b.ranges)]
 
-    def reduce(k: int, lo: int, hi: int) -> None:
-        part = keys[at[k] : at[k + 1]]
+    def reduce(t: int) -> None:
+        b, k, lo, hi = per_range[t]
+        part = b.keys[b.at[k] : b.at[k + 1]]
         part.sort()
-        kept[k] = rows_of_sorted_keys(part, lo, hi, at[k], starts)
+        b.kept[k] = rows_of_sorted_keys(part, lo, hi, b.at[k], b.starts)
 
-    run_ranges(workers, ranges, reduce)
-    starts[blocks] = total
-    if int(kept.sum()) == total:  # no row repeats a block (the common case)
-        return BlockIndex(starts, keys[:total])
+    run_tasks(threads, len(per_range), reduce)
+    for j, b in builds.items():
+        out[j] = _index_of(b, blocks)
+    return [ix for ix in out if ix is not None]
+
+
+def _index_of(b: _IndexBuild, blocks: int) -> BlockIndex:
+    """The BlockIndex of a build whose ranges are sorted and reduced."""
+    total = int(b.at[-1])
+    b.starts[blocks] = total
+    if int(b.kept.sum()) == total:  # no row repeats a block (the common case)
+        return BlockIndex(b.starts, b.keys[:total])
     # a row named a block twice: close the ranges' gaps (their starts assumed none)
-    rows = np.concatenate([keys[at[k] : at[k] + kept[k]] for k in range(len(ranges))])
-    done = np.concatenate([[0], np.cumsum(kept)]).astype(np.int64)
-    for k, (lo, hi) in enumerate(ranges):
-        starts[lo:hi] -= at[k] - done[k]
-    starts[blocks] = rows.size
-    return BlockIndex(starts, rows)
+    rows = np.concatenate([b.keys[b.at[k] : b.at[k] + b.kept[k]] for k in range(len(b.ranges))])
+    done = np.concatenate([[0], np.cumsum(b.kept)]).astype(np.int64)
+    for k, (lo, hi) in enumerate(b.ranges):
+        b.starts[lo:hi] -= b.at[k] - done[k]
+    b.starts[blocks] = rows.size
+    return BlockIndex(b.starts, rows)
 
 
 def block_counts(

@@ -36,7 +36,7 @@ import numpy as np
 from party.encoding.bits import popcount_rows
 from party.protocol._numba_pairs import merge_partner_range, partner_cuts
 from party.protocol.any_driver import GroupRow
-from party.protocol.blocks import row_block_index, shared_blocks
+from party.protocol.blocks import row_block_indexes, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
 from party.protocol.components import StreamedSolver
 from party.protocol.engine import ComparisonStats, PartyEngine
@@ -48,7 +48,7 @@ from party.protocol.errors import (
     RingError,
 )
 from party.protocol.kernel import threshold_table
-from party.protocol.pairwise import PairPlan, pair_side, segment_pair_counts
+from party.protocol.pairwise import PairPlan, pair_sides, segment_pair_counts
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.spill import LocalGauge, RowStore
@@ -168,33 +168,35 @@ class PairEngine(PartyEngine):
         stats = ComparisonStats(party=self.index, blocks=int(common.size))
 
         n = int(common.size)
-        sides = [
-            pair_side(j, pseud[j], segs[j], self._positions[j], self.workers, sort=False)
-            for j in range(p)
-        ]
-        # every party's records by the run's blocks (their positions, found when the shares
-        # arrived; rows in pseudonym order), each built once: a block two parties do not share
-        # holds no pair of theirs
-        indexes = [row_block_index(sd.positions, n, self.workers) for sd in sides]
+        # every party's inputs (segment popcounts), then its records by the run's blocks (their
+        # positions, found when the shares arrived; rows in pseudonym order), each built once: a
+        # block two parties do not share holds no pair of theirs. Each step one round of tasks on
+        # the kernel threads for all parties (a hand-off to the pool per step, not per party)
+        sides = pair_sides(pseud, segs, [self._positions[j] for j in range(p)], self.workers)
+        indexes = row_block_indexes([sd.positions for sd in sides], n, self.workers)
 
         def plan_of(a: int, b: int) -> PairPlan:
             return PairPlan.from_indexes(indexes[a], indexes[b], cap, self.workers)
 
-        # the pairs per block from the plans (a pass over the blocks on the threads; with a cap,
-        # also the sub-blocks). Without a cap a plan holds no per-block array: kept for the
-        # kernel; with one, made again there (one plan's flags held at a time)
+        # the pairs per block from the plans (their passes over the blocks in one round of tasks;
+        # with a cap, also the sub-blocks). Without a cap a plan holds no per-block array: kept
+        # for the kernel; with one, made again there (one plan's flags held at a time after the
+        # counts; a byte per block each while they are counted)
         plan_bytes = 0
         plans: dict[tuple[int, int], PairPlan] = {}
-        for a, b in party_pairs(p):
+        every = party_pairs(p)
+        made = PairPlan.from_index_pairs(
+            [(indexes[a], indexes[b]) for a, b in every], cap, self.workers
+        )
+        for (a, b), plan in zip(every, made, strict=True):
             # whole blocks, the running sum of a's rows' pairs (kept_pairs)
             plan_bytes = max(plan_bytes, (n + 1) + 8 * int(pseud[a].size))
-            plan = plan_of(a, b)
             stats.candidate_sets += plan.total
             stats.candidate_sets_uncapped += plan.uncapped
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
             if cap is None:
                 plans[(a, b)] = plan
-            del plan
+        del made, plan
         total = stats.candidate_sets
         held = sum(int(ix.rows.nbytes) + int(ix.starts.nbytes) for ix in indexes)
         budget = max(0, self.working_budget() - plan_bytes - held)

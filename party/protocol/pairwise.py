@@ -43,7 +43,7 @@ from party.protocol.blocks import (
 )
 from party.protocol.errors import ComparisonCancelled, ProtocolError
 from party.protocol.kernel import PARALLEL_MIN_PAIRS, read_only
-from party.protocol.threads import run_split, run_tasks, task_ranges
+from party.protocol.threads import run_split, run_tasks, task_ranges, thread_ranges
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -86,6 +86,36 @@ def pair_side(
     return PairSide(column, keys, segs, segment_popcounts(segs, workers), pos)
 
 
+def pair_sides(
+    keys: list[np.ndarray],
+    segments: list[np.ndarray],
+    positions: list[np.ndarray],
+    workers: int = 1,
+) -> list[PairSide]:
+    """``pair_side(j, keys[j], segments[j], positions[j], workers, sort=False)`` of every party j
+    (its column), the popcounts of all parties' segments in one round of tasks on the kernel
+    threads (one hand-off to the pool, not one per party)."""
+    segs = [np.ascontiguousarray(x, dtype=np.uint64) for x in segments]
+    pops = [np.empty(x.shape[0], dtype=np.int64) for x in segs]
+    parts = [thread_ranges(workers, int(x.shape[0]), words=int(x.size)) for x in segs]
+    tasks = [(j, lo, hi) for j, ranges in enumerate(parts) for lo, hi in ranges]
+    run_tasks(
+        workers if any(len(ranges) > 1 for ranges in parts) else 1,
+        len(tasks),
+        lambda t: row_popcounts(segs[tasks[t][0]], tasks[t][1], tasks[t][2], pops[tasks[t][0]]),
+    )
+    return [
+        PairSide(
+            j,
+            read_only(keys[j], np.uint64),
+            segs[j],
+            pops[j],
+            np.ascontiguousarray(positions[j], dtype=np.int32),
+        )
+        for j in range(len(segs))
+    ]
+
+
 def segment_popcounts(segments: np.ndarray, workers: int = 1) -> np.ndarray:
     """(n,) int64: the 1-bits of each row of an (n, words) uint64 C-contiguous array (as
     ``popcount_rows``), ranges of rows on the kernel threads."""
@@ -118,12 +148,14 @@ class PairPlan:
         workers: int = 1,
     ) -> None:
         common = common_blocks([distinct_digests(digests_a), distinct_digests(digests_b)])
-        self._plan(
+        self._start(
             block_index(digests_a, common, keys_a),
             block_index(digests_b, common, keys_b),
             cap,
             workers,
         )
+        run_tasks(workers, len(self._ranges), self._pass)
+        self._finish()
 
     @classmethod
     def from_indexes(
@@ -132,30 +164,57 @@ class PairPlan:
         """The plan of two parties' block indexes over the same blocks (e.g. the run's blocks
         shared by two or more parties: those the two do not share hold no pair); ``workers``:
         kernel threads its pass over the blocks uses."""
-        plan = cls.__new__(cls)
-        plan._plan(index_a, index_b, cap, workers)
-        return plan
+        return cls.from_index_pairs([(index_a, index_b)], cap, workers)[0]
 
-    def _plan(
+    @classmethod
+    def from_index_pairs(
+        cls,
+        index_pairs: list[tuple[BlockIndex, BlockIndex]],
+        cap: int | None,
+        workers: int = 1,
+    ) -> list[PairPlan]:
+        """``from_indexes`` of each pair of block indexes, the passes over the blocks of all of
+        them in one round of tasks on the kernel threads (one hand-off to the pool, not one per
+        plan): the same plans."""
+        plans = [cls.__new__(cls) for _ in index_pairs]
+        tasks: list[tuple[PairPlan, int]] = []
+        for plan, (index_a, index_b) in zip(plans, index_pairs, strict=True):
+            plan._start(index_a, index_b, cap, workers)
+            tasks.extend((plan, k) for k in range(len(plan._ranges)))
+        run_tasks(
+            workers if any(len(plan._ranges) > 1 for plan in plans) else 1,
+            len(tasks),
+            lambda t: tasks[t][0]._pass(tasks[t][1]),
+        )
+        for plan in plans:
+            plan._finish()
+        return plans
+
+    def _start(
         self, index_a: BlockIndex, index_b: BlockIndex, cap: int | None, workers: int = 1
     ) -> None:
+        """The plan's ranges of blocks and their outputs, before the passes (``_pass``)."""
         self.cap = cap
         self.index_a, self.index_b = index_a, index_b
         blocks = int(index_a.starts.shape[0]) - 1
         # ranges of blocks (several per thread, taken as each thread becomes free); their whole
         # blocks' pairs also cut the pair kernel's block ranges (``_block_ranges``)
-        ranges = task_ranges(workers, blocks, PLAN_RANGES_PER_THREAD) or [(0, 0)]
+        self._ranges = task_ranges(workers, blocks, PLAN_RANGES_PER_THREAD) or [(0, 0)]
         # without a cap every block is whole: no per-block flags (the kernels do not read them)
-        whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
-        sums = np.zeros((len(ranges), 3), dtype=np.int64)
-        starts_a, starts_b = index_a.starts, index_b.starts
-        limit = -1 if cap is None else int(cap)
-        run_tasks(
-            workers,
-            len(ranges),
-            lambda k: plan_pairs(starts_a, starts_b, limit, *ranges[k], whole, sums[k]),
-        )
-        self._whole = whole
+        self._whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
+        self._sums = np.zeros((len(self._ranges), 3), dtype=np.int64)
+
+    def _pass(self, k: int) -> None:
+        """The plan's pass over its k-th range of blocks (``plan_pairs``)."""
+        limit = -1 if self.cap is None else int(self.cap)
+        lo, hi = self._ranges[k]
+        starts_a, starts_b = self.index_a.starts, self.index_b.starts
+        plan_pairs(starts_a, starts_b, limit, lo, hi, self._whole, self._sums[k])
+
+    def _finish(self) -> None:
+        """The plan's totals from its passes."""
+        ranges, whole, sums = self._ranges, self._whole, self._sums
+        blocks = int(self.index_a.starts.shape[0]) - 1
         #: some block is sub-blocked (else ``whole`` need not be read)
         self.check = not bool(whole.all())
         #: the plan's ranges of blocks (cuts[k]..cuts[k+1]-1) and the pairs of their whole blocks
