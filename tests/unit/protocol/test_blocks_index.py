@@ -16,6 +16,7 @@ from party.protocol.blocks import (
     common_blocks,
     lookup_digests,
     row_block_index,
+    row_block_indexes,
 )
 from party.protocol.spill import LocalGauge, RowStore, SpillFolder
 
@@ -177,3 +178,42 @@ def test_sorted_store_keeps_the_first_row_of_each_key(tmp_path: pathlib.Path) ->
     got = np.concatenate(list(store.finish().chunks(100))).tolist()
     assert got == [[a, b, want[(a, b)]] for a, b in sorted(want)]
     folder.close()
+
+
+@pytest.mark.parametrize("blocks", [0, 1, 60])
+def test_row_block_indexes_equal_one_matrix_at_a_time(
+    blocks: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``row_block_indexes`` of several matrices at once (one round of tasks per step for all):
+    each index equals the plain oracle and ``row_block_index`` of its matrix alone, on 1-3
+    threads: matrices of different sizes, an empty one, one naming no block, a row repeating a
+    block, no blocks at all; and below the threads' threshold (the calling thread alone)."""
+    rng = np.random.default_rng(blocks)
+    mats = [
+        rng.integers(-1, max(blocks, 1), size=(n, 4)).astype(np.int32)
+        if blocks
+        else np.full((n, 4), -1, np.int32)
+        for n in (300, 0, 57, 120)
+    ]
+    mats[2][:] = -1  # rows in no block
+    if blocks:
+        mats[3][7, 1] = mats[3][7, 3] = blocks - 1  # a row naming a block twice
+    want = []
+    for pos in mats:
+        members: list[list[int]] = [[] for _ in range(blocks)]
+        for r in range(pos.shape[0]):
+            for b in sorted({int(v) for v in pos[r] if v >= 0}):
+                members[b].append(r)
+        want.append(members)
+    for threshold in (1, threads_module.PARALLEL_MIN_WORDS):
+        monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", threshold)
+        for workers in (1, 2, 3):
+            got = row_block_indexes(mats, blocks, workers)
+            assert len(got) == len(mats)
+            for ix, pos, members in zip(got, mats, want, strict=True):
+                alone = row_block_index(pos, blocks, workers)
+                assert np.array_equal(ix.starts, alone.starts)
+                assert np.array_equal(ix.rows, alone.rows)
+                assert ix.starts.shape == (blocks + 1,) and ix.starts[-1] == ix.rows.size
+                assert [ix.members(b).tolist() for b in range(blocks)] == members
+    assert row_block_indexes([], 5, 2) == []

@@ -494,3 +494,54 @@ def test_segment_popcounts_on_threads_equal_popcount_rows(rows: int, threads_alw
         got = segment_popcounts(segs, workers)
         assert got.dtype == np.int64 and np.array_equal(got, want)
         assert np.array_equal(got, popcount_rows_plain(segs))
+
+
+@pytest.mark.parametrize("cap", [None, 2])
+def test_plans_of_several_pairs_at_once_equal_each_alone(cap, threads_always) -> None:  # type: ignore[no-untyped-def]
+    """``PairPlan.from_index_pairs`` (the passes of several plans in one round of tasks) gives
+    each pair of indexes the plan ``from_indexes`` gives it alone, on 1-3 threads: indexes of 0,
+    1 and 200 blocks mixed, pairs with no pair at all."""
+    from party.protocol.blocks import BlockIndex
+
+    rng = np.random.default_rng(5)
+    pairs = []
+    for blocks in (200, 0, 1, 200):
+        sizes = rng.integers(0, 5, size=(2, blocks))
+        if blocks == 1:
+            sizes[:, 0] = (3, 0)  # a block no pair of which exists
+        starts = [np.concatenate([[0], np.cumsum(s)]).astype(np.int64) for s in sizes]
+        pairs.append(tuple(BlockIndex(st, np.arange(st[-1], dtype=np.int64)) for st in starts))
+    for workers in (1, 2, 3):
+        together = PairPlan.from_index_pairs(pairs, cap, workers)
+        assert len(together) == len(pairs)
+        for plan, (ia, ib) in zip(together, pairs, strict=True):
+            alone = PairPlan.from_indexes(ia, ib, cap, workers)
+            assert np.array_equal(plan.whole, alone.whole)
+            assert np.array_equal(plan.range_cuts, alone.range_cuts)
+            assert np.array_equal(plan.range_pairs, alone.range_pairs)
+            for name in ("whole_pairs", "total", "uncapped", "largest", "check"):
+                assert getattr(plan, name) == getattr(alone, name), name
+    assert PairPlan.from_index_pairs([], cap, 2) == []
+
+
+def test_pair_sides_equal_pair_side_of_each_party(threads_always) -> None:  # type: ignore[no-untyped-def]
+    """``pair_sides`` (all parties' popcounts in one round of tasks) gives every party the
+    PairSide ``pair_side(..., sort=False)`` gives it alone, on 1-3 threads: parties of 0, 1 and
+    300 rows."""
+    from party.protocol.pairwise import pair_sides
+
+    rng = np.random.default_rng(9)
+    sizes = (300, 0, 1)
+    keys = [np.sort(rng.choice(2**40, size=n, replace=False)).astype(np.uint64) for n in sizes]
+    segs = [rng.integers(0, 2**64 - 1, size=(n, 3), dtype=np.uint64) for n in sizes]
+    pos = [rng.integers(-1, 20, size=(n, 4)).astype(np.int32) for n in sizes]
+    for workers in (1, 2, 3):
+        got = pair_sides(keys, segs, pos, workers)
+        for j, side in enumerate(got):
+            alone = pair_side(j, keys[j], segs[j], pos[j], workers, sort=False)
+            assert side.column == j
+            for name in ("keys", "segments", "pops", "positions"):
+                x, y = getattr(side, name), getattr(alone, name)
+                assert x.dtype == y.dtype and np.array_equal(x, y), name
+            assert np.array_equal(side.pops, popcount_rows_plain(segs[j]))
+    assert pair_sides([], [], [], 2) == []
