@@ -291,8 +291,9 @@ def row_block_indexes(
 ) -> list[BlockIndex]:
     """``row_block_index`` of each of several position matrices over the same ``blocks``: the
     counting, the writing and the sorting of all of them are each one round of tasks on the
-    kernel threads (three hand-offs to the pool in all, not three per matrix), taken as each
-    thread becomes free. The same indexes as one matrix at a time, on any number of threads."""
+    kernel threads (three hand-offs to the pool in all, not three per matrix), a task the same
+    slice of rows (range of blocks) of every matrix. The same indexes as one matrix at a time, on
+    any number of threads."""
     blocks = int(blocks)
     out: list[BlockIndex | None] = [None] * len(positions)
     builds: dict[int, _IndexBuild] = {}
@@ -310,21 +311,19 @@ def row_block_indexes(
         slices = thread_ranges(workers, n, words=pos.size)
         counts = np.zeros((len(slices), len(ranges)), dtype=np.int64)
         builds[j] = _IndexBuild(pos, ranges, cuts, slices, counts)
-    # one task per (matrix, slice of rows) and per (matrix, range of blocks); the calling thread
-    # alone when every matrix is one slice and one range (too little work to hand off)
+    # task s: slice s of every matrix's rows (then range s of its blocks), so each thread takes
+    # about one task per round, as one matrix's ranges did; the calling thread alone when every
+    # matrix is one slice and one range (too little work to hand off)
     threads = workers if any(len(b.slices) > 1 or len(b.ranges) > 1 for b in builds.values()) else 1
-    per_slice = [(b, s, lo, hi) for b in builds.values() for s, (lo, hi) in enumerate(b.slices)]
-    run_tasks(
-        threads,
-        len(per_slice),
-        lambda t: range_entry_counts(
-            per_slice[t][0].pos,
-            per_slice[t][2],
-            per_slice[t][3],
-            per_slice[t][0].cuts,
-            per_slice[t][0].counts[per_slice[t][1]],
-        ),
-    )
+    slice_count = max((len(b.slices) for b in builds.values()), default=0)
+    range_count = max((len(b.ranges) for b in builds.values()), default=0)
+
+    def count(s: int) -> None:
+        for b in builds.values():
+            if s < len(b.slices):
+                range_entry_counts(b.pos, *b.slices[s], b.cuts, b.counts[s])
+
+    run_tasks(threads, slice_count, count)
     for b in builds.values():
         b.at = np.concatenate([[0], np.cumsum(b.counts.sum(axis=0))]).astype(np.int64)
         total = int(b.at[-1])
@@ -334,27 +333,22 @@ def row_block_indexes(
         b.fill[:, :-1] = b.at[:-1] + np.cumsum(b.counts, axis=0) - b.counts
         b.starts = np.empty(blocks + 1, dtype=np.int64)
         b.kept = np.zeros(len(b.ranges), dtype=np.int64)
-    run_tasks(
-        threads,
-        len(per_slice),
-        lambda t: range_entry_keys(
-            per_slice[t][0].pos,
-            per_slice[t][2],
-            per_slice[t][3],
-            per_slice[t][0].cuts,
-            per_slice[t][0].fill[per_slice[t][1]],
-            per_slice[t][0].keys,
-        ),
-    )
-    per_range = [(b, k, lo, hi) for b in builds.values() for k, (lo, hi) in enumerate(b.ranges)]
 
-    def reduce(t: int) -> None:
-        b, k, lo, hi = per_range[t]
-        part = b.keys[b.at[k] : b.at[k + 1]]
-        part.sort()
-        b.kept[k] = rows_of_sorted_keys(part, lo, hi, b.at[k], b.starts)
+    def write(s: int) -> None:
+        for b in builds.values():
+            if s < len(b.slices):
+                range_entry_keys(b.pos, *b.slices[s], b.cuts, b.fill[s], b.keys)
 
-    run_tasks(threads, len(per_range), reduce)
+    run_tasks(threads, slice_count, write)
+
+    def reduce(k: int) -> None:
+        for b in builds.values():
+            if k < len(b.ranges):
+                part = b.keys[b.at[k] : b.at[k + 1]]
+                part.sort()
+                b.kept[k] = rows_of_sorted_keys(part, *b.ranges[k], b.at[k], b.starts)
+
+    run_tasks(threads, range_count, reduce)
     for j, b in builds.items():
         out[j] = _index_of(b, blocks)
     return [ix for ix in out if ix is not None]

@@ -94,15 +94,21 @@ def pair_sides(
 ) -> list[PairSide]:
     """``pair_side(j, keys[j], segments[j], positions[j], workers, sort=False)`` of every party j
     (its column), the popcounts of all parties' segments in one round of tasks on the kernel
-    threads (one hand-off to the pool, not one per party)."""
+    threads (one hand-off to the pool, not one per party; a task the same range of rows of every
+    party)."""
     segs = [np.ascontiguousarray(x, dtype=np.uint64) for x in segments]
     pops = [np.empty(x.shape[0], dtype=np.int64) for x in segs]
     parts = [thread_ranges(workers, int(x.shape[0]), words=int(x.size)) for x in segs]
-    tasks = [(j, lo, hi) for j, ranges in enumerate(parts) for lo, hi in ranges]
+
+    def count(k: int) -> None:  # range k of every party's rows
+        for j, ranges in enumerate(parts):
+            if k < len(ranges):
+                row_popcounts(segs[j], *ranges[k], pops[j])
+
     run_tasks(
         workers if any(len(ranges) > 1 for ranges in parts) else 1,
-        len(tasks),
-        lambda t: row_popcounts(segs[tasks[t][0]], tasks[t][1], tasks[t][2], pops[tasks[t][0]]),
+        max((len(ranges) for ranges in parts), default=0),
+        count,
     )
     return [
         PairSide(

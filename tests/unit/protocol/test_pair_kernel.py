@@ -504,13 +504,14 @@ def test_plans_of_several_pairs_at_once_equal_each_alone(cap, threads_always) ->
     from party.protocol.blocks import BlockIndex
 
     rng = np.random.default_rng(5)
-    pairs = []
+    pairs: list[tuple[BlockIndex, BlockIndex]] = []
     for blocks in (200, 0, 1, 200):
         sizes = rng.integers(0, 5, size=(2, blocks))
         if blocks == 1:
             sizes[:, 0] = (3, 0)  # a block no pair of which exists
         starts = [np.concatenate([[0], np.cumsum(s)]).astype(np.int64) for s in sizes]
-        pairs.append(tuple(BlockIndex(st, np.arange(st[-1], dtype=np.int64)) for st in starts))
+        ia, ib = (BlockIndex(st, np.arange(st[-1], dtype=np.int64)) for st in starts)
+        pairs.append((ia, ib))
     for workers in (1, 2, 3):
         together = PairPlan.from_index_pairs(pairs, cap, workers)
         assert len(together) == len(pairs)
