@@ -33,19 +33,30 @@ import contextlib
 import os
 import pickle
 import time
-from collections.abc import Iterator
+from collections.abc import Generator
 from concurrent.futures import Future, wait
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
 
 from party.encoding.csv_ranges import CsvRange, read_range
 from party.encoding.encoder import EncodeDataError, _BatchResult
-from party.encoding.first_sight import RawValues, SightEntries, Unit, compute_entries
+from party.encoding.first_sight import (
+    RawValues,
+    SightEntries,
+    Unit,
+    compute_entries,
+    install_entries,
+)
 from party.encoding.parallel import (
+    _HELD,
     _WORKER_LOCK,
     EncoderSpec,
+    RangeJob,
+    _hash_ids,
+    _place,
+    _Placed,
     _RangeLanes,
     _worker_encoder,
     _worker_name,
@@ -173,6 +184,19 @@ def _entries_for(
     return out
 
 
+def _picked(h: np.ndarray, holders: np.ndarray) -> np.ndarray:
+    """For each value hash, one of its holder lanes (bit masks), picked by the hash: the
+    ``h % holders``-th set bit, so that every holder is picked about equally often."""
+    nth = h % np.bitwise_count(holders).astype(np.uint64)
+    picked = np.zeros(h.size, dtype=np.int64)
+    before = np.zeros(h.size, dtype=np.uint64)  # holders below lane d
+    for d in range(int(np.bitwise_or.reduce(holders)).bit_length()):
+        has = (holders >> np.uint64(d)) & np.uint64(1)
+        picked[(has == 1) & (before == nth)] = d
+        before += has
+    return picked
+
+
 class WaveLanes(_RangeLanes):
     """``_RangeLanes`` with first sight planned per wave (module docstring)."""
 
@@ -187,6 +211,9 @@ class WaveLanes(_RangeLanes):
     # the node takes (reads, checks, places) the last wave's results once all are encoded: taken
     # while the last workers encode, the node's assembly shares the cores with them
     SETTLE_LAST_WAVE = True
+    # a wave's first sight goes to the lanes before the next wave's ranges: a lane done with
+    # its share parses while the others finish theirs (else it waits for them)
+    SIGHT_FIRST = False
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -254,10 +281,9 @@ class WaveLanes(_RangeLanes):
         if known.size:
             have = have.copy()
             have[at[hit]] |= holders[hit]
-        fresh = ~hit
-        keys = np.concatenate([known, h[fresh]])
-        order = np.argsort(keys, kind="stable")
-        self.known[column] = (keys[order], np.concatenate([have, holders[fresh]])[order])
+        fresh = ~hit  # sorted, as ``h``: merged into the sorted table in one pass
+        at = np.searchsorted(known, h[fresh])
+        self.known[column] = (np.insert(known, at, h[fresh]), np.insert(have, at, holders[fresh]))
         return share, owner, dest
 
     def plan(self, done: list[_Scanned]) -> list[dict[Unit, RawValues]]:
@@ -270,21 +296,19 @@ class WaveLanes(_RangeLanes):
             if not parts:
                 continue
             hashes = np.concatenate([h for _, (_, h) in parts])
-            lane = np.concatenate([np.full(len(h), w) for w, (_, h) in parts])
-            order = np.lexsort((lane, hashes))  # by hash, then lane
-            h, ln = hashes[order], lane[order]
-            first = np.ones(h.size, dtype=bool)
-            first[1:] = (h[1:] != h[:-1]) | (ln[1:] != ln[:-1])
-            at, h = order[first], h[first]  # one (hash, lane) pair per holder
+            bit = np.concatenate(
+                [np.full(len(h), np.uint64(1) << np.uint64(w)) for w, (_, h) in parts]
+            )
+            order = np.argsort(hashes)
+            h = hashes[order]
             starts = np.flatnonzero(np.r_[True, h[1:] != h[:-1]])
-            count = np.diff(np.r_[starts, h.size])
-            holders = np.bitwise_or.reduceat(np.uint64(1) << ln[first].astype(np.uint64), starts)
-            picked = at[starts + (h[starts] % count.astype(np.uint64)).astype(np.int64)]
-            share, owner, dest = self._owners(column, h[starts], holders, lane[picked])
+            holders = np.bitwise_or.reduceat(bit[order], starts)
+            h = h[starts]
+            share, owner, dest = self._owners(column, h, holders, _picked(h, holders))
             if not owner.size:
                 continue
             values = pa.concat_arrays([v for _, (v, _) in parts])
-            where = picked[share]  # a position of each shared value in ``values``
+            where = order[starts[share]]  # a position of each shared value in ``values``
             for w in range(len(self.lanes)):
                 mine = owner == w
                 if mine.any():
@@ -297,11 +321,15 @@ class WaveLanes(_RangeLanes):
 
     def _sight(self, done: list[_Scanned]) -> None:
         """Compute the wave's shared first sight on the lanes and queue each lane's part of
-        the entries for it (waits for all of it: the wave's ranges are encoded after). With
-        the job's tmpfs folder, the parts go from lane to lane in files of it."""
+        the entries for it (waits for all of it: the wave's ranges are encoded after)."""
+        self._collect_sight(self._route_sight(done))
+
+    def _route_sight(self, done: list[_Scanned]) -> list[Future[Any] | None]:
+        """Plan the wave's shared first sight and hand each lane its share. With the job's
+        tmpfs folder, the entries go from lane to lane in files of it."""
         shares = self.plan(done)
         self.waves += 1
-        sight = [
+        return [
             lane.submit(
                 routed_sight_task,
                 share,
@@ -316,6 +344,9 @@ class WaveLanes(_RangeLanes):
                 zip(self.lanes, shares, self.dests, strict=True)
             )
         ]
+
+    def _collect_sight(self, sight: list[Future[Any] | None]) -> None:
+        """Wait for the wave's shared first sight; queue each lane's part of the entries."""
         for fut in sight:
             if fut is None:
                 continue
@@ -335,7 +366,7 @@ class WaveLanes(_RangeLanes):
         args = (self.spec, key, first_row, entries, self.source, self.id_column, self.out_dir)
         self.results.append(self.lanes[w].submit(wave_encode_task, *args))
 
-    def run_ranges(self, ranges: list[CsvRange]) -> Iterator[_BatchResult]:
+    def run_ranges(self, ranges: list[CsvRange]) -> Generator[_BatchResult]:
         """Results in input order; raises ``NotSplittable`` (the caller starts again the exact
         way) if a lane finds a range whose lines are not all rows."""
         self.ranges = ranges
@@ -347,9 +378,13 @@ class WaveLanes(_RangeLanes):
             for i in range(len(waves)):
                 done, failed = self._scanned(scans, row)
                 scans = []
+                sight = self._route_sight(done) if self.SIGHT_FIRST else []
                 if failed is None and i + 1 < len(waves):  # parsed while this wave is encoded
                     scans = [self._scan(*kp) for kp in waves[i + 1]]
-                self._sight(done)
+                if self.SIGHT_FIRST:
+                    self._collect_sight(sight)
+                else:
+                    self._sight(done)
                 for key, w, n, _ in done:
                     self._encode_range(key, w, row, [])
                     row += n
@@ -364,3 +399,55 @@ class WaveLanes(_RangeLanes):
                 yield self._take()
         finally:
             stop_tasks([*self.results, *(s for _, _, s in scans)])
+
+
+def placed_wave_task(
+    spec: EncoderSpec, key: int, first_row: int, entries: list[bytes | str], job: RangeJob
+) -> tuple[Any, str, float, dict[str, float]]:
+    """Runs in a lane: install the entries handed over (``_entries_of``), encode the range
+    ``key`` this lane parsed (its first row is row ``first_row`` of the file), hash its ids and
+    write its arrays into the job's output file at their rows (``parallel._place``); also the
+    lane's name, the task's CPU seconds and the CPU of the encoding's steps."""
+    c0 = time.process_time()
+    blobs = _entries_of(entries)
+    with _WORKER_LOCK:
+        encoder = _worker_encoder(spec)
+        for blob in blobs:
+            install_entries(encoder, pickle.loads(blob))
+        batch = _HELD.pop((spec.token, key))
+        batch.first_row = first_row
+        before = dict(encoder.step_cpu)
+        result = encoder.encode_batch(batch, job.source, job.id_column)
+        steps = {k: v - before[k] for k, v in encoder.step_cpu.items()}
+        _hash_ids(result)
+        out = _place(job, first_row, result)
+    return out, _worker_name(), time.process_time() - c0, steps
+
+
+class PlacedWaveLanes(WaveLanes):
+    """``WaveLanes`` on this machine's lanes (``encode_csv_parallel(..., routed_sight=True)``):
+    the lanes hash the record ids and write the arrays into the job's output file in place
+    (as ``parallel._PeerLanes``), so the parent only plans first sight and takes results."""
+
+    RANGE_BLOCKS = 2
+    SETTLE_LAST_WAVE = False
+    SIGHT_FIRST = True
+
+    def __init__(self, *args: Any, job: RangeJob, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.job = job
+
+    def _encode_range(
+        self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
+    ) -> None:
+        entries, self.handed[w] = self.handed[w], []
+        args = (self.spec, key, first_row, entries, self.job)
+        fut: Future[Any] = self.lanes[w].submit(placed_wave_task, *args)
+        self.results.append(fut)
+
+    def _take(self) -> _BatchResult:
+        out, worker, cpu, steps = cast(Any, self.results.popleft().result())
+        if self.stats is not None:
+            self.stats.add_steps(steps)
+            self.stats.add(worker, cpu)
+        return out.take() if isinstance(out, _Placed) else out

@@ -446,6 +446,25 @@ def _write_rows(job: RangeJob, at: int, result: _BatchResult) -> bool:
     return True
 
 
+def _hash_ids(result: _BatchResult) -> None:
+    """In a lane: a 64-bit hash of each kept record id, which the parent checks for
+    duplicates by sorting them (``encoder._IdCheck``)."""
+    if result.ids is not None and result.ids_valid:
+        result.id_hashes = value_hashes(pa.array(result.ids, type=pa.string()))
+
+
+def _place(job: RangeJob, first_row: int, result: _BatchResult) -> _Placed | _BatchResult:
+    """In a lane: a range's result with its arrays written into ``job.output`` at their rows
+    (``_write_rows``; the range's first row is row ``first_row`` of the file), or the result
+    itself if there is no output file or no room in it."""
+    if job.output is None or not _write_rows(job, first_row - 1, result):
+        return result
+    ids = None if result.ids is None else "\n".join(result.ids)
+    return _Placed(
+        replace(result, filters=_EMPTY, digests=_EMPTY, ids=None, placed=first_row - 1), ids
+    )
+
+
 def peer_range_task(
     spec: EncoderSpec, job: RangeJob, lane: int, part: CsvRange, first_row: int
 ) -> tuple[_Placed | _BatchResult, str, tuple[float, float, float], int, dict[str, float]]:
@@ -470,17 +489,10 @@ def peer_range_task(
         before = dict(encoder.step_cpu)
         result = encoder.encode_batch(batch, job.source, job.id_column)
         steps = {k: v - before[k] for k, v in encoder.step_cpu.items()}
-        if result.ids is not None and result.ids_valid:  # the parent checks them by hash
-            result.id_hashes = value_hashes(pa.array(result.ids, type=pa.string()))
+        _hash_ids(result)
         c3 = time.process_time()
         peers.publish()
-        out: _Placed | _BatchResult = result
-        if job.output is not None and _write_rows(job, first_row - 1, result):
-            ids = None if result.ids is None else "\n".join(result.ids)
-            out = _Placed(
-                replace(result, filters=_EMPTY, digests=_EMPTY, ids=None, placed=first_row - 1),
-                ids,
-            )
+        out = _place(job, first_row, result)
         installed, peers.installed = peers.installed, 0
     cpu = (c1 - c0, c2 - c1 + time.process_time() - c3, c3 - c2)
     return out, _worker_name(), cpu, installed, steps
@@ -864,6 +876,7 @@ def encode_csv_parallel(
     range_lanes: type[_RangeLanes] | None = None,
     own_ranges: bool | None = None,
     peer_sight: bool = False,
+    routed_sight: bool | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``encoder.encode_csv(path, ...)`` with the batches encoded on ``workers`` persistent
     processes (``None``/0: every core) or on ``lanes`` if given (each an executor of one
@@ -893,7 +906,9 @@ def encode_csv_parallel(
         return encoder.encode_csv(path, id_column=id_column, progress=progress)
     if own_ranges is None:
         own_ranges = lanes is None and not lanes_read_file
-    own_ranges = own_ranges or peer_sight
+    own_ranges = own_ranges or peer_sight or bool(routed_sight)
+    if routed_sight is None:
+        routed_sight = own_ranges and not peer_sight
     use = start_lanes(n) if lanes is None else list(lanes)
     spec = EncoderSpec(encoder.schema, encoder._secret, secrets.token_hex(8))
     args = (use, encoder, spec, str(Path(path)), id_column, stats)
@@ -903,7 +918,15 @@ def encode_csv_parallel(
         try:
             if own_ranges:
                 return _encode_own_ranges(
-                    encoder, path, use, spec, id_column, stats, progress_once, peer_sight
+                    encoder,
+                    path,
+                    use,
+                    spec,
+                    id_column,
+                    stats,
+                    progress_once,
+                    peer_sight,
+                    routed_sight,
                 )
             if lanes_read_file:
                 ranger = range_lanes or _RangeLanes
@@ -954,10 +977,17 @@ def _encode_own_ranges(
     stats: ParallelStats | None,
     progress: _ProgressOnce,
     peer_sight: bool,
+    routed_sight: bool | None = None,
 ) -> tuple[EncodedRecords, EncodeReport]:
-    """The lanes read, encode and write whole ranges (``_PeerLanes``); raises
-    ``NotSplittable`` if the CSV cannot be cut at line ends (the caller reads it here)."""
-    if peer_sight:
+    """The lanes read, encode and write whole ranges (``_PeerLanes``; with ``routed_sight``
+    ``cluster_waves.PlacedWaveLanes``); raises ``NotSplittable`` if the CSV cannot be cut at
+    line ends (the caller reads it here)."""
+    from party.cluster_waves import PlacedWaveLanes
+
+    if routed_sight:
+        most = PlacedWaveLanes.RANGE_BLOCKS * encoder_module.CSV_BLOCK_BYTES
+        split = split_ranges(path, block_bytes_for(path, len(lanes), most))
+    elif peer_sight:
         block = min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES)
         split = split_ranges(path, block, PEER_FIRST_BYTES)
     else:  # ranges of two CSV blocks: measured cheaper per row than one or half a block
@@ -971,6 +1001,7 @@ def _encode_own_ranges(
     words = bits.words_for(encoder.schema.output_bits)
     width = encoder.schema.digest_width
     size = 8 * rows * (words + width)
+    # routed entries that find no room on tmpfs travel as pickles instead (``_entries_file``)
     room = size + (PEER_SHARED_BYTES * len(lanes) if peer_sight else 0)
     with _scratch(room) as folder:
         output = _output_file(folder, size)
@@ -996,8 +1027,24 @@ def _encode_own_ranges(
             width,
             peer_sight,
         )
+        if routed_sight:
+            waves = PlacedWaveLanes(
+                lanes,
+                encoder,
+                spec,
+                source,
+                id_column,
+                stats,
+                path=str(path),
+                layout=layout,
+                out_dir=folder,
+                job=job,
+            )
+            running: Generator[_BatchResult] = waves.run_ranges(ranges)
+        else:
+            running = _PeerLanes(lanes, spec, job, stats).run(ranges, lines)
         # closed before the folder is removed: a running task may still write into it
-        with contextlib.closing(_PeerLanes(lanes, spec, job, stats).run(ranges, lines)) as results:
+        with contextlib.closing(running) as results:
             return encoder.encode_results(results, source, id_column, progress, rows, out)
 
 

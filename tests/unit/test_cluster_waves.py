@@ -9,7 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from party.cluster_waves import WaveLanes, _entries_for, _entries_of, routed_sight_task
+from party.cluster_waves import (
+    PlacedWaveLanes,
+    WaveLanes,
+    _entries_for,
+    _entries_of,
+    _picked,
+    routed_sight_task,
+)
 from party.encoding import encoder as encoder_module
 from party.encoding.encoder import Encoder
 from party.encoding.first_sight import compute_entries, sight_units, value_hashes
@@ -192,6 +199,59 @@ def test_owners_are_spread_over_the_holders():
     counts = [len(given["surname"].get(w, [])) for w in range(4)]
     assert sorted(sum(given["surname"].values(), [])) == sorted(names)  # each value once
     assert min(counts) > 60, counts  # and every lane a share
+
+
+def test_a_picked_owner_is_a_holder_and_holders_are_picked_alike():
+    rng = np.random.default_rng(3)
+    h = rng.integers(0, 2**62, 8000, dtype=np.uint64)
+    holders = rng.integers(1, 16, 8000).astype(np.uint64)
+    picked = _picked(h, holders)
+    assert (((holders >> picked.astype(np.uint64)) & np.uint64(1)) == 1).all()
+    assert (picked[holders == 0b0100] == 2).all()  # one holder: that lane
+    two = picked[holders == 0b1010]  # lanes 1 and 3: about half each
+    assert set(two.tolist()) == {1, 3} and 0.35 < (two == 1).mean() < 0.65
+    assert _picked(h[:0], holders[:0]).size == 0
+
+
+class _Recorded:
+    """A lane that records the names of the tasks submitted to it, in order."""
+
+    def __init__(self, lane: Any) -> None:
+        self.lane = lane
+        self.names: list[str] = []
+
+    def submit(self, fn: Any, *args: Any, **kw: Any) -> Any:
+        self.names.append(fn.__name__)
+        return self.lane.submit(fn, *args, **kw)
+
+
+def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, monkeypatch):
+    """``encode_csv_parallel`` on this machine's lanes: ranges read by the lanes, first sight
+    routed per wave (``PlacedWaveLanes``), arrays written into the job's file on tmpfs; a
+    wave's first sight reaches each lane before the next wave's ranges (a lane done with its
+    share parses while the other finishes), and the records are one process's."""
+    from party.encoding import parallel
+
+    monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 16 * 1024)
+    monkeypatch.setattr(PlacedWaveLanes, "RANGE_BLOCKS", 1)
+    path = _people_csv(tmp_path, 3000, seed=4)
+    ref = Encoder(_shipped_schema(), SECRET).encode_csv(path, id_column="rec_id")
+    recorded = [_Recorded(lane) for lane in lanes]
+    monkeypatch.setattr(parallel, "start_lanes", lambda n: recorded)
+    stats = ParallelStats()
+    got = encode_csv_parallel(
+        Encoder(_shipped_schema(), SECRET), path, workers=2, id_column="rec_id", stats=stats
+    )
+    _same(ref[0], got[0])
+    _same_report(ref[1], got[1])
+    assert stats.first_sight_seconds > 0 and stats.ranges >= 3 * 2 * 2
+    assert not got[0].filters.flags.owndata  # a view of the job's output file
+    for lane in recorded:
+        names = lane.names
+        assert "placed_wave_task" in names and "encode_held_task" not in names
+        scans = [i for i, n in enumerate(names) if n == "scan_range_task"]
+        # the first wave's share of first sight is queued before the second wave's ranges
+        assert names.index("routed_sight_task") < scans[PlacedWaveLanes.RANGES_PER_LANE]
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,8 @@ def _same(a: Any, b: Any) -> None:
 
 MODES: dict[str, dict[str, Any]] = {  # how the lanes get their rows
     "parent-reads": {"own_ranges": False},
-    "own-ranges": {"own_ranges": True},  # the default on the local lanes
+    "routed": {"routed_sight": True},  # the default on the local lanes (own ranges, routed)
+    "own-ranges": {"own_ranges": True, "routed_sight": False},  # each lane computes its own
     "peers": {"peer_sight": True},  # own ranges, first sight shared among the lanes
 }
 
@@ -260,11 +261,12 @@ def test_a_lane_whose_process_died_is_replaced(tmp_path, small_batches):
     assert start_lanes(2)[1] is not lanes[1]
 
 
-@pytest.fixture(params=["parent-shares", "own-ranges", "peers"])
+@pytest.fixture(params=["parent-shares", "routed", "own-ranges", "peers"])
 def ranged(request):
     """How lanes that read their own ranges get first sight: shared out by the parent
-    (``lanes_read_file``), computed by each lane itself (``own_ranges``, the default) or
-    shared among the lanes (``peer_sight``)."""
+    (``lanes_read_file``), routed per wave of ranges and written in place (``routed_sight``,
+    the default), computed by each lane itself (``own_ranges``) or shared among the lanes
+    (``peer_sight``)."""
     if request.param == "parent-shares":
         return {"lanes_read_file": True}
     return MODES[request.param]
@@ -405,7 +407,7 @@ def test_without_room_on_tmpfs_results_come_back_pickled(
         assert out is None
 
 
-@pytest.mark.parametrize("mode", ["own-ranges", "parent-reads"])
+@pytest.mark.parametrize("mode", ["routed", "own-ranges", "parent-reads"])
 def test_a_duplicate_id_ranges_apart_is_found(tmp_path, small_batches, pool, mode):
     """Lanes hash their ranges' ids and the parent compares the hashes at the end: a duplicate
     far from its first occurrence, with no other error, is still the error one process raises."""
@@ -429,7 +431,7 @@ def test_cpu_entries_name_the_encoding_steps(tmp_path, small_batches, pool):
     assert all(v > 0 for v in one.step_cpu.values())
     parent = Encoder(_shipped_schema(), SECRET)
     stats = ParallelStats()
-    encode_csv_parallel(
+    encode_csv_parallel(  # the default (routed first sight); own ranges count steps alike
         parent, path, id_column="rec_id", workers=2, lanes=pool, own_ranges=True, stats=stats
     )
     assert not any(parent.step_cpu.values())  # the lanes encoded every range
@@ -495,6 +497,7 @@ def test_a_lane_gets_its_next_range_when_one_of_its_own_is_done(tmp_path, small_
             workers=2,
             lanes=lanes,
             own_ranges=True,
+            routed_sight=False,
             stats=stats,
         )
     finally:
