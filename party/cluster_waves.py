@@ -21,6 +21,11 @@ the CSV bytes they were given so far, so every lane gets the same share):
    arrays over in files on tmpfs; meanwhile the lanes parse the next wave. The node takes the
    last wave's results once all of them are encoded (``SETTLE_LAST_WAVE``).
 
+``PlacedWaveLanes`` is the same on this machine's lanes (the default of
+``encode_csv_parallel``): the lanes hash the record ids and write their arrays into the job's
+output file in place, and a wave's first sight is queued on each lane before the next wave's
+ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes.
+
 Entries are a pure function of the value and a lane that lacks one computes it itself, so the
 records are those of one process, bit for bit (``tests/unit/test_cluster_waves.py``). Results are
 consumed in input order by ``Encoder.encode_results`` as for ``_RangeLanes`` (row numbers,

@@ -12,9 +12,10 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
 
 - ``cores``: the same work with 1 and with all cores, measured in the same run: encoding one
   party's CSV (``encode_csv_parallel`` with 1 process (the plain encoder), then with W worker
-  processes reading and encoding their own ranges (the default), then given batches the
-  parent reads, then reading their own ranges and sharing first sight among themselves
-  (``peer_sight``), alternated,
+  processes reading and encoding their own ranges with first sight of a value several meet
+  routed to one of them per wave (the default, ``routed_sight``), then reading their own
+  ranges each computing first sight itself (``routed_sight=False``), then given batches the
+  parent reads, alternated,
   best of two each; the persistent workers are started once before, as a node starts them, and
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
@@ -111,8 +112,8 @@ def params(target: str = "all"):  # type: ignore[no-untyped-def]
 def encode(path: Path, workers: int, **how: Any):  # type: ignore[no-untyped-def]
     """(records, wall seconds, CPU seconds in this process + in the workers, worker stats);
     ``how``: ``encode_csv_parallel``'s options (default: the workers read and encode their own
-    ranges; ``own_ranges=False``: they get batches the parent reads; ``peer_sight=True``: own
-    ranges, first sight shared among the workers)."""
+    ranges, first sight routed per wave; ``routed_sight=False``: each computes its own first
+    sight; ``own_ranges=False``: they get batches the parent reads)."""
     from party.encoding.encoder import Encoder
     from party.encoding.parallel import ParallelStats, encode_csv_parallel
 
@@ -188,14 +189,15 @@ def cmd_cores(args: argparse.Namespace) -> None:
         startup = start_workers(w)
         best: dict[str, tuple[float, float, Any]] = {}
         outputs = {}
-        # 1 process; W workers reading and encoding their own ranges (the default); W workers
-        # given batches the parent reads; W workers reading their own ranges and sharing first
-        # sight among themselves (peer_sight): best of 2 each
+        # 1 process; W workers reading and encoding their own ranges, first sight of a value
+        # several meet routed to one of them per wave (the default); the same, each worker
+        # computing first sight of every value it meets; W workers given batches the parent
+        # reads: best of 2 each
         runs: dict[str, tuple[int, dict[str, bool]]] = {
             "1": (1, {}),
-            "own ranges, the default": (w, {}),
+            "routed first sight, the default": (w, {}),
+            "own ranges": (w, {"routed_sight": False}),
             "parent reads": (w, {"own_ranges": False}),
-            "peers": (w, {"peer_sight": True}),
         }
         for k in () if args.comparison_only else [*runs, *runs]:
             records, t, c, stats = encode(csvs[0], runs[k][0], **runs[k][1])

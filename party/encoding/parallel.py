@@ -3,20 +3,23 @@
 Each worker ("lane": one process of a persistent pool, or one worker of the party's Dask
 cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema and secret.
 
-By default, on the persistent local lanes (``own_ranges``, ``_PeerLanes``), the parent only
-cuts the file into byte ranges of whole lines (``csv_ranges``: two CSV blocks each, the last
-ones smaller so the lanes end together) and counts each range's lines in one pass, so every
-range's first row and output row are known before any is parsed. Each lane parses its range
-with its true row numbers, encodes it computing the first sight of the values it meets itself
-(sharing first sight measured costlier than computing it again: installing a million entries
-the other lane mostly never meets), writes the filters and digests into the job's output file
-on tmpfs at their rows (positional writes; the parent maps the file, and the records are views
-of it), and hashes the record ids; the parent takes the results in input order, checks the
-ids (``encoder._IdCheck``: by sorting the hashes at the end, exactly on a tie or an error) and
-moves rows up past skipped ones. An error a lane raises names its true row and is raised when
-the results before it are taken. With ``peer_sight`` the lanes also share the first-sight
-entries they compute (``party.encoding.peer_sight``: files on tmpfs, no lane ever waits for
-another).
+By default, on the persistent local lanes (``routed_sight``, ``cluster_waves.PlacedWaveLanes``),
+the parent only cuts the file into byte ranges of whole lines (``csv_ranges``: two CSV blocks
+each) and counts each range's lines in one pass, so the job's output file on tmpfs can be
+reserved for every row. The lanes parse their ranges a wave at a time and report each column's
+distinct values by hash; the parent routes the first sight of each value two lanes meet to one
+of them, which computes it and sends it to the lanes lacking it (``cluster_waves``); each lane
+then encodes its ranges, writes the filters and digests into the output file at their rows
+(positional writes; the parent maps the file, and the records are views of it), and hashes the
+record ids; the parent takes the results in input order, checks the ids
+(``encoder._IdCheck``: by sorting the hashes at the end, exactly on a tie or an error) and moves
+rows up past skipped ones. With ``routed_sight=False`` (``own_ranges``, ``_PeerLanes``) every
+range's first row is known from the line counts, and each lane encodes a range as soon as it
+gets it, computing the first sight of every value it meets itself (values both lanes meet
+twice). An error a lane raises names its true row and is raised when the results before it are
+taken. With ``peer_sight`` the lanes also share the first-sight entries they compute
+(``party.encoding.peer_sight``: files on tmpfs, no lane ever waits for another; measured
+costlier than computing them again).
 
 Lanes can also read the CSV themselves with the parent sharing first sight out
 (``_RangeLanes``, with ``lanes_read_file``: the Dask path): the parent only cuts the file into
@@ -884,9 +887,12 @@ def encode_csv_parallel(
     one CSV block is encoded here, without starting processes.
 
     ``own_ranges`` (default: yes for the persistent local lanes, no for ``lanes`` given): each
-    lane reads and encodes whole ranges of the CSV on its own, computing the first sight of
-    the values it meets itself, and writes the arrays into the output in place
-    (``_PeerLanes``); the parent only counts lines, hands out ranges and checks record ids.
+    lane reads and encodes whole ranges of the CSV on its own and writes the arrays into the
+    output in place; the parent only counts lines, hands out ranges and checks record ids.
+    ``routed_sight`` (default: with ``own_ranges``, unless ``peer_sight``): the ranges go a
+    wave at a time, and the first sight of a value two lanes meet is computed once, by one,
+    and sent to the others (``cluster_waves.PlacedWaveLanes``); else each lane computes the
+    first sight of the values it meets itself (``_PeerLanes``).
     ``peer_sight``: the same, the lanes also sharing the first-sight entries they compute
     (``peer_sight`` module; measured costlier than computing them again at 1M records).
 
