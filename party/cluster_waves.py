@@ -408,17 +408,21 @@ class WaveLanes(_RangeLanes):
 
 def placed_wave_task(
     spec: EncoderSpec, key: int, first_row: int, entries: list[bytes | str], job: RangeJob
-) -> tuple[Any, str, float, dict[str, float]]:
+) -> tuple[Any, str, float, dict[str, float], int]:
     """Runs in a lane: install the entries handed over (``_entries_of``), encode the range
     ``key`` this lane parsed (its first row is row ``first_row`` of the file), hash its ids and
     write its arrays into the job's output file at their rows (``parallel._place``); also the
-    lane's name, the task's CPU seconds and the CPU of the encoding's steps."""
+    lane's name, the task's CPU seconds, the CPU of the encoding's steps and the entries
+    installed."""
     c0 = time.process_time()
     blobs = _entries_of(entries)
+    installed = 0
     with _WORKER_LOCK:
         encoder = _worker_encoder(spec)
         for blob in blobs:
-            install_entries(encoder, pickle.loads(blob))
+            got = pickle.loads(blob)
+            install_entries(encoder, got)
+            installed += len(got)
         batch = _HELD.pop((spec.token, key))
         batch.first_row = first_row
         before = dict(encoder.step_cpu)
@@ -426,7 +430,7 @@ def placed_wave_task(
         steps = {k: v - before[k] for k, v in encoder.step_cpu.items()}
         _hash_ids(result)
         out = _place(job, first_row, result)
-    return out, _worker_name(), time.process_time() - c0, steps
+    return out, _worker_name(), time.process_time() - c0, steps, installed
 
 
 class PlacedWaveLanes(WaveLanes):
@@ -451,8 +455,9 @@ class PlacedWaveLanes(WaveLanes):
         self.results.append(fut)
 
     def _take(self) -> _BatchResult:
-        out, worker, cpu, steps = cast(Any, self.results.popleft().result())
+        out, worker, cpu, steps, installed = cast(Any, self.results.popleft().result())
         if self.stats is not None:
             self.stats.add_steps(steps)
             self.stats.add(worker, cpu)
+            self.stats.shared_values += installed
         return out.take() if isinstance(out, _Placed) else out

@@ -176,7 +176,7 @@ class ParallelStats:
     first_sight_seconds: float = 0.0
     reading_seconds: float = 0.0
     ranges: int = 0  # CSV ranges the lanes read themselves
-    shared_values: int = 0  # first-sight entries lanes installed from each other (peer_sight)
+    shared_values: int = 0  # first-sight entries lanes installed from each other (peers, routed)
     cpu_by_worker: dict[str, float] = field(default_factory=dict)
     steps: dict[str, float] = field(default_factory=dict)  # own ranges: ``Encoder.step_cpu``
 

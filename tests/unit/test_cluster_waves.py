@@ -245,6 +245,7 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
     _same(ref[0], got[0])
     _same_report(ref[1], got[1])
     assert stats.first_sight_seconds > 0 and stats.ranges >= 3 * 2 * 2
+    assert stats.shared_values > 0  # entries one lane computed, installed by the other
     assert not got[0].filters.flags.owndata  # a view of the job's output file
     for lane in recorded:
         names = lane.names
