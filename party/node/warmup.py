@@ -163,16 +163,13 @@ def warm_up() -> float:
         # parameters run it), two blocking keys (a set is found in two blocks, in no key order):
         # the survivors' de-duplicating sort, the matched sets' sorts and the greedy one-to-one
         # step, which a run without matches never reaches.
-        linked_all = replace(
-            params, parties=names, match_threshold=0.8, segment_threshold=0.7, one_to_one=True
-        )
+        base = replace(params, parties=names, match_threshold=0.8, segment_threshold=0.7)
+        linked_all = replace(base, one_to_one=True)
         tables = _linked_tables(rng, 96, True, parties, blocking="two")
         _expect_matches(run_in_process(tables, linked_all), "target all")
         # Target any (the default): pair kernel, pairwise ring, group solver, pair order; once
         # on read-only filters, as a networked run's received arrays are.
-        linked = replace(
-            params, parties=names, match_threshold=0.8, segment_threshold=0.7, target="any"
-        )
+        linked = replace(base, target="any")
         for writable in (True, False) if parties == 3 else (True,):
             tables = _linked_tables(rng, 96, writable, parties)
             _expect_matches(run_in_process(tables, linked), "target any")
