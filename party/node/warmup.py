@@ -4,12 +4,14 @@ The compiled loops (numba) are compiled on their first call, or loaded from numb
 about a second when cached, about a minute of CPU when not (a fresh checkout; ``scripts/setup.sh``
 fills the cache by running this module). Doing it once at start keeps that cost out of the first real
 run, where compiling beside the event loop can delay its heartbeats. numba compiles a loop once per
-type signature (array dtype, layout, read-only flag, tuple length = party count), so the runs are
-chosen to reach every loop with the types a networked run passes: rows that really match (the
-sorts, one-to-one step, group solver and pair order after the comparison, which random rows never
-reach), target any once on read-only filters as a networked run's received arrays are, P = 2, 3
-and 4, mpc3 filters of three or more words, the sorted row stores out of order and spilled, and the
-results writer into a temporary folder. It touches no data, secret or network.
+type signature (array dtype, layout, read-only flag), so the runs are chosen to reach every loop
+with the types a networked run passes: rows that really match (the sorts, one-to-one step, group
+solver and pair order after the comparison, which random rows never reach), target any once on
+read-only filters as a networked run's received arrays are, mpc3 filters of three or more words
+and four parties, the sorted row stores out of order and spilled, and the results writer into a
+temporary folder. The loops over one array per party take them as addresses
+(``party.protocol._numba_party_arrays``), one variant for every party count: P = 3 reaches them
+for any P. It touches no data, secret or network.
 ``scripts/first_run_compiles.py`` lists what a fresh checkout's first networked runs still compile.
 """
 
@@ -28,9 +30,12 @@ log = logging.getLogger(__name__)
 
 #: Filter length of the mpc3 warm-up runs: three 64-bit words (see ``warm_up``).
 MPC3_WARM_UP_BITS = 192
-#: Party counts the warm-up runs segments mode with (P = 3 first: the demo's and most runs');
-#: a run of another P compiles its own variants of the per-party loops in its first run.
-PARTY_COUNTS = (3, 2, 4)
+#: Party count of the warm-up's segments-mode runs (the demo's and most runs'): the per-party
+#: loops' one variant serves every party count.
+WARM_UP_PARTIES = 3
+#: Party counts of the mpc3 warm-up runs: with four, the AND tree's second layer ANDs two received
+#: (read-only) shares, which three parties never do.
+MPC3_PARTY_COUNTS = (3, 4)
 
 
 class _Table:
@@ -157,22 +162,21 @@ def warm_up() -> float:
         target="all",
     )
     run_in_process(_random_tables(rng, 8, 96), params)
-    for parties in PARTY_COUNTS:  # the loops over a tuple of one array per party, per P
-        names = tuple(f"w{j}" for j in range(parties))
-        # Target all on rows present at every party, one-to-one (as simulate.py and the shipped
-        # parameters run it), two blocking keys (a set is found in two blocks, in no key order):
-        # the survivors' de-duplicating sort, the matched sets' sorts and the greedy one-to-one
-        # step, which a run without matches never reaches.
-        base = replace(params, parties=names, match_threshold=0.8, segment_threshold=0.7)
-        linked_all = replace(base, one_to_one=True)
-        tables = _linked_tables(rng, 96, True, parties, blocking="two")
-        _expect_matches(run_in_process(tables, linked_all), "target all")
-        # Target any (the default): pair kernel, pairwise ring, group solver, pair order; once
-        # on read-only filters, as a networked run's received arrays are.
-        linked = replace(base, target="any")
-        for writable in (True, False) if parties == 3 else (True,):
-            tables = _linked_tables(rng, 96, writable, parties)
-            _expect_matches(run_in_process(tables, linked), "target any")
+    names = tuple(f"w{j}" for j in range(WARM_UP_PARTIES))
+    # Target all on rows present at every party, one-to-one (as simulate.py and the shipped
+    # parameters run it), two blocking keys (a set is found in two blocks, in no key order): the
+    # survivors' de-duplicating sort, the matched sets' sorts and the greedy one-to-one step,
+    # which a run without matches never reaches.
+    base = replace(params, parties=names, match_threshold=0.8, segment_threshold=0.7)
+    linked_all = replace(base, one_to_one=True)
+    tables = _linked_tables(rng, 96, True, WARM_UP_PARTIES, blocking="two")
+    _expect_matches(run_in_process(tables, linked_all), "target all")
+    # Target any (the default): pair kernel, pairwise ring, group solver, pair order; once on
+    # read-only filters, as a networked run's received arrays are.
+    linked = replace(base, target="any")
+    for writable in (True, False):
+        tables = _linked_tables(rng, 96, writable, WARM_UP_PARTIES)
+        _expect_matches(run_in_process(tables, linked), "target any")
     _sorted_stores()
     _write_results()
     # Mode mpc3: its bit-sliced gate kernels (numba) compile on first use as well. At least three
@@ -182,7 +186,7 @@ def warm_up() -> float:
     # sets are the rows at every party only (one block of all would make 20^P of them).
     from party.mpc.driver import run_mpc3_in_process
 
-    for parties in (3, 4):
+    for parties in MPC3_PARTY_COUNTS:
         mpc3 = ProtocolParameters(
             parties=tuple(f"w{j}" for j in range(parties)),
             filter_bits=MPC3_WARM_UP_BITS,

@@ -10,9 +10,12 @@ definitions exactly (tests/unit/protocol/test_blocks_index.py checks them agains
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from party.numba_jit import jit
+from party.protocol._numba_party_arrays import PartyArrays, u64_item
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -289,36 +292,86 @@ def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return out[:k]
 
 
+def in_two_or_more(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Values present in at least two of the strictly increasing 1-D uint64 arrays (increasing);
+    one compiled variant for any number of arrays (``values_in_two_or_more``)."""
+    values = PartyArrays(arrays, np.uint64)
+    return values_in_two_or_more(values.at, values.rows)  # type: ignore[no-any-return]
+
+
 @jit
-def in_two_or_more(arrays: tuple) -> np.ndarray:  # type: ignore[type-arg]
-    """Values present in at least two of the strictly increasing 1-D uint64 arrays of the tuple
-    (a k-way merge; increasing)."""
-    p = len(arrays)
+def _in_both(at: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """``values_in_two_or_more`` of two arrays: their common values (a merge) in ``out``."""
+    i = j = k = 0
+    while i < rows[0] and j < rows[1]:
+        x = u64_item(at, 0, i)
+        y = u64_item(at, 1, j)
+        if x < y:
+            i += 1
+        elif y < x:
+            j += 1
+        else:
+            out[k] = x
+            k += 1
+            i += 1
+            j += 1
+    return out[:k].copy()
+
+
+@jit
+def values_in_two_or_more(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``in_two_or_more`` of the uint64 ``PartyArrays`` ``at`` / ``rows``: a k-way merge over the
+    arrays not yet through (``live``), each one's next value kept in ``head``; one pass finds the
+    lowest and the arrays holding it (``hit``)."""
+    p = at.shape[0]
     heads = np.zeros(p, dtype=np.int64)
+    head = np.zeros(p, dtype=np.uint64)
+    live = np.empty(p, dtype=np.int64)
+    hit = np.empty(p, dtype=np.int64)
     total = 0
+    m = 0
     for j in range(p):
-        total += arrays[j].shape[0]
+        total += rows[j]
+        if rows[j] > 0:
+            head[j] = u64_item(at, j, 0)
+            live[m] = j
+            m += 1
     out = np.empty(total // 2, dtype=np.uint64)
+    if p == 2:
+        return _in_both(at, rows, out)
     n = 0
-    while True:
-        low = np.uint64(0)
-        found = False
-        for j in range(p):
-            if heads[j] < arrays[j].shape[0]:
-                v = arrays[j][heads[j]]
-                if not found or v < low:
-                    low = v
-                    found = True
-        if not found:
-            break
-        count = 0
-        for j in range(p):
-            if heads[j] < arrays[j].shape[0] and arrays[j][heads[j]] == low:
-                count += 1
-                heads[j] += 1
-        if count >= 2:
+    while m > 0:
+        low = head[live[0]]
+        hit[0] = live[0]
+        h = 1
+        for t in range(1, m):
+            j = live[t]
+            v = head[j]
+            if v < low:
+                low = v
+                hit[0] = j
+                h = 1
+            elif v == low:
+                hit[h] = j
+                h += 1
+        if h >= 2:
             out[n] = low
             n += 1
+        through = False
+        for t in range(h):
+            j = hit[t]
+            heads[j] += 1
+            if heads[j] < rows[j]:
+                head[j] = u64_item(at, j, heads[j])
+            else:
+                through = True
+        if through:  # drop the arrays that are through, keeping the others' order
+            k = 0
+            for t in range(m):
+                if heads[live[t]] < rows[live[t]]:
+                    live[k] = live[t]
+                    k += 1
+            m = k
     return out[:n].copy()
 
 

@@ -13,6 +13,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from party.protocol._numba_party_arrays import i64_values, u64_rows, u64_values
+
 
 def _jit(fn):  # type: ignore[no-untyped-def]
     """njit with an on-disk cache when numba finds a writable cache location, else without.
@@ -225,16 +227,20 @@ TOUCH_BLOCKS = 32
 
 
 @_jit
-def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: ignore[no-untyped-def]
+def batch_blocks(  # type: ignore[no-untyped-def]
+    seg_at, seg_rows, w, pop_at, member_at, member_rows, starts, sizes, lo, hi, tables
+):
     """Every candidate set of blocks lo..hi-1, depth first (blocks with an empty party skipped):
+    party j's segments ``segs[j]`` (seg_rows[j], w) uint64 and their popcounts ``pops[j]`` int64
+    are the ``PartyArrays`` (``_numba_party_arrays``) ``seg_at`` / ``pop_at`` (same row counts),
+    its block members ``rows_of[j]`` int64 the ``PartyArrays`` ``member_at`` / ``member_rows``;
     party j's rows of block b are ``rows_of[j][starts[j, b] : starts[j, b] + sizes[j, b]]``; a
     partial set of k + 1 rows is kept iff its c >= ``tables[k + 1, psum]``
     (``kernel.threshold_table``). Returns (idx, c, evaluated, survived, checksum): survivors as
     rows of ``segs`` in block order, then lexicographically by position in the block (the order of
     ``kernel._batch_blocks``), the stage counts, and a checksum of the rows read ahead (to be
-    ignored). ``segs``, ``pops``, ``rows_of`` are tuples, one array per party."""
+    ignored)."""
     p = sizes.shape[0]
-    w = segs[0].shape[1]
     cap = 0
     for b in range(lo, hi):
         sets = 1
@@ -258,9 +264,9 @@ def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: i
             # them in cache.
             for bb in range(b, min(b + TOUCH_BLOCKS, hi)):
                 for j in range(p):
-                    seg = segs[j]
-                    pop = pops[j]
-                    rows = rows_of[j]
+                    seg = u64_rows(seg_at, seg_rows, j, w)
+                    pop = i64_values(pop_at, seg_rows, j)
+                    rows = i64_values(member_at, member_rows, j)
                     for x in range(starts[j, bb], starts[j, bb] + sizes[j, bb]):
                         r = rows[x]
                         sink ^= seg[r, 0] ^ seg[r, w - 1] ^ np.uint64(pop[r])
@@ -279,17 +285,17 @@ def batch_blocks(segs, pops, rows_of, starts, sizes, lo, hi, tables):  # type: i
                 level -= 1
                 pos[level] += 1
                 continue
-            seg = segs[level]
-            r = rows_of[level][starts[level, b] + pos[level]]
+            seg = u64_rows(seg_at, seg_rows, level, w)
+            r = i64_values(member_at, member_rows, level)[starts[level, b] + pos[level]]
             cur[level] = r
             if level == 0:
                 for k in range(w):
                     acc[0, k] = seg[r, k]
-                psum[0] = pops[0][r]
+                psum[0] = i64_values(pop_at, seg_rows, 0)[r]
                 level = 1
                 pos[1] = 0
                 continue
-            s = psum[level - 1] + pops[level][r]
+            s = psum[level - 1] + i64_values(pop_at, seg_rows, level)[r]
             c = 0
             if level == p - 1:
                 for k in range(w):
@@ -327,10 +333,12 @@ def _idx_less(idx, a, b):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def merge_ring_rows(idx, c, bounds, keys, columns):  # type: ignore[no-untyped-def]
+def merge_ring_rows(idx, c, bounds, key_at, key_rows, columns):  # type: ignore[no-untyped-def]
     """``ring_rows`` of the distinct rows of sorted runs: run r is rows bounds[r]..bounds[r+1]-1
     of ``idx``, sorted lexicographically and distinct; a k-way merge dropping rows equal to the
-    one before. Rows come out in lexicographic order of idx."""
+    one before. Row (i_0, ..., i_{P-1}) becomes party j's pseudonym ``keys[j][i_j]`` in column
+    ``columns[j]``, then c; ``keys`` are the uint64 ``PartyArrays`` ``key_at`` / ``key_rows``.
+    Rows come out in lexicographic order of idx."""
     m, p = idx.shape
     runs = bounds.shape[0] - 1
     head = bounds[:-1].copy()
@@ -349,7 +357,7 @@ def merge_ring_rows(idx, c, bounds, keys, columns):  # type: ignore[no-untyped-d
         if last >= 0 and not _idx_less(idx, last, i):
             continue  # equal to the row before (runs are sorted: never smaller)
         for j in range(p):
-            out[n, columns[j]] = keys[j][idx[i, j]]
+            out[n, columns[j]] = u64_values(key_at, key_rows, j)[idx[i, j]]
         out[n, p] = c[i]
         n += 1
         last = i
@@ -371,8 +379,11 @@ def pack_rows_key(idx, shifts):  # type: ignore[no-untyped-def]
 
 
 @_jit
-def plan_blocks(starts, lo, hi, cap, small, first, sizes, fast_sizes, fast_sets, slow):  # type: ignore[no-untyped-def]
-    """Blocks lo..hi-1 of the P parties' CSR ``starts`` (a tuple of (nb + 1,) int64): first[j, b]
+def plan_blocks(  # type: ignore[no-untyped-def]
+    start_at, start_rows, lo, hi, cap, small, first, sizes, fast_sizes, fast_sets, slow
+):
+    """Blocks lo..hi-1 of the P parties' CSR ``starts`` ((nb + 1,) int64 each, the ``PartyArrays``
+    ``start_at`` / ``start_rows``): first[j, b]
     and sizes[j, b] of party j's rows; a block where every party has rows, none more than ``cap``
     (cap < 0: no cap) and whose product of sizes is at most ``small`` is fast: fast_sizes[:, b] =
     its sizes and fast_sets[b] = that product; any other block gets zeros there, and slow[b] is
@@ -383,8 +394,9 @@ def plan_blocks(starts, lo, hi, cap, small, first, sizes, fast_sizes, fast_sets,
         capped = False
         sets = 1
         for j in range(p):
-            a = starts[j][b]
-            n = starts[j][b + 1] - a
+            starts = i64_values(start_at, start_rows, j)
+            a = starts[b]
+            n = starts[b + 1] - a
             first[j, b] = a
             sizes[j, b] = n
             if n == 0:

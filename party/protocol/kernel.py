@@ -60,6 +60,7 @@ _LOOSE_MARGIN = np.float32(0.01)
 
 try:  # pragma: no branch - numba is a declared dependency; the numpy kernel is the fallback
     from party.protocol import _numba_kernel
+    from party.protocol._numba_party_arrays import PartyArrays
 
     HAVE_NUMBA = True
 except ImportError:  # pragma: no cover
@@ -472,7 +473,7 @@ def compare_block_batch(
 
         def run(lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
             assert _numba_kernel is not None
-            idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], lo, hi, prepared[5])
+            idx, c, ev, sv = prepared.run(lo, hi)
             if distinct:
                 idx, c = distinct_sets(idx, c, bound)
             return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
@@ -553,7 +554,7 @@ def fast_block_rows(
     prepared = _numba_batch_inputs(
         segs, pops, rows_of, plan.first, plan.fast_sizes, seg_bits, threshold
     )
-    keys = tuple(read_only(k, np.uint64) for k in blocks.keys)  # one numba type
+    keys = PartyArrays(blocks.keys, np.uint64)
     bound = [int(s.shape[0]) for s in segs]
     sets = int(blocks.cum_sets[hi - 1]) - (int(blocks.cum_sets[lo - 1]) if lo else 0)
     parallel = workers > 1 and sets >= PARALLEL_MIN_PAIRS
@@ -563,7 +564,7 @@ def fast_block_rows(
 
     def run(a: int, b: int) -> tuple[np.ndarray, np.ndarray, StageCounts]:
         assert _numba_kernel is not None
-        idx, c, ev, sv, _ = _numba_kernel.batch_blocks(*prepared[:5], a, b, prepared[5])
+        idx, c, ev, sv = prepared.run(a, b)
         idx, c = distinct_sets(idx, c, bound)
         return idx, c, StageCounts([int(x) for x in ev], [int(x) for x in sv])
 
@@ -578,7 +579,7 @@ def fast_block_rows(
     idx = np.concatenate([o[0] for o in outs]) if len(outs) > 1 else outs[0][0]
     c = np.concatenate([o[1] for o in outs]) if len(outs) > 1 else outs[0][1]
     return _numba_kernel.merge_ring_rows(  # type: ignore[no-any-return]
-        np.ascontiguousarray(idx, dtype=np.int64), c, bounds, keys, blocks.columns
+        np.ascontiguousarray(idx, dtype=np.int64), c, bounds, keys.at, keys.rows, blocks.columns
     )
 
 
@@ -607,14 +608,16 @@ def plan_blocks(
     fast_sizes = np.empty((p, nb), dtype=np.int64)
     fast_sets = np.empty(nb, dtype=np.int64)
     slow = np.empty(nb, dtype=np.bool_)
-    args = tuple(read_only(s, np.int64) for s in starts)
+    args = PartyArrays(starts, np.int64)
+    if np.any(args.rows != nb + 1):
+        raise ProtocolError("every party's block starts must have one entry per block and one more")
     limit = -1 if cap is None else int(cap)
     assert _numba_kernel is not None
 
     def run(lo: int, hi: int) -> None:
         assert _numba_kernel is not None
         _numba_kernel.plan_blocks(
-            args, lo, hi, limit, int(small), first, sizes, fast_sizes, fast_sets, slow
+            args.at, args.rows, lo, hi, limit, int(small), first, sizes, fast_sizes, fast_sets, slow
         )
 
     run_split(workers, nb, run, words=p * nb)
@@ -667,11 +670,41 @@ def distinct_rows(idx: np.ndarray, bound: Sequence[int], runs: int = 1) -> np.nd
 
 def read_only(a: np.ndarray, dtype: type) -> np.ndarray:
     """A read-only C-contiguous view (a copy only if needed): a compiled loop then has one variant
-    whatever the caller's array (a tuple of arrays, one per party, must all have one numba type;
-    own and received arrays alike)."""
+    whatever the caller's array (own and received arrays alike)."""
     view: np.ndarray = np.ascontiguousarray(a, dtype=dtype).view()
     view.flags.writeable = False
     return view
+
+
+@dataclass(frozen=True)
+class _BatchInputs:
+    """The arguments of ``_numba_kernel.batch_blocks`` but the block range; holds the per-party
+    arrays the loop reads by address (``PartyArrays``) for as long as it runs."""
+
+    segs: PartyArrays
+    pops: PartyArrays
+    members: PartyArrays
+    starts: np.ndarray
+    sizes: np.ndarray
+    tables: np.ndarray
+
+    def run(self, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(idx, c, evaluated, survived) of blocks lo..hi-1 (``_numba_kernel.batch_blocks``)."""
+        assert _numba_kernel is not None
+        idx, c, evaluated, survived, _ = _numba_kernel.batch_blocks(
+            self.segs.at,
+            self.segs.rows,
+            self.segs.width,
+            self.pops.at,
+            self.members.at,
+            self.members.rows,
+            self.starts,
+            self.sizes,
+            lo,
+            hi,
+            self.tables,
+        )
+        return idx, c, evaluated, survived
 
 
 def _numba_batch_inputs(
@@ -682,17 +715,21 @@ def _numba_batch_inputs(
     sizes: np.ndarray,
     seg_bits: int,
     threshold: float,
-) -> tuple[Any, ...]:
-    """The arguments of ``_numba_kernel.batch_blocks`` but the block range, tables last."""
+) -> _BatchInputs:
+    """The inputs of ``_numba_kernel.batch_blocks`` (one compiled variant for any party count)."""
     parties = len(segs)
     max_s = parties * seg_bits
     tables = np.stack(
         [threshold_table(max(k, 1), float(threshold), max_s) for k in range(parties + 1)]
     )
-    return (
-        tuple(read_only(s, np.uint64) for s in segs),
-        tuple(read_only(x, np.int64) for x in pops),
-        tuple(read_only(r, np.int64) for r in rows_of),
+    seg_rows = PartyArrays(segs, np.uint64, width=int(segs[0].shape[1]))
+    pop_values = PartyArrays(pops, np.int64)
+    if not np.array_equal(seg_rows.rows, pop_values.rows):
+        raise ProtocolError("every party needs one segment popcount per segment row")
+    return _BatchInputs(
+        seg_rows,
+        pop_values,
+        PartyArrays(rows_of, np.int64),
         read_only(starts, np.int64),
         read_only(sizes, np.int64),
         tables,
@@ -797,15 +834,14 @@ def warm_up() -> None:
     list(iter_block([rows, rows], 128, 0.5, kernel="numba"))
     intersect_sorted_rows(rows, rows)
     index = block_index(rows, np.array([1, 3], dtype=np.uint64))
-    pops = [popcount_rows(rows)]
-    for parties in (2, 3):  # the two- and three-party loops (more parties compile on first use)
-        compare_block_batch(
-            [rows] * parties,
-            pops * parties,
-            [index.rows] * parties,
-            np.tile(index.starts[:-1], (parties, 1)),
-            np.tile(index.sizes(), (parties, 1)),
-            128,
-            0.5,
-            distinct=True,
-        )
+    parties = 3  # the per-party loops have one variant for every party count
+    compare_block_batch(
+        [rows] * parties,
+        [popcount_rows(rows)] * parties,
+        [index.rows] * parties,
+        np.tile(index.starts[:-1], (parties, 1)),
+        np.tile(index.sizes(), (parties, 1)),
+        128,
+        0.5,
+        distinct=True,
+    )

@@ -72,14 +72,21 @@ def test_warm_up_writes_nothing_outside_a_temporary_folder(
 
 _SIGNATURES = """
 import json
-from party.node.warmup import warm_up
-warm_up()
+from dataclasses import replace
+import numpy as np
+from numba.core.registry import CPUDispatcher
+from party.node import warmup
+from party.protocol.driver import run_in_process
+from party.protocol.params import ProtocolParameters
+from party.mpc.driver import run_mpc3_in_process
+warmup.warm_up()
 from party.mpc import _numba_gates as g
 from party.protocol import _numba_blocks as b, _numba_kernel as k
+import sys
 loops = {"fa_and": g.fa_and, "fa_finish": g.fa_finish, "and_word_major": g.and_word_major,
          "greedy_keep_dense": k.greedy_keep_dense, "merge_ring_rows": k.merge_ring_rows,
          "plan_blocks": k.plan_blocks, "batch_blocks": k.batch_blocks,
-         "in_two_or_more": b.in_two_or_more, "sort_ties": b.sort_ties,
+         "values_in_two_or_more": b.values_in_two_or_more, "sort_ties": b.sort_ties,
          "sort_high_ties": b.sort_high_ties, "first_of_each_key": b.first_of_each_key,
          "first_keys_in_order": b.first_keys_in_order, "gather_rows": b.gather_rows,
          "merge_unique_runs": b.merge_unique_runs, "key_range_counts": b.key_range_counts,
@@ -88,7 +95,26 @@ def arg(t):
     if hasattr(t, "count"):
         return {"tuple": t.count}
     return {"readonly": not getattr(t, "mutable", True)}
-print(json.dumps({n: [[arg(t) for t in s] for s in f.signatures] for n, f in loops.items()}))
+def every_loop():
+    return {f"{m}.{n}": f for m, mod in list(sys.modules.items()) if m.startswith("party.")
+            for n, f in vars(mod).items() if isinstance(f, CPUDispatcher)}
+def variants():
+    return {name: len(f.signatures) for name, f in every_loop().items()}
+before = variants()
+# five parties (a party count the warm-up never ran; filters of 100 and 200 bits, 2 and 4 words)
+params = ProtocolParameters(parties=tuple(f"w{j}" for j in range(5)), filter_bits=100,
+                            match_threshold=0.8, segment_threshold=0.7, target="all",
+                            one_to_one=True)
+rng = np.random.default_rng(5)
+run_in_process(warmup._linked_tables(rng, 100, True, 5, blocking="two"), params)
+run_in_process(warmup._linked_tables(rng, 100, False, 5), replace(params, target="any"))
+mpc3 = replace(params, filter_bits=200, segment_threshold=0.0, mode="mpc3")
+run_mpc3_in_process(warmup._linked_tables(rng, 200, True, 5, "row"), mpc3)
+after = variants()
+print(json.dumps({
+    "loops": {n: [[arg(t) for t in s] for s in f.signatures] for n, f in loops.items()},
+    "compiled_at_five": sorted(n for n, c in after.items() if c > before.get(n, 0)),
+}))
 """
 
 
@@ -96,8 +122,10 @@ def test_a_fresh_process_warm_up_reaches_the_variants_first_runs_compiled(
     tmp_path: pathlib.Path,
 ) -> None:
     """In a process of its own (numba's dispatchers start empty), the warm-up alone reaches each
-    loop a fresh checkout's first mpc3 / target-all / P = 2 or 4 runs compiled before
-    (``scripts/first_run_compiles.py``), with the read-only flags and party counts they pass."""
+    loop a fresh checkout's first mpc3 / target-all / target-any runs compiled before
+    (``scripts/first_run_compiles.py``), with the read-only flags they pass; runs of five parties
+    (a party count the warm-up never ran) then compile no loop: no loop takes a tuple of one
+    array per party."""
     done = subprocess.run(
         [sys.executable, "-c", _SIGNATURES],
         cwd=tmp_path,
@@ -106,18 +134,16 @@ def test_a_fresh_process_warm_up_reaches_the_variants_first_runs_compiled(
         text=True,
         check=True,
     )
-    sigs = json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    sigs = out["loops"]
     assert all(sigs.values()), [name for name, s in sigs.items() if not s]
     # the popcount's first full-adder layer: the second share is the received, read-only one
     assert any(s[1]["readonly"] for s in sigs["fa_and"])
     assert any(s[1]["readonly"] and s[4]["readonly"] for s in sigs["fa_finish"])
     # four parties: the AND tree's second layer ANDs two received (read-only) shares
     assert any(s[1]["readonly"] and s[5]["readonly"] for s in sigs["and_word_major"])
-    # the loops over one array per party: a variant per party count
-    for name, at in (
-        ("merge_ring_rows", 3),
-        ("plan_blocks", 0),
-        ("batch_blocks", 0),
-        ("in_two_or_more", 0),
-    ):
-        assert {s[at]["tuple"] for s in sigs[name]} >= {2, 3, 4}, name
+    # the loops over one array per party: one variant, no tuple argument
+    for name in ("merge_ring_rows", "plan_blocks", "batch_blocks", "values_in_two_or_more"):
+        assert len(sigs[name]) == 1, name
+        assert not any("tuple" in a for a in sigs[name][0]), name
+    assert out["compiled_at_five"] == []
