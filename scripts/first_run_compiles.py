@@ -4,7 +4,8 @@
 In an empty numba cache of its own (a temporary NUMBA_CACHE_DIR: the checkout's own cache is not
 touched) this runs the warm-up as ``scripts/setup.sh`` does (``python -m party.node.warmup``), then
 one small networked ``scripts/simulate.py`` run per --run (mode:target:parties, by default the
-defaults, target all and mode mpc3 at P = 3), and prints the loops each run compiled: the cache
+defaults, target all and mode mpc3 at P = 3, then both targets at P = 5, a party count the warm-up
+never runs: a loop whose types depend on P compiles there), and prints the loops each run compiled: the cache
 files that appeared during it (a ``.nbc`` file per compiled variant). Every node and the simulate
 process inherit the cache folder. Exit status 1 when any run compiled a loop, 2 when a run failed.
 
@@ -23,7 +24,14 @@ import tempfile
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-DEFAULT_RUNS = ("segments:any:3", "segments:all:3", "mpc3:any:3", "mpc3:all:3")
+DEFAULT_RUNS = (
+    "segments:any:3",
+    "segments:all:3",
+    "mpc3:any:3",
+    "mpc3:all:3",
+    "segments:all:5",
+    "segments:any:5",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
