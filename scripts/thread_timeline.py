@@ -7,8 +7,8 @@ call from the calling thread) and every task in it is stamped (``time.perf_count
 thread's CPU, its native id, its wait on a run queue from ``/proc/thread-self/schedstat``), and
 every submit to the pool. Per run it prints:
 
-- wall, process CPU, the calling thread's serial CPU (outside regions), regions, and the critical
-  path (serial CPU + each region's busiest thread CPU);
+- wall, process CPU, the calling thread's serial CPU (outside regions), regions, the critical
+  path (serial CPU + each region's busiest thread CPU) and the process's minor page faults;
 - each region's wall decomposed along the thread that finished it last: lead-in (region start ->
   its first task: for a pool thread the wake-up), its tasks' CPU, its off-CPU time inside tasks
   (and how much of all tasks' off-CPU time was spent runnable on a run queue, i.e. preempted, not
@@ -16,7 +16,8 @@ every submit to the pool. Per run it prints:
   calling thread's wake-up and join), and the busiest thread's CPU over an even share;
 - the regions' tasks list-scheduled on W idle threads: the code's own imbalance, free of the
   scheduler's (under load a preempted thread takes fewer tasks);
-- submit -> start latency of the pool (median, max); with ``--detail`` the same per region kind.
+- submit -> start latency of the pool (median, max); with ``--detail`` the same per region kind,
+  and the calling thread's serial CPU between regions by the region that follows it.
 
 Last: the best walls, and whether every run gave the same survivor rows (sha256) and stats.
 
@@ -33,6 +34,7 @@ import hashlib
 import importlib
 import os
 import random
+import resource
 import sys
 import tempfile
 import threading
@@ -85,6 +87,7 @@ class Timeline:
         self.on = False
         self.inside = False
         self.regions: list[Region] = []
+        self.faults = 0  # the process's minor page faults in the last run
 
     def install(self) -> None:
         original_pool = threads_module.thread_pool
@@ -183,10 +186,12 @@ def _run(timeline: Timeline, tables: list[Any], workers: int) -> tuple[float, fl
     engines = _engines(tables, workers)
     timeline.regions = []
     timeline.on = True
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
     stats = [e.compare() for e in engines]
     wall, cpu = time.perf_counter() - t0, time.process_time() - p0
     main_cpu = time.thread_time() - c0
+    timeline.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     timeline.on = False
     same = []
     for e, s in zip(engines, stats, strict=True):
@@ -209,9 +214,12 @@ def _report(
     busiest = 0.0
     parts: dict[str, float] = collections.defaultdict(float)
     by_kind: dict[str, list[float]] = collections.defaultdict(lambda: [0.0] * 6)
+    before: dict[str, float] = collections.defaultdict(float)  # serial CPU before each kind
     latencies: list[int] = []
     off_cpu = queued = 0
-    for r in regions:
+    for i, r in enumerate(regions):
+        if i:
+            before[r.label] += (r.cpu0 - regions[i - 1].cpu1) / 1e9
         latencies += r.submits
         if not r.tasks:
             continue
@@ -249,7 +257,8 @@ def _report(
     top = latencies[-1] / 1e3 if latencies else 0.0
     print(
         f"  {workers} thread(s): wall {wall:.3f}s, CPU {cpu:.3f}s, serial CPU {serial:.3f}s, "
-        f"{len(regions)} regions, critical path {serial + busiest:.3f}s; load {os.getloadavg()[0]:.1f}"
+        f"{len(regions)} regions, critical path {serial + busiest:.3f}s, "
+        f"{timeline.faults:,} minor page faults; load {os.getloadavg()[0]:.1f}"
     )
     print(
         "    regions along the thread finishing last (s): "
@@ -261,6 +270,12 @@ def _report(
         f"({len(latencies)} submits)"
     )
     if detail:
+        last = (main_cpu - (regions[-1].cpu1 - regions[0].cpu0) / 1e9) if regions else main_cpu
+        print(
+            "    serial CPU (ms) before the first region and after the last "
+            f"{last * 1e3:.1f}, between regions, by the region it precedes: "
+            + ", ".join(f"{k.split()[-1]} {v * 1e3:.1f}" for k, v in sorted(before.items()))
+        )
         for label, (n, rw, bz, ca, lt, ex) in sorted(by_kind.items()):
             print(
                 f"    {label:42s} x{int(n):3d} wall {rw * 1e3:7.1f} ms, busiest CPU {bz * 1e3:7.1f}, "

@@ -107,8 +107,10 @@ def _merged(runs: list[list[np.ndarray]], a: int, workers: int = 1) -> list[np.n
         parts = [x for run in runs for x in run]
         runs.clear()
         return parts
-    rows = np.concatenate([x for run in runs for x in run])
+    pieces = [x for run in runs for x in run]
     runs.clear()
+    rows = _joined(pieces, workers)
+    del pieces
     at = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     ranges = max(1, len(thread_ranges(workers, rows.shape[0], words=rows.size)))
     cuts = partner_cuts(rows, at, a, ranges)
@@ -120,6 +122,28 @@ def _merged(runs: list[list[np.ndarray]], a: int, workers: int = 1) -> list[np.n
         lambda k: merge_partner_range(rows, cuts[k], cuts[k + 1], a, out, firsts[k]),
     )
     return [out]
+
+
+def _joined(pieces: list[np.ndarray], workers: int = 1) -> np.ndarray:
+    """``np.concatenate(pieces)`` (row arrays of one width), the pieces copied into place on the
+    kernel threads (numpy's copies release the GIL) when there is enough to copy; empties
+    ``pieces``."""
+    sizes = np.array([int(x.shape[0]) for x in pieces], dtype=np.int64)
+    ends = np.cumsum(sizes)
+    words = sum(int(x.size) for x in pieces)
+    if len(pieces) <= 1 or len(thread_ranges(workers, int(ends[-1]), words=words)) <= 1:
+        rows = np.concatenate(pieces)
+        pieces.clear()
+        return rows
+    rows = np.empty((int(ends[-1]), pieces[0].shape[1]), dtype=pieces[0].dtype)
+    starts = ends - sizes
+
+    def copy(i: int) -> None:
+        rows[starts[i] : ends[i]] = pieces[i]
+
+    run_tasks(workers, len(pieces), copy)
+    pieces.clear()
+    return rows
 
 
 class PairEngine(PartyEngine):
@@ -214,6 +238,11 @@ class PairEngine(PartyEngine):
         # first) every append continues that order: the store keeps them without a sort. The
         # rows wait for the merge on the memory gauge; refused (or with sub-blocks, whose pairs
         # may repeat a whole block's), they go to the store as they come, which sorts them.
+        # Every party's pseudonyms are distinct and not 0 (drawn so, or checked by
+        # ``validate_share``) and in increasing order (``_party_columns``): the kept rows of a pair
+        # of parties (distinct (row of a, row of b) in order) and their partner merge have
+        # strictly increasing keys by construction, so the store checks only where each chunk
+        # starts (``RowStore.append(increasing=True)``), not every row.
         merging = cap is None
         waiting = 0  # gauge bytes of the rows waiting for their merge
         try:
@@ -234,11 +263,11 @@ class PairEngine(PartyEngine):
                             if merging:  # no room to wait: the store sorts
                                 merging = False
                                 for part in (r for run in runs for r in run):
-                                    store.append(part)
+                                    store.append(part, increasing=True)
                                 runs = [[]]
                                 self._gauge.release(waiting)
                                 waiting = 0
-                            store.append(rows)
+                            store.append(rows, increasing=True)
                         kept_total += kept
                         done += pairs
                         if progress is not None:
@@ -264,7 +293,7 @@ class PairEngine(PartyEngine):
                     self._gauge.release(waiting)  # the store reserves what it keeps
                     waiting = 0
                     for rows in merged:
-                        store.append(rows)
+                        store.append(rows, increasing=True)
                     del merged
         except BaseException:
             self._gauge.release(waiting)

@@ -19,8 +19,9 @@ Two kinds of store:
   emitted in one batch, so de-duplication within batches is complete.
   A sorted store whose appends arrive already in order (every chunk's keys strictly increasing and
   above the previous chunk's last key, e.g. the candidate pairs of one block enumerated in
-  pseudonym order) stays *ordered*: it reserves only the rows' data, spills by appending to one
-  file, and ``finish`` neither sorts nor merges. The first append out of order ends that: the rows
+  pseudonym order; a pass over each chunk checks its keys unless the caller knows them increasing
+  from how it built them, ``append(rows, increasing=True)``) stays *ordered*: it reserves only
+  the rows' data, spills by appending to one file, and ``finish`` neither sorts nor merges. The first append out of order ends that: the rows
   held so far stay in memory if the gauge grants their sort room, else (one sorted run) they are
   written out, and the store goes on as above (target any: the kept pairs of each two parties
   come in key order, those of the next two parties start below them).
@@ -278,7 +279,10 @@ class RowStore:
     def spilled(self) -> bool:
         return bool(self._files)
 
-    def append(self, rows: np.ndarray) -> None:
+    def append(self, rows: np.ndarray, *, increasing: bool = False) -> None:
+        """Hold (or spill) ``rows``; ``increasing``: the caller knows from how it built them that
+        their keys are strictly increasing, so an ordered store compares only their first key with
+        the last one appended before (no pass over the rows)."""
         if self.finished:
             raise RuntimeError(f"{self.name} store is finished")
         rows = np.ascontiguousarray(rows, dtype=np.uint64)
@@ -286,7 +290,7 @@ class RowStore:
             raise ValueError(f"{self.name} rows must be (m, {self.width}) uint64")
         if rows.shape[0] == 0:
             return
-        if self.ordered and not self._in_order(rows):
+        if self.ordered and not self._in_order(rows, increasing):
             # what is held stays in memory when the gauge grants its sort room (it is sorted
             # with the later appends), else (still ordered) joins the one sorted run on disk
             room = sum(p.shape[0] for p in self._mem) * sort_bytes_per_row(self.width)
@@ -303,15 +307,15 @@ class RowStore:
             return
         self._spill(rows)
 
-    def _in_order(self, rows: np.ndarray) -> bool:
+    def _in_order(self, rows: np.ndarray, increasing: bool = False) -> bool:
         """Whether ``rows`` continue the strictly increasing key order of the appends so far
-        (and, if so, remember their last key)."""
+        (and, if so, remember their last key); ``increasing``: their own keys are known to be."""
         k = self.key_columns
         assert k is not None
         first = tuple(rows[0, :k].tolist())
         if self._last_key is not None and not self._last_key < first:
             return False
-        if not keys_strictly_increasing(rows, k):
+        if not increasing and not keys_strictly_increasing(rows, k):
             return False
         self._last_key = tuple(rows[-1, :k].tolist())
         return True
