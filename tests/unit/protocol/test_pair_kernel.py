@@ -442,6 +442,23 @@ def test_pair_engine_partner_merge_on_threads_equals_one_thread(
     assert _merged([[], [], []], a, workers) == []
 
 
+@pytest.mark.parametrize("workers", [1, 2, 3])
+@pytest.mark.parametrize("sizes", [[5], [0, 7, 0, 3], [40, 1, 0, 22, 9], [0, 0]])
+def test_partner_merge_pieces_joined_on_threads_equal_a_concatenation(
+    workers: int, sizes: list[int], threads_always
+) -> None:  # type: ignore[no-untyped-def]
+    """``_joined`` (the partner merge's pieces copied into place on the kernel threads) equals
+    ``np.concatenate`` of the pieces: one piece, empty pieces, all empty; the list is emptied."""
+    from party.protocol.pair_engine import _joined
+
+    rng = np.random.default_rng(sum(sizes) + workers)
+    pieces = [rng.integers(0, 2**63, size=(m, 4), dtype=np.uint64) for m in sizes]
+    want = np.concatenate(pieces)
+    given = list(pieces)
+    got = _joined(given, workers)
+    assert got.dtype == np.uint64 and np.array_equal(got, want) and given == []
+
+
 @pytest.mark.parametrize("cap", [None, 1, 2])
 @pytest.mark.parametrize("blocks", [0, 1, 2, 37, 500])
 def test_plan_on_threads_equals_one_thread(cap, blocks: int, threads_always) -> None:  # type: ignore[no-untyped-def]

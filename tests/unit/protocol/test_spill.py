@@ -64,6 +64,41 @@ def test_ordered_appends_skip_the_sort_and_a_late_disorder_still_sorts(
     assert not any(tmp_path.iterdir())
 
 
+@pytest.mark.parametrize("gauge_bytes", [0, 10**9])
+@pytest.mark.parametrize("edge", [None, "repeat", "below"])
+def test_chunks_known_increasing_are_checked_only_where_they_start(
+    tmp_path: pathlib.Path, gauge_bytes: int, edge: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``append(rows, increasing=True)`` (the caller built the rows in strictly increasing key
+    order): no pass over the rows (the check would fail here), only the chunk's first key against
+    the last one appended; a chunk starting at that key or below it still ends the order, and the
+    store sorts: a plain sort either way."""
+    from party.protocol import spill as spill_module
+
+    def no_pass(rows: np.ndarray, key_columns: int) -> bool:
+        raise AssertionError("the rows were checked one by one")
+
+    monkeypatch.setattr(spill_module, "keys_strictly_increasing", no_pass)
+    rng = np.random.default_rng(11)
+    keys = np.unique(rng.integers(0, 40, size=(600, 2), dtype=np.uint64), axis=0)
+    rows = np.column_stack([keys, keys[:, 0] * 100 + keys[:, 1]]).astype(np.uint64)
+    chunks = [rows[a : a + 7] for a in range(0, rows.shape[0], 7)]
+    if edge is not None:  # a chunk whose first key repeats the last one, or lies below it
+        late = chunks[20].copy()
+        late[0] = chunks[19][-1] if edge == "repeat" else chunks[3][0]
+        chunks.insert(20, late[np.lexsort((late[:, 1], late[:, 0]))])
+    folder = SpillFolder(tmp_path)
+    store = RowStore(3, gauge=LocalGauge(gauge_bytes), folder=folder, key_columns=2, merge_bytes=64)
+    for c in chunks:
+        store.append(c, increasing=True)
+    store.finish()
+    assert store.ordered == (edge is None)
+    got = np.concatenate(list(store.chunks(5)))
+    np.testing.assert_array_equal(got, _plain_sorted_unique(np.concatenate(chunks), 2))
+    store.close()
+    folder.close()
+
+
 @pytest.mark.parametrize("gauge_bytes", [0, 5_000, 10**9])
 def test_sorted_store_equals_a_plain_sort_whatever_it_spills(
     tmp_path: pathlib.Path, gauge_bytes: int
