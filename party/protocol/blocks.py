@@ -158,9 +158,7 @@ def shared_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:
             raise ProtocolError(f"block digests of party {i} must be a 1-D uint64 array")
         # what parties send (distinct_digests) is already sorted and distinct: no sort then
         u = d if strictly_increasing(d) else sorted_unique(d)
-        u = np.ascontiguousarray(u[u != 0] if u.size and u[0] == 0 else u).view()
-        u.flags.writeable = False  # one numba type for the tuple
-        distinct.append(u)
+        distinct.append(u[u != 0] if u.size and u[0] == 0 else u)
     return in_two_or_more(tuple(distinct))  # type: ignore[no-any-return]
 
 
