@@ -219,6 +219,9 @@ class WaveLanes(_RangeLanes):
     # a wave's first sight goes to the lanes before the next wave's ranges: a lane done with
     # its share parses while the others finish theirs (else it waits for them)
     SIGHT_FIRST = False
+    # the second wave's ranges go to the lanes before the first wave's plan (the lanes parse
+    # them while the parent plans, instead of waiting for it), with ``SIGHT_FIRST`` only
+    PARSE_WHILE_FIRST_PLAN = False
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -231,6 +234,15 @@ class WaveLanes(_RangeLanes):
         # per lane: entries not yet sent to it, pickled (bytes) or in a file on tmpfs (path)
         self.handed: list[list[bytes | str]] = [[] for _ in self.lanes]
         self.waves = 0  # waves whose first sight was computed (names the entries' files)
+        self.early: list[tuple[int, int, Future[Any]]] = []  # ``begin``: (range, lane, scan)
+        self.begun: list[Future[Any]] = []  # their scans, until ``run_ranges`` takes them
+
+    def begin(self, ranges: list[CsvRange]) -> None:
+        """Give the lanes the first wave of ``ranges`` to parse now (``run_ranges`` of the
+        same ranges takes them): the parent counts lines and reserves the output meanwhile."""
+        first = list(enumerate(ranges))[: len(self.lanes) * self.RANGES_PER_LANE]
+        self.early = [self._scan(*kp) for kp in first]
+        self.begun = [fut for _, _, fut in self.early]
 
     def _scanned(
         self, scans: list[tuple[int, int, Future[Any]]], row: int
@@ -377,15 +389,21 @@ class WaveLanes(_RangeLanes):
         self.ranges = ranges
         size = len(self.lanes) * self.RANGES_PER_LANE
         waves = [list(enumerate(ranges))[i : i + size] for i in range(0, len(ranges), size)]
-        scans = [self._scan(*kp) for kp in waves[0]] if waves else []
+        if self.begun:  # given already (``begin``)
+            scans, self.begun = self.early, []
+        else:
+            scans = [self._scan(*kp) for kp in waves[0]] if waves else []
         row = 1  # the first row of the next range
         try:
             for i in range(len(waves)):
                 done, failed = self._scanned(scans, row)
                 scans = []
+                parse_first = self.PARSE_WHILE_FIRST_PLAN and i == 0
+                if failed is None and i + 1 < len(waves) and parse_first:
+                    scans = [self._scan(*kp) for kp in waves[1]]  # parsed while planned
                 sight = self._route_sight(done) if self.SIGHT_FIRST else []
-                if failed is None and i + 1 < len(waves):  # parsed while this wave is encoded
-                    scans = [self._scan(*kp) for kp in waves[i + 1]]
+                if failed is None and i + 1 < len(waves) and not parse_first:
+                    scans = [self._scan(*kp) for kp in waves[i + 1]]  # parsed while encoded
                 if self.SIGHT_FIRST:
                     self._collect_sight(sight)
                 else:
@@ -441,14 +459,16 @@ class PlacedWaveLanes(WaveLanes):
     RANGE_BLOCKS = 2
     SETTLE_LAST_WAVE = False
     SIGHT_FIRST = True
+    PARSE_WHILE_FIRST_PLAN = True
 
-    def __init__(self, *args: Any, job: RangeJob, **kw: Any) -> None:
+    def __init__(self, *args: Any, job: RangeJob | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
-        self.job = job
+        self.job = job  # set before ``run_ranges`` if not given here
 
     def _encode_range(
         self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
     ) -> None:
+        assert self.job is not None
         entries, self.handed[w] = self.handed[w], []
         args = (self.spec, key, first_row, entries, self.job)
         fut: Future[Any] = self.lanes[w].submit(placed_wave_task, *args)

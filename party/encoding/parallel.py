@@ -990,15 +990,53 @@ def _encode_own_ranges(
     line ends (the caller reads it here)."""
     from party.cluster_waves import PlacedWaveLanes
 
+    waves: PlacedWaveLanes | None = None
     if routed_sight:
         most = PlacedWaveLanes.RANGE_BLOCKS * encoder_module.CSV_BLOCK_BYTES
         split = split_ranges(path, block_bytes_for(path, len(lanes), most))
+        if split is not None:  # the lanes parse the first wave while the lines are counted
+            layout = encoder.csv_layout(Path(path), id_column)
+            waves = PlacedWaveLanes(
+                lanes,
+                encoder,
+                spec,
+                str(Path(path)),
+                id_column,
+                stats,
+                path=str(path),
+                layout=layout,
+                out_dir=None,
+            )
+            waves.begin(split[0])
     elif peer_sight:
         block = min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES)
         split = split_ranges(path, block, PEER_FIRST_BYTES)
     else:  # ranges of two CSV blocks: measured cheaper per row than one or half a block
         block = block_bytes_for(path, len(lanes), 2 * encoder_module.CSV_BLOCK_BYTES)
         split = split_ranges(path, block, last_bytes=encoder_module.CSV_BLOCK_BYTES // 4)
+    try:
+        return _encode_counted(
+            encoder, path, lanes, spec, id_column, stats, progress, peer_sight, split, waves
+        )
+    finally:
+        if waves is not None:  # not taken if the lines could not be counted
+            stop_tasks(waves.begun)
+
+
+def _encode_counted(
+    encoder: Encoder,
+    path: str | Path,
+    lanes: list[Executor],
+    spec: EncoderSpec,
+    id_column: str | None,
+    stats: ParallelStats | None,
+    progress: _ProgressOnce,
+    peer_sight: bool,
+    split: tuple[list[CsvRange], int] | None,
+    waves: Any,
+) -> tuple[EncodedRecords, EncodeReport]:
+    """``_encode_own_ranges`` once the ranges are cut (and, routed, the first wave given to
+    the lanes: ``waves``): the lines counted, the output file reserved, the results taken."""
     lines = None if split is None else line_counts(path, split[0])
     if split is None or lines is None:
         raise NotSplittable
@@ -1033,19 +1071,8 @@ def _encode_own_ranges(
             width,
             peer_sight,
         )
-        if routed_sight:
-            waves = PlacedWaveLanes(
-                lanes,
-                encoder,
-                spec,
-                source,
-                id_column,
-                stats,
-                path=str(path),
-                layout=layout,
-                out_dir=folder,
-                job=job,
-            )
+        if waves is not None:
+            waves.out_dir, waves.job = folder, job
             running: Generator[_BatchResult] = waves.run_ranges(ranges)
         else:
             running = _PeerLanes(lanes, spec, job, stats).run(ranges, lines)

@@ -227,9 +227,11 @@ class _Recorded:
 
 def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, monkeypatch):
     """``encode_csv_parallel`` on this machine's lanes: ranges read by the lanes, first sight
-    routed per wave (``PlacedWaveLanes``), arrays written into the job's file on tmpfs; a
-    wave's first sight reaches each lane before the next wave's ranges (a lane done with its
-    share parses while the other finishes), and the records are one process's."""
+    routed per wave (``PlacedWaveLanes``), arrays written into the job's file on tmpfs; the
+    first wave's ranges go to the lanes before the parent counts the lines, the second's
+    before the parent plans the first; a wave's first sight reaches each lane before the
+    next wave's ranges (a lane done with its share parses while the other finishes), and the
+    records are one process's."""
     from party.encoding import parallel
 
     monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 16 * 1024)
@@ -238,6 +240,14 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
     ref = Encoder(_shipped_schema(), SECRET).encode_csv(path, id_column="rec_id")
     recorded = [_Recorded(lane) for lane in lanes]
     monkeypatch.setattr(parallel, "start_lanes", lambda n: recorded)
+    given: list[list[str]] = []  # per lane: its tasks when the parent counts the lines
+    count = parallel.line_counts
+
+    def counted(*args: Any) -> Any:
+        given.extend(list(lane.names) for lane in recorded)
+        return count(*args)
+
+    monkeypatch.setattr(parallel, "line_counts", counted)
     stats = ParallelStats()
     got = encode_csv_parallel(
         Encoder(_shipped_schema(), SECRET), path, workers=2, id_column="rec_id", stats=stats
@@ -247,12 +257,16 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
     assert stats.first_sight_seconds > 0 and stats.ranges >= 3 * 2 * 2
     assert stats.shared_values > 0  # entries one lane computed, installed by the other
     assert not got[0].filters.flags.owndata  # a view of the job's output file
+    per = PlacedWaveLanes.RANGES_PER_LANE
+    # the first wave's ranges are given to the lanes before the lines are counted
+    assert given == [["scan_range_task"] * per] * 2
     for lane in recorded:
         names = lane.names
         assert "placed_wave_task" in names and "encode_held_task" not in names
         scans = [i for i, n in enumerate(names) if n == "scan_range_task"]
-        # the first wave's share of first sight is queued before the second wave's ranges
-        assert names.index("routed_sight_task") < scans[PlacedWaveLanes.RANGES_PER_LANE]
+        # the second wave's ranges are parsed while the first is planned, and the first
+        # wave's share of first sight is queued before the third wave's ranges
+        assert scans[2 * per - 1] < names.index("routed_sight_task") < scans[2 * per]
 
 
 @pytest.mark.parametrize(
