@@ -24,7 +24,10 @@ the CSV bytes they were given so far, so every lane gets the same share):
 ``PlacedWaveLanes`` is the same on this machine's lanes (the default of
 ``encode_csv_parallel``): the lanes hash the record ids and write their arrays into the job's
 output file in place, and a wave's first sight is queued on each lane before the next wave's
-ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes.
+ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes. The
+lanes start at once: the first wave's ranges are given to them before the parent counts the
+lines and reserves the output file (``begin``), and the second wave's before the parent plans
+the first (``PARSE_WHILE_FIRST_PLAN``), so they parse instead of waiting for the parent.
 
 Entries are a pure function of the value and a lane that lacks one computes it itself, so the
 records are those of one process, bit for bit (``tests/unit/test_cluster_waves.py``). Results are

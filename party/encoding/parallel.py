@@ -5,8 +5,8 @@ cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema 
 
 By default, on the persistent local lanes (``routed_sight``, ``cluster_waves.PlacedWaveLanes``),
 the parent only cuts the file into byte ranges of whole lines (``csv_ranges``: two CSV blocks
-each) and counts each range's lines in one pass, so the job's output file on tmpfs can be
-reserved for every row. The lanes parse their ranges a wave at a time and report each column's
+each), gives the lanes the first wave of ranges to parse, and meanwhile counts each range's
+lines in one pass, so the job's output file on tmpfs can be reserved for every row. The lanes parse their ranges a wave at a time and report each column's
 distinct values by hash; the parent routes the first sight of each value two lanes meet to one
 of them, which computes it and sends it to the lanes lacking it (``cluster_waves``); each lane
 then encodes its ranges, writes the filters and digests into the output file at their rows
