@@ -6,9 +6,10 @@ cluster, see ``party.cluster``) holds an ``Encoder`` built from the same schema 
 By default, on the persistent local lanes (``routed_sight``, ``cluster_waves.PlacedWaveLanes``),
 the parent only cuts the file into byte ranges of whole lines (``csv_ranges``: two CSV blocks
 each), gives the lanes the first wave of ranges to parse, and meanwhile counts each range's
-lines in one pass, so the job's output file on tmpfs can be reserved for every row. The lanes parse their ranges a wave at a time and report each column's
-distinct values by hash; the parent routes the first sight of each value two lanes meet to one
-of them, which computes it and sends it to the lanes lacking it (``cluster_waves``); each lane
+lines in one pass, so the job's output file on tmpfs can be reserved for every row. The lanes
+parse their ranges a wave at a time and report each column's distinct values by hash; the
+parent routes the first sight of each value two lanes meet to one of them, which computes it
+and sends it to the lanes lacking it (``cluster_waves``); each lane
 then encodes its ranges, writes the filters and digests into the output file at their rows
 (positional writes; the parent maps the file, and the records are views of it), and hashes the
 record ids; the parent takes the results in input order, checks the ids
@@ -96,7 +97,7 @@ from concurrent.futures import (
 from dataclasses import dataclass, field, replace
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -133,6 +134,9 @@ from party.encoding.first_sight import (
 from party.encoding.peer_sight import PeerSight
 from party.encoding.records import EncodedRecords
 from party.encoding.schema import LinkageSchema
+
+if TYPE_CHECKING:  # imports this module
+    from party.cluster_waves import PlacedWaveLanes
 
 log = logging.getLogger(__name__)
 
@@ -1033,7 +1037,7 @@ def _encode_counted(
     progress: _ProgressOnce,
     peer_sight: bool,
     split: tuple[list[CsvRange], int] | None,
-    waves: Any,
+    waves: PlacedWaveLanes | None,
 ) -> tuple[EncodedRecords, EncodeReport]:
     """``_encode_own_ranges`` once the ranges are cut (and, routed, the first wave given to
     the lanes: ``waves``): the lines counted, the output file reserved, the results taken."""
