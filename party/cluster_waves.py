@@ -26,8 +26,8 @@ the CSV bytes they were given so far, so every lane gets the same share):
 output file in place, and a wave's first sight is queued on each lane before the next wave's
 ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes. The
 lanes start at once: the first wave's ranges are given to them before the parent counts the
-lines and reserves the output file (``begin``), and the second wave's before the parent plans
-the first (``PARSE_WHILE_FIRST_PLAN``), so they parse instead of waiting for the parent.
+lines and reserves the output file (``begin``), and one range each of the second wave before
+the parent plans the first (``PARSE_WHILE_FIRST_PLAN``), so they parse instead of waiting.
 
 Entries are a pure function of the value and a lane that lacks one computes it itself, so the
 records are those of one process, bit for bit (``tests/unit/test_cluster_waves.py``). Results are
@@ -222,8 +222,9 @@ class WaveLanes(_RangeLanes):
     # a wave's first sight goes to the lanes before the next wave's ranges: a lane done with
     # its share parses while the others finish theirs (else it waits for them)
     SIGHT_FIRST = False
-    # the second wave's ranges go to the lanes before the first wave's plan (the lanes parse
-    # them while the parent plans, instead of waiting for it), with ``SIGHT_FIRST`` only
+    # one range per lane of the second wave goes to the lanes before the first wave's plan
+    # (the lanes parse it while the parent plans, instead of waiting for it), the others
+    # after the first wave's first sight (as without): with ``SIGHT_FIRST`` only
     PARSE_WHILE_FIRST_PLAN = False
 
     def __init__(self, *args: Any, **kw: Any) -> None:
@@ -401,12 +402,12 @@ class WaveLanes(_RangeLanes):
             for i in range(len(waves)):
                 done, failed = self._scanned(scans, row)
                 scans = []
-                parse_first = self.PARSE_WHILE_FIRST_PLAN and i == 0
-                if failed is None and i + 1 < len(waves) and parse_first:
-                    scans = [self._scan(*kp) for kp in waves[1]]  # parsed while planned
+                after = waves[i + 1] if failed is None and i + 1 < len(waves) else []
+                if self.PARSE_WHILE_FIRST_PLAN and i == 0:  # one range per lane now
+                    scans = [self._scan(*kp) for kp in after[: len(self.lanes)]]
+                    after = after[len(self.lanes) :]
                 sight = self._route_sight(done) if self.SIGHT_FIRST else []
-                if failed is None and i + 1 < len(waves) and not parse_first:
-                    scans = [self._scan(*kp) for kp in waves[i + 1]]  # parsed while encoded
+                scans += [self._scan(*kp) for kp in after]  # parsed while this wave is encoded
                 if self.SIGHT_FIRST:
                     self._collect_sight(sight)
                 else:

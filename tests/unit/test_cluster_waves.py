@@ -228,8 +228,8 @@ class _Recorded:
 def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, monkeypatch):
     """``encode_csv_parallel`` on this machine's lanes: ranges read by the lanes, first sight
     routed per wave (``PlacedWaveLanes``), arrays written into the job's file on tmpfs; the
-    first wave's ranges go to the lanes before the parent counts the lines, the second's
-    before the parent plans the first; a wave's first sight reaches each lane before the
+    first wave's ranges go to the lanes before the parent counts the lines, one range each of
+    the second before the parent plans the first; a wave's first sight reaches each lane before the
     next wave's ranges (a lane done with its share parses while the other finishes), and the
     records are one process's."""
     from party.encoding import parallel
@@ -264,9 +264,9 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
         names = lane.names
         assert "placed_wave_task" in names and "encode_held_task" not in names
         scans = [i for i, n in enumerate(names) if n == "scan_range_task"]
-        # the second wave's ranges are parsed while the first is planned, and the first
-        # wave's share of first sight is queued before the third wave's ranges
-        assert scans[2 * per - 1] < names.index("routed_sight_task") < scans[2 * per]
+        # one range of the second wave is parsed while the first is planned, the other after
+        # the first wave's share of first sight
+        assert scans[per] < names.index("routed_sight_task") < scans[per + 1]
 
 
 @pytest.mark.parametrize(
