@@ -13,7 +13,7 @@ docker/config/*.toml name these paths):
 
     <node>/certs/ca.pem              CA certificate (trust anchor of mutual TLS)
     <node>/certs/node.pem, node.key  the node's certificate (CN = node name) and private key (0600)
-    <party>/secret/linkage.key       the linkage secret, 32 random bytes (0600), the same at every party
+    <party>/secret/linkage.key       the linkage secret, 32 random bytes as hex text (0600), the same at every party
     <party>/data/records.csv         that party's synthetic records (party i of the generated dataset)
     <party>/results/                 where the node writes <run-id>/matches.csv
     <coordinator>/state/             the coordinator's run-state store
@@ -46,7 +46,7 @@ import pathlib
 import secrets
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -199,6 +199,16 @@ def ensure_certificates(args: argparse.Namespace, log: list[str]) -> None:
         log.append(f"certificate for {node.name}")
 
 
+def new_secret_text(token_bytes: Callable[[int], bytes] = secrets.token_bytes) -> bytes:
+    """SECRET_BYTES random bytes as a line of hex text: raw bytes would lose a last byte that
+    happens to be a newline when read back (1 draw in 256); hex reads back whatever they are, once
+    it has both digits and letters (the nodes refuse hex of one kind as too regular; redrawn)."""
+    while True:
+        text = token_bytes(SECRET_BYTES).hex()
+        if any(c.isdigit() for c in text) and any(c.isalpha() for c in text):
+            return text.encode() + b"\n"
+
+
 def ensure_secret(parties: Sequence[Node], log: list[str]) -> None:
     existing = {}
     for node in parties:
@@ -211,7 +221,7 @@ def ensure_secret(parties: Sequence[Node], log: list[str]) -> None:
             + ", ".join(f"{n}/secret/linkage.key" for n in sorted(existing))
             + "); remove the wrong ones"
         )
-    secret = next(iter(existing.values())) if existing else secrets.token_bytes(SECRET_BYTES)
+    secret = next(iter(existing.values())) if existing else new_secret_text()
     for node in parties:
         if node.name not in existing:
             _write_atomic(node.volume / "secret" / "linkage.key", secret, 0o600)

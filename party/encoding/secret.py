@@ -17,9 +17,9 @@ class SecretError(PprlError, ValueError):
 
 
 SECRET_FILE_RULE = (
-    "a secret file must hold at least 32 random bytes (256 bits) of key material: raw bytes "
-    "(head -c 32 /dev/urandom), or hex (openssl rand -hex 32) or base64 (openssl rand -base64 32) "
-    "text; passphrases are refused"
+    "a secret file must hold at least 32 random bytes (256 bits) of key material: hex (openssl "
+    "rand -hex 32) or base64 (openssl rand -base64 32) text, or raw bytes (one trailing newline is "
+    "dropped, so head -c 33 /dev/urandom); passphrases are refused"
 )
 _HEX_RE = re.compile(r"[0-9a-fA-F]+")
 _B64_RE = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
