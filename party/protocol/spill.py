@@ -21,10 +21,11 @@ Two kinds of store:
   above the previous chunk's last key, e.g. the candidate pairs of one block enumerated in
   pseudonym order; a pass over each chunk checks its keys unless the caller knows them increasing
   from how it built them, ``append(rows, increasing=True)``) stays *ordered*: it reserves only
-  the rows' data, spills by appending to one file, and ``finish`` neither sorts nor merges. The first append out of order ends that: the rows
-  held so far stay in memory if the gauge grants their sort room, else (one sorted run) they are
-  written out, and the store goes on as above (target any: the kept pairs of each two parties
-  come in key order, those of the next two parties start below them).
+  the rows' data, spills by appending to one file, and ``finish`` neither sorts nor merges. The
+  first append out of order ends that: the rows held so far stay in memory if the gauge grants
+  their sort room, else (one sorted run) they are written out, and the store goes on as above
+  (target any: the kept pairs of each two parties come in key order, those of the next two
+  parties start below them).
 - sequential (``key_columns=None``): rows keep their append order (callers append sorted chunks).
 
 What a store holds in memory is reserved on its gauge before it is held, including the room its
