@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from party.numba_jit import jit
-from party.protocol._numba_party_arrays import PartyArrays, u64_item
+from party.protocol._numba_party_arrays import PartyArrays, u64_item, u64_values
 
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _LOW = np.uint64(0xFFFFFFFF)
@@ -300,30 +300,13 @@ def in_two_or_more(arrays: Sequence[np.ndarray]) -> np.ndarray:
 
 
 @jit
-def _in_both(at: np.ndarray, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """``values_in_two_or_more`` of two arrays: their common values (a merge) in ``out``."""
-    i = j = k = 0
-    while i < rows[0] and j < rows[1]:
-        x = u64_item(at, 0, i)
-        y = u64_item(at, 1, j)
-        if x < y:
-            i += 1
-        elif y < x:
-            j += 1
-        else:
-            out[k] = x
-            k += 1
-            i += 1
-            j += 1
-    return out[:k].copy()
-
-
-@jit
 def values_in_two_or_more(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """``in_two_or_more`` of the uint64 ``PartyArrays`` ``at`` / ``rows``: a k-way merge over the
     arrays not yet through (``live``), each one's next value kept in ``head``; one pass finds the
     lowest and the arrays holding it (``hit``)."""
     p = at.shape[0]
+    if p == 2:  # their common values: one merge
+        return intersect_sorted(u64_values(at, rows, 0), u64_values(at, rows, 1))
     heads = np.zeros(p, dtype=np.int64)
     head = np.zeros(p, dtype=np.uint64)
     live = np.empty(p, dtype=np.int64)
@@ -337,8 +320,6 @@ def values_in_two_or_more(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
             live[m] = j
             m += 1
     out = np.empty(total // 2, dtype=np.uint64)
-    if p == 2:
-        return _in_both(at, rows, out)
     n = 0
     while m > 0:
         low = head[live[0]]
