@@ -15,12 +15,13 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   processes reading and encoding their own ranges with first sight of a value several meet
   routed to one of them per wave (the default, ``routed_sight``), then reading their own
   ranges each computing first sight itself (``routed_sight=False``), then given batches the
-  parent reads, alternated,
-  best of two each; the persistent workers are started once before, as a node starts them, and
+  parent reads, alternated ``--repeat`` times (default 3): the best of each is the headline,
+  and every run is printed with the speedup of its round and the median of those; the persistent workers are started once before, as a node starts them, and
   that start-up is printed; CPU seconds = this process + the workers' tasks, with the parent's
   share, each worker's, the first-sight and CSV-reading parts, and the speedup that CPU allows
   on idle cores: one process's CPU over the larger of the busiest process and all CPU / cores)
-  and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads;
+  and the comparison step of the three parties (``run_in_process`` with 1 and W kernel threads,
+  alternated ``--repeat`` times, best of each and every pair printed;
   ``--target any``, the shipped default, or ``--target all``). Checks that the outputs are
   identical.
   Prints wall-clock speedups and the CPU ratio, and before and after the comparison runs the
@@ -34,7 +35,9 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   least-squares slopes of log(time) and log(peak RSS) against log(N).
 - ``cluster``: encodes one CSV on an embedded Dask LocalCluster of 4 worker processes (TLS) and
   reports each worker's CPU seconds against the ideal: a quarter of the CPU one process needs
-  for the same CSV (measured in the same run, output checked identical). Two measures per
+  for the same CSV (measured in the same run, output checked identical; the one-process
+  reference and the cluster alternated ``--repeat`` times, the best reference taken for every
+  cluster run, each run's ratios and their median printed). Two measures per
   worker: the CPU of its tasks (``time.process_time`` around each first-sight and batch task:
   every thread of the process while the task runs) and the CPU of the whole worker process from
   before to after the encoding (``os.times`` through ``client.run``: also Dask's event loop,
@@ -57,6 +60,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -156,6 +160,13 @@ def idle_bound(one: float, parent: float, stats, cores: int) -> float:  # type: 
     return one / max(busiest, (parent + stats.cpu_seconds) / cores)
 
 
+def samples(ones: list[float], alls: list[float]) -> str:
+    """Every alternated pair of wall-clock times, its ratio, and the median ratio."""
+    ratios = [one / other for one, other in zip(ones, alls, strict=True)]
+    pairs = ", ".join(f"{one:.2f}/{other:.2f}s" for one, other in zip(ones, alls, strict=True))
+    return f"{pairs}; speedup per pair {', '.join(f'{r:.2f}x' for r in ratios)}, median {statistics.median(ratios):.2f}x"
+
+
 def matched_sets(run) -> list[tuple[tuple[int, ...], float]]:  # type: ignore[no-untyped-def]
     """The initiator's matched sets (target any: pairs) by record position instead of by the
     run's fresh pseudonyms (-1: no record of that party), with their Dice, sorted: two runs agree
@@ -199,9 +210,11 @@ def cmd_cores(args: argparse.Namespace) -> None:
             "own ranges": (w, {"routed_sight": False}),
             "parent reads": (w, {"own_ranges": False}),
         }
-        for k in () if args.comparison_only else [*runs, *runs]:
+        walls: dict[str, list[float]] = {}
+        for k in () if args.comparison_only else [*runs] * args.repeat:
             records, t, c, stats = encode(csvs[0], runs[k][0], **runs[k][1])
             outputs[k] = records
+            walls.setdefault(k, []).append(t)
             if k not in best or t < best[k][0]:
                 best[k] = (t, c, stats)
         for k in () if args.comparison_only else list(runs)[1:]:
@@ -211,21 +224,22 @@ def cmd_cores(args: argparse.Namespace) -> None:
             (t1, c1, _), (tw, cw, sw) = best["1"], best[k]
             parent = cw - sw.cpu_seconds
             print(
-                f"encoding 1 party (best of 2): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
+                f"encoding 1 party (best of {args.repeat}): 1 process {t1:.2f}s ({c1:.2f} CPU-s), {w} worker "
                 f"processes ({k}) {tw:.2f}s ({cw:.2f} CPU-s: parent {parent:.2f}, "
                 f"{worker_cpu(sw)}): speedup {t1 / tw:.2f}x, CPU {cw / c1:.2f}x of one process "
                 f"(bound on {w} idle cores: {idle_bound(c1, parent, sw, w):.2f}x); "
-                f"identical: {same}; workers started once before: {startup:.2f}s; {load()}"
+                f"identical: {same}; workers started once before: {startup:.2f}s; {load()}\n"
+                f"  every run: {samples(walls['1'], walls[k])}"
             )
         if args.encoding_only:
             return
         tables = [encode(p, w)[0] for p in csvs]
         warm_up()
         ceiling_before = thread_ceiling(w)[1]
-        times = {}
+        times: dict[int | str, list[float]] = {}
         sets = {}
         cpu: dict[int, list[float]] = {}
-        for k in (1, w, 1, w):
+        for k in (1, w) * args.repeat:
             c0, t0 = self_cpu(), time.perf_counter()
             run = run_in_process(tables, params(args.target), workers=k)
             times.setdefault(k, []).append(time.perf_counter() - t0)
@@ -236,10 +250,11 @@ def cmd_cores(args: argparse.Namespace) -> None:
         c_1, c_w = min(times["compare1"]), min(times[f"compare{w}"])
         print(
             f"comparison of 3 parties (target {args.target}): 1 thread {c_1:.2f}s, {w} threads {c_w:.2f}s: speedup "
-            f"{c_1 / c_w:.2f}x (best of 2); whole protocol {min(times[1]):.2f}s vs "
+            f"{c_1 / c_w:.2f}x (best of {args.repeat}); whole protocol {min(times[1]):.2f}s vs "
             f"{min(times[w]):.2f}s ({min(cpu[1]):.2f} vs {min(cpu[w]):.2f} CPU-s); identical "
             f"summed sets and matched sets: {sets[1] == sets[w]} ({sets[w][0]:,} sets summed, "
-            f"{len(sets[w][1]):,} matched); {load()}"
+            f"{len(sets[w][1]):,} matched); {load()}\n"
+            f"  every run: {samples(times['compare1'], times[f'compare{w}'])}"
         )
         print(f"before: {ceiling_before}\nafter:  {thread_ceiling(w)[1]}")
         for kind in ("throughput", "memory"):  # what the cores give ALU- and cache-bound loops
@@ -324,69 +339,87 @@ def cmd_sizes(args: argparse.Namespace) -> None:
 def cmd_cluster(args: argparse.Namespace) -> None:
     import numpy as np
 
-    from party.cluster import WorkerUsage, encode_csv_on_workers
-    from party.config import ClusterConfig
-    from party.encoding.encoder import Encoder
-    from party.encoding.parallel import ParallelStats
-
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
         path = make_data(Path(d), args.records)[0]
-        # the reference: one process, twice; the first run also pays this process's lazy
-        # start-up (imports, numba loops), which the workers pay before they are measured
-        ones = [encode(path, 1) for _ in range(2)]
+        # the reference (one process) alternated with the cluster, args.repeat times each; the
+        # first reference also pays this process's lazy start-up (imports, numba loops), which
+        # the workers pay before they are measured
+        k = args.cluster_workers
+        ones, clustered = [], []
+        for _ in range(args.repeat):
+            ones.append(encode(path, 1))
+            clustered.append(encode_on_cluster(path, k))
         ref = ones[0][0]
         c1 = min(one[2] for one in ones)
-        k = args.cluster_workers
-        stats = ParallelStats()
-        whole: dict[str, WorkerUsage] = {}
-        t0, p0 = time.perf_counter(), self_cpu()
-        got, _ = encode_csv_on_workers(
-            Encoder(schema(), SECRET),
-            path,
-            workers=k,
-            cluster=ClusterConfig("local"),
-            id_column="rec_id",
-            stats=stats,
-            usage_by_worker=whole,
-        )
-        wall, parent = time.perf_counter() - t0, self_cpu() - p0
-        same = got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
-        same = same and np.array_equal(got.block_digests, ref.block_digests)
         ideal = c1 / k
-        per = sorted(stats.cpu_by_worker.values(), reverse=True)
-        proc = sorted(whole.values(), key=lambda c: -c.process)
-        records = stats.cpu_seconds - stats.first_sight_seconds - stats.reading_seconds
         print(
             f"one process: {min(one[1] for one in ones):.2f}s wall, {c1:.2f} CPU-s (best of "
             f"{', '.join(f'{one[2]:.2f}' for one in ones)}); ideal per worker of {k}: "
             f"{ideal:.2f} CPU-s; {load()}"
         )
+        worst = []
+        for n, (got, wall, parent, stats, whole, at_end) in enumerate(clustered, 1):
+            same = got.record_ids == ref.record_ids and np.array_equal(got.filters, ref.filters)
+            same = same and np.array_equal(got.block_digests, ref.block_digests)
+            per = sorted(stats.cpu_by_worker.values(), reverse=True)
+            proc = sorted(whole.values(), key=lambda c: -c.process)
+            worst.append((per[0] / ideal, proc[0].process / ideal))
+            records = stats.cpu_seconds - stats.first_sight_seconds - stats.reading_seconds
+            print(
+                f"run {n}: {k}-worker LocalCluster: {wall:.2f}s wall (with cluster start), "
+                f"{stats.batches} batches; identical output: {same}; this process (the node: "
+                f"client, cluster start, planning, assembly) {parent:.2f} CPU-s\n"
+                f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in per)} s: worst / "
+                f"ideal {per[0] / ideal:.2f}, worst / mean {per[0] * len(per) / sum(per):.2f}, "
+                f"total / one process {sum(per) / c1:.2f} (all workers: reading "
+                f"{stats.reading_seconds:.2f} ({stats.ranges} CSV ranges), first sight "
+                f"{stats.first_sight_seconds:.2f}, records {records:.2f})\n"
+                f"  whole worker process during the encoding {', '.join(f'{c.process:.2f}' for c in proc)}"
+                f" s (task threads {', '.join(f'{c.tasks:.2f}' for c in proc)}; the rest is Dask's "
+                f"event loop): worst / ideal {proc[0].process / ideal:.2f}, total / one process "
+                f"{sum(c.process for c in proc) / c1:.2f}; peak RSS per worker "
+                f"{', '.join(f'{c.peak_rss / 2**20:.0f}' for c in proc)} MiB; {at_end}"
+            )
+            born = sorted(whole.values(), key=lambda c: -(c.start + c.process))
+            server = forkserver_cpu()
+            print(
+                f"  from each worker process's start: start-up before the encoding (interpreter, "
+                f"imports, numba loops, joining) {', '.join(f'{c.start:.2f}' for c in born)} s; "
+                f"start to the end of the encoding {', '.join(f'{c.start + c.process:.2f}' for c in born)}"
+                f" s: worst / ideal {(born[0].start + born[0].process) / ideal:.2f}; the "
+                f"forkserver they are forked from (once per node process: Dask and the encoder "
+                f"imported, numba loops loaded) "
+                f"{'-' if server is None else f'{server:.2f}'} CPU-s"
+            )
+        tasks, processes = zip(*worst, strict=True)
         print(
-            f"{k}-worker LocalCluster: {wall:.2f}s wall (with cluster start), {stats.batches} "
-            f"batches; identical output: {same}; this process (the node: client, cluster "
-            f"start, planning, assembly) {parent:.2f} CPU-s\n"
-            f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in per)} s: worst / "
-            f"ideal {per[0] / ideal:.2f}, worst / mean {per[0] * len(per) / sum(per):.2f}, "
-            f"total / one process {sum(per) / c1:.2f} (all workers: reading "
-            f"{stats.reading_seconds:.2f} ({stats.ranges} CSV ranges), first sight "
-            f"{stats.first_sight_seconds:.2f}, records {records:.2f})\n"
-            f"  whole worker process during the encoding {', '.join(f'{c.process:.2f}' for c in proc)}"
-            f" s (task threads {', '.join(f'{c.tasks:.2f}' for c in proc)}; the rest is Dask's "
-            f"event loop): worst / ideal {proc[0].process / ideal:.2f}, total / one process "
-            f"{sum(c.process for c in proc) / c1:.2f}; peak RSS per worker "
-            f"{', '.join(f'{c.peak_rss / 2**20:.0f}' for c in proc)} MiB; {load()}"
+            f"busiest worker / ideal over the {len(worst)} runs: in its tasks "
+            f"{', '.join(f'{r:.2f}' for r in tasks)} (median {statistics.median(tasks):.2f}); "
+            f"whole process {', '.join(f'{r:.2f}' for r in processes)} (median "
+            f"{statistics.median(processes):.2f}); {load()}"
         )
-        born = sorted(whole.values(), key=lambda c: -(c.start + c.process))
-        server = forkserver_cpu()
-        print(
-            f"  from each worker process's start: start-up before the encoding (interpreter, "
-            f"imports, numba loops, joining) {', '.join(f'{c.start:.2f}' for c in born)} s; "
-            f"start to the end of the encoding {', '.join(f'{c.start + c.process:.2f}' for c in born)}"
-            f" s: worst / ideal {(born[0].start + born[0].process) / ideal:.2f}; the "
-            f"forkserver they are forked from (once per node process: Dask and the encoder "
-            f"imported, numba loops loaded) "
-            f"{'-' if server is None else f'{server:.2f}'} CPU-s; {load()}"
-        )
+
+
+def encode_on_cluster(path: Path, workers: int):  # type: ignore[no-untyped-def]
+    """One encoding of ``path`` on an embedded LocalCluster, with what it cost where."""
+    from party.cluster import WorkerUsage, encode_csv_on_workers
+    from party.config import ClusterConfig
+    from party.encoding.encoder import Encoder
+    from party.encoding.parallel import ParallelStats
+
+    stats = ParallelStats()
+    whole: dict[str, WorkerUsage] = {}
+    t0, p0 = time.perf_counter(), self_cpu()
+    got, _ = encode_csv_on_workers(
+        Encoder(schema(), SECRET),
+        path,
+        workers=workers,
+        cluster=ClusterConfig("local"),
+        id_column="rec_id",
+        stats=stats,
+        usage_by_worker=whole,
+    )
+    return got, time.perf_counter() - t0, self_cpu() - p0, stats, whole, load()
 
 
 def forkserver_cpu() -> float | None:
@@ -415,6 +448,12 @@ def main() -> int:
         choices=("any", "all"),
         default="any",
         help="cores: the comparison's linkage target (default any, the shipped default)",
+    )
+    ap.add_argument(
+        "--repeat",
+        type=int,
+        default=3,
+        help="cores, cluster: alternated runs of each side; the best is the headline, every run printed",
     )
     ap.add_argument("--sizes", default="25000,50000,100000,200000,400000,1000000")
     ap.add_argument("--cluster-workers", type=int, default=4)
