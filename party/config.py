@@ -72,10 +72,10 @@ allowed_modes as ``mpc3,segments``). An override set to the empty string clears 
 key.
 
 Secret file: at least 32 random bytes (256 bits) of key material, as raw bytes
-(``head -c 33 /dev/urandom``: one trailing newline is dropped) or as hex / base64 text
-(``openssl rand -hex 32``), which is decoded;
-passphrases are refused (party.encoding.secret.secret_from_file_bytes says exactly how). The
-secret is never logged; ``repr`` of the config shows only the path.
+(``head -c 32 /dev/urandom``; a trailing newline is dropped when 32 bytes remain) or as hex /
+base64 text (``openssl rand -hex 32``), which is decoded; passphrases are refused
+(party.encoding.secret.secret_from_file_bytes says exactly how). The secret is never logged;
+``repr`` of the config shows only the path.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ class SecretError(PprlError, ValueError):
 
 SECRET_FILE_RULE = (
     "a secret file must hold at least 32 random bytes (256 bits) of key material: hex (openssl "
-    "rand -hex 32) or base64 (openssl rand -base64 32) text, or raw bytes (one trailing newline is "
-    "dropped, so head -c 33 /dev/urandom); passphrases are refused"
+    "rand -hex 32) or base64 (openssl rand -base64 32) text, or raw bytes (head -c 32 /dev/urandom; "
+    "one trailing newline is dropped when 32 bytes remain); passphrases are refused"
 )
 _HEX_RE = re.compile(r"[0-9a-fA-F]+")
 _B64_RE = re.compile(r"[A-Za-z0-9+/]+={0,2}|[A-Za-z0-9_-]+={0,2}")
@@ -37,7 +37,9 @@ def secret_from_file_bytes(data: bytes, source: str) -> bytes:
       and letters) or base64 (standard or URL-safe alphabet, 44+ characters, both upper and lower
       case, at least 20 distinct characters) decodes to the key material; any other text is a
       passphrase and refused;
-    - anything else is raw key material (one trailing newline removed).
+    - anything else is raw key material, one trailing newline removed when at least 32 bytes
+      remain (an editor's newline after the key is dropped; a key whose own last byte is a
+      newline, 1 draw in 256, is kept whole).
 
     The key material must have at least 32 bytes and at least 16 distinct byte values (32 random
     bytes have about 30; a repeated pattern such as "abab..." or "0000..." has few). These text
@@ -45,8 +47,7 @@ def secret_from_file_bytes(data: bytes, source: str) -> bytes:
     """
     text = _as_text(data)
     if text is None:
-        key = data[:-2] if data.endswith(b"\r\n") else data[:-1] if data.endswith(b"\n") else data
-        form = "raw"
+        key, form = _raw_key(data), "raw"
     elif _HEX_RE.fullmatch(text) and len(text) % 2 == 0:
         if not (re.search("[0-9]", text) and re.search("[a-fA-F]", text)):
             raise SecretError(
@@ -72,6 +73,20 @@ def secret_from_file_bytes(data: bytes, source: str) -> bytes:
     if len(set(key)) < MIN_DISTINCT_KEY_BYTES:
         raise SecretError(f"{source}: the secret is too regular to be random; {SECRET_FILE_RULE}")
     return key
+
+
+def _raw_key(data: bytes) -> bytes:
+    """``data`` without its trailing CRLF or LF when at least 32 bytes remain, else whole.
+
+    A text editor's newline after the key is dropped; 32 random bytes whose last is a newline
+    (1 draw of ``head -c 32 /dev/urandom`` in 256) keep it as key material.
+    """
+    cut = [data[:-2]] if data.endswith(b"\r\n") else []
+    cut += [data[:-1]] if data.endswith(b"\n") else []
+    long_enough = [key for key in cut if len(key) >= MIN_KEY_BYTES]
+    if long_enough:
+        return long_enough[0]
+    return data if len(data) >= MIN_KEY_BYTES else (cut or [data])[0]
 
 
 def _as_text(data: bytes) -> str | None:

@@ -564,8 +564,9 @@ def test_setup_fills_exactly_what_the_configs_name(
 
 
 def test_setup_secret_reads_back_whole_whatever_the_random_bytes() -> None:
-    # 32 raw bytes whose last is a newline read back as 31 (a text file's trailing newline is
-    # dropped) and were refused about once in 256 setups; hex of only digits is refused as regular.
+    # 32 raw bytes whose last is a newline were read back as 31 (a text file's trailing newline
+    # dropped) and refused about once in 256 setups; setup writes hex, and hex of only digits is
+    # refused as regular, so it is redrawn.
     from party.encoding.secret import secret_from_file_bytes
 
     setup = load_script(ROOT / "docker" / "setup_demo.py")
