@@ -975,7 +975,7 @@ def encode_csv_parallel(
                 block_bytes=block_bytes,
             )
     finally:  # the job's encoders and memo tables are freed on every lane when it ends
-        _forget_everywhere(use, spec.token)
+        _forget_everywhere(use, spec.token, wait=lanes is not None)
 
 
 def _encode_own_ranges(
@@ -1119,12 +1119,17 @@ def _scratch(need: int) -> Iterator[str | None]:
         yield out
 
 
-def _forget_everywhere(lanes: Sequence[Executor], token: str) -> None:
-    """``forget_task`` on every lane; a lane whose process died holds nothing any more."""
+def _forget_everywhere(lanes: Sequence[Executor], token: str, wait: bool = True) -> None:
+    """``forget_task`` on every lane; a lane whose process died holds nothing any more. With
+    ``wait`` False (this process's lanes: one process each, tasks run in the order given) the
+    forget is queued without waiting for it: it runs before any later task of the lane, so the
+    caller does not wait for the lanes to free the job's memo tables."""
     futures = []
     for lane in lanes:
         with contextlib.suppress(BrokenExecutor, RuntimeError):
             futures.append(lane.submit(forget_task, token))
+    if not wait:
+        return
     for fut in futures:
         with contextlib.suppress(BrokenExecutor, CancelledError):
             fut.result()

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from party.encoding.csv_ranges import line_counts, split_ranges
+from party.encoding.csv_ranges import CsvRange, line_counts, split_ranges
 
 
 @pytest.mark.parametrize("final_newline", [True, False])
@@ -23,3 +23,21 @@ def test_ranges_cover_the_lines_and_the_last_ones_shrink(tmp_path: Path, final_n
     counts = line_counts(path, ranges)
     assert counts == [text[r.start : r.end].rstrip("\n").count("\n") + 1 for r in ranges]
     assert sum(counts) == 5000
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "\n", "a", "a\n", "a\nb", "a\r\nb\r\n", "\n\n\n", "x" * 70000 + "\ny\n" + "z" * 3],
+)
+def test_line_counts_count_each_range_like_its_lines(tmp_path: Path, text: str):
+    body = text.encode()
+    path = tmp_path / "f.csv"
+    path.write_bytes(b"h\n" + body)
+    cuts = sorted({2, *(2 + i for i in range(0, len(body), 3) if body[i - 1 : i] == b"\n")})
+    ranges = [CsvRange(a, b) for a, b in zip([*cuts], [*cuts[1:], 2 + len(body)], strict=True)]
+    ranges = [r for r in ranges if r.size] or [CsvRange(2, 2 + len(body))]
+    expected = []
+    for r in ranges:
+        part = (b"h\n" + body)[r.start : r.end]
+        expected.append(part.count(b"\n") + (0 if part.endswith(b"\n") else 1))
+    assert line_counts(path, ranges) == expected

@@ -509,3 +509,49 @@ def test_a_lane_gets_its_next_range_when_one_of_its_own_is_done(tmp_path, small_
     _same(ref, got)
     assert stats.ranges >= 5
     assert opened and opened[0]  # the first held range waited for three others, no timeout
+
+
+def test_the_local_lanes_forget_a_job_without_the_caller_waiting(tmp_path, small_batches, pool):
+    """The forget is queued on this process's lanes, not waited for: a lane still busy with
+    another task does not hold the caller up, and the lane forgets before its next task."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from party.encoding import parallel
+
+    gate = threading.Event()
+    lane = ThreadPoolExecutor(1)
+    try:
+        busy = lane.submit(gate.wait)
+        spec = EncoderSpec(_shipped_schema(), SECRET, "t-forget")
+        lane.submit(parallel._worker_encoder, spec)  # the job's encoder, held by the lane
+        parallel._forget_everywhere([lane], spec.token, wait=False)  # returns: the lane is busy
+        assert not busy.done()
+        gate.set()
+        assert lane.submit(forget_task, spec.token).result() is False  # forgotten before
+    finally:
+        gate.set()
+        lane.shutdown()
+    # an encoding on the local lanes returns with the forget queued; lanes given are waited on
+    calls: list[bool] = []
+    real = parallel._forget_everywhere
+
+    def recorded(lanes: Any, token: str, wait: bool = True) -> None:
+        calls.append(wait)
+        real(lanes, token, wait)
+
+    path = _people_csv(tmp_path, 600)
+    ref, _ = Encoder(_shipped_schema(), SECRET).encode_csv(path, id_column="rec_id")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(parallel, "_forget_everywhere", recorded)
+        got, _ = encode_csv_parallel(
+            Encoder(_shipped_schema(), SECRET), path, id_column="rec_id", workers=2
+        )
+        _same(ref, got)
+        got, _ = encode_csv_parallel(
+            Encoder(_shipped_schema(), SECRET), path, id_column="rec_id", lanes=pool
+        )
+        _same(ref, got)
+    assert calls == [False, True]
+    assert [lane.submit(forget_task, "any").result() for lane in pool] == [False, False]
+    assert not any(lane.submit(_held_tokens).result() for lane in pool)
