@@ -32,7 +32,7 @@ import os
 import re
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice, repeat
 from pathlib import Path
@@ -478,7 +478,7 @@ class _BatchResult:
     first_row: int
     rownos: list[int] | None
     blank_lines: int
-    kept: list[int]
+    kept: Sequence[int]  # a lane sends ``range(n)`` when every row was kept
     filters: np.ndarray
     digests: np.ndarray
     ids: list[str] | None

@@ -359,7 +359,7 @@ def _hand_over(result: _BatchResult, out_dir: str | None, key: int) -> _Handoff 
         return result
     ids = None if result.ids is None else "\n".join(result.ids)
     return _Handoff(
-        replace(result, filters=_EMPTY, digests=_EMPTY, ids=None),
+        replace(result, kept=_compact(result), filters=_EMPTY, digests=_EMPTY, ids=None),
         out,
         result.filters.shape,
         result.digests.shape,
@@ -467,9 +467,17 @@ def _place(job: RangeJob, first_row: int, result: _BatchResult) -> _Placed | _Ba
     if job.output is None or not _write_rows(job, first_row - 1, result):
         return result
     ids = None if result.ids is None else "\n".join(result.ids)
+    kept = _compact(result)
     return _Placed(
-        replace(result, filters=_EMPTY, digests=_EMPTY, ids=None, placed=first_row - 1), ids
+        replace(result, kept=kept, filters=_EMPTY, digests=_EMPTY, ids=None, placed=first_row - 1),
+        ids,
     )
+
+
+def _compact(result: _BatchResult) -> Sequence[int]:
+    """In a lane: the kept row offsets to send, ``range(n)`` if every row was kept (the common
+    case: no list of n ints pickled here, unpickled and held by the parent)."""
+    return range(result.n) if len(result.kept) == result.n else result.kept
 
 
 def peer_range_task(

@@ -555,3 +555,18 @@ def test_the_local_lanes_forget_a_job_without_the_caller_waiting(tmp_path, small
     assert calls == [False, True]
     assert [lane.submit(forget_task, "any").result() for lane in pool] == [False, False]
     assert not any(lane.submit(_held_tokens).result() for lane in pool)
+
+
+def test_a_lane_sends_the_kept_rows_as_a_range_when_every_row_was_kept():
+    from collections import Counter
+
+    from party.encoding.encoder import _BatchResult
+    from party.encoding.parallel import _compact
+
+    def result(n: int, kept: list[int]) -> _BatchResult:
+        empty = np.zeros((len(kept), 1), dtype=np.uint64)
+        return _BatchResult(n, 1, None, 0, kept, empty, empty, None, Counter())
+
+    assert _compact(result(3, [0, 1, 2])) == range(3)
+    assert _compact(result(0, [])) == range(0)
+    assert _compact(result(3, [0, 2])) == [0, 2]  # a row skipped: the offsets themselves
