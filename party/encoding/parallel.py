@@ -60,7 +60,9 @@ results are in flight; with ``own_ranges`` the output (the size of the records) 
 file on tmpfs instead of the parent's memory (parent memory if tmpfs lacks room). The
 default lanes are a persistent pool: processes started once per process with ``forkserver`` (a
 node runs gRPC threads, which must not be forked), which import the encoder and load its numba
-loops before their first task (``start_lanes``), and are reused by later encodings.
+loops before their first task (``start_lanes``), and are reused by later encodings; when a
+job ends its encoders and memo tables are dropped on every lane (``forget_task``: queued on
+these lanes, whose tasks run in order, without waiting for it).
 
 Exception: BLIP noise from an injected, seeded generator defines the output by the order in which
 it is drawn, so such an encoder always encodes in one process. With the default CSPRNG noise
