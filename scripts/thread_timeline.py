@@ -8,7 +8,9 @@ thread's CPU, its native id, its wait on a run queue from ``/proc/thread-self/sc
 every submit to the pool. Per run it prints:
 
 - wall, process CPU, the calling thread's serial CPU (outside regions), regions, the critical
-  path (serial CPU + each region's busiest thread CPU) and the process's minor page faults;
+  path (serial CPU + each region's busiest thread CPU), the process's minor page faults and the
+  machine's idle and stolen CPU-seconds (``/proc/stat``: a KVM guest's vCPU not run by its host;
+  a thread's CPU time excludes it, so inside a task it shows as off-CPU time not on a run queue);
 - each region's wall decomposed along the thread that finished it last: lead-in (region start ->
   its first task: for a pool thread the wake-up), its tasks' CPU, its off-CPU time inside tasks
   (and how much of all tasks' off-CPU time was spent runnable on a run queue, i.e. preempted, not
@@ -58,6 +60,18 @@ _MODULES = (
 )
 
 
+def _machine_idle_steal() -> tuple[float, float]:
+    """Seconds the machine's CPUs were idle (idle + iowait) and stolen by the hypervisor (a
+    guest's vCPU not run by its host) since boot, summed over the CPUs (0, 0 where unknown)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+        hz = os.sysconf("SC_CLK_TCK")
+        return (int(fields[4]) + int(fields[5])) / hz, int(fields[8]) / hz
+    except (OSError, IndexError, ValueError):
+        return 0.0, 0.0
+
+
 def _run_queue_ns() -> int:
     """This thread's time runnable on a run queue but not running (0 where not available)."""
     try:
@@ -88,6 +102,8 @@ class Timeline:
         self.inside = False
         self.regions: list[Region] = []
         self.faults = 0  # the process's minor page faults in the last run
+        self.idle = 0.0  # the machine's idle CPU-seconds in the last run
+        self.steal = 0.0  # the machine's CPU-seconds stolen by the hypervisor in the last run
 
     def install(self) -> None:
         original_pool = threads_module.thread_pool
@@ -144,11 +160,33 @@ class Timeline:
 
             return run
 
+        def wrap_rounds(inner: Any) -> Any:  # run_in_two_rounds: both rounds one region
+            def run(workers: int, count: int, first: Any, between: Any, second: Any) -> Any:
+                if not timeline.on or timeline.inside or threading.get_native_id() != timeline.main:
+                    return inner(workers, count, first, between, second)
+                caller = sys._getframe(1).f_code.co_name
+                name = getattr(first, "__qualname__", "?").split(".")[-1]
+                region = Region(f"rounds {caller}:{name}", time.perf_counter_ns())
+                region.cpu0 = time.thread_time_ns()
+                timeline.regions.append(region)
+                timeline.inside = True
+                try:
+                    return inner(
+                        workers, count, timed(first, region), between, timed(second, region)
+                    )
+                finally:
+                    timeline.inside = False
+                    region.t1, region.cpu1 = time.perf_counter_ns(), time.thread_time_ns()
+
+            return run
+
         wrapped = {
             "run_split": wrap(threads_module.run_split, "split"),
             "run_ranges": wrap(threads_module.run_ranges, "ranges"),
             "run_tasks": wrap(threads_module.run_tasks, "tasks"),
         }
+        if hasattr(threads_module, "run_in_two_rounds"):
+            wrapped["run_in_two_rounds"] = wrap_rounds(threads_module.run_in_two_rounds)
         for name in _MODULES:
             module = importlib.import_module(name)
             for attr, fn in wrapped.items():
@@ -187,11 +225,14 @@ def _run(timeline: Timeline, tables: list[Any], workers: int) -> tuple[float, fl
     timeline.regions = []
     timeline.on = True
     f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    idle0, steal0 = _machine_idle_steal()
     c0, p0, t0 = time.thread_time(), time.process_time(), time.perf_counter()
     stats = [e.compare() for e in engines]
     wall, cpu = time.perf_counter() - t0, time.process_time() - p0
     main_cpu = time.thread_time() - c0
+    idle1, steal1 = _machine_idle_steal()
     timeline.faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
+    timeline.idle, timeline.steal = idle1 - idle0, steal1 - steal0
     timeline.on = False
     same = []
     for e, s in zip(engines, stats, strict=True):
@@ -258,7 +299,8 @@ def _report(
     print(
         f"  {workers} thread(s): wall {wall:.3f}s, CPU {cpu:.3f}s, serial CPU {serial:.3f}s, "
         f"{len(regions)} regions, critical path {serial + busiest:.3f}s, "
-        f"{timeline.faults:,} minor page faults; load {os.getloadavg()[0]:.1f}"
+        f"{timeline.faults:,} minor page faults; machine idle {timeline.idle:.2f} and stolen "
+        f"{timeline.steal:.2f} CPU-s; load {os.getloadavg()[0]:.1f}"
     )
     print(
         "    regions along the thread finishing last (s): "
