@@ -160,33 +160,11 @@ class Timeline:
 
             return run
 
-        def wrap_rounds(inner: Any) -> Any:  # run_in_two_rounds: both rounds one region
-            def run(workers: int, count: int, first: Any, between: Any, second: Any) -> Any:
-                if not timeline.on or timeline.inside or threading.get_native_id() != timeline.main:
-                    return inner(workers, count, first, between, second)
-                caller = sys._getframe(1).f_code.co_name
-                name = getattr(first, "__qualname__", "?").split(".")[-1]
-                region = Region(f"rounds {caller}:{name}", time.perf_counter_ns())
-                region.cpu0 = time.thread_time_ns()
-                timeline.regions.append(region)
-                timeline.inside = True
-                try:
-                    return inner(
-                        workers, count, timed(first, region), between, timed(second, region)
-                    )
-                finally:
-                    timeline.inside = False
-                    region.t1, region.cpu1 = time.perf_counter_ns(), time.thread_time_ns()
-
-            return run
-
         wrapped = {
             "run_split": wrap(threads_module.run_split, "split"),
             "run_ranges": wrap(threads_module.run_ranges, "ranges"),
             "run_tasks": wrap(threads_module.run_tasks, "tasks"),
         }
-        if hasattr(threads_module, "run_in_two_rounds"):
-            wrapped["run_in_two_rounds"] = wrap_rounds(threads_module.run_in_two_rounds)
         for name in _MODULES:
             module = importlib.import_module(name)
             for attr, fn in wrapped.items():
