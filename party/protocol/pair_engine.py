@@ -23,11 +23,13 @@ what differs (docs/protocol.md, "Target any over the network"):
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -170,6 +172,10 @@ class PairEngine(PartyEngine):
         # by the memory budget, then it solves from the matches store at the end)
         self._solving: StreamedSolver | None = None
         self._solve_early = True
+        # initiator, more than one kernel thread: the returning chunks' matched pairs are kept
+        # on a thread of their own, one chunk behind the classification (``_keep_above``)
+        self._keeper: ThreadPoolExecutor | None = None
+        self._keeping: concurrent.futures.Future[None] | None = None
 
     def common_of(self, digest_sets: list[np.ndarray]) -> np.ndarray:
         """Blocks of target any: digests present at two or more parties."""
@@ -335,6 +341,44 @@ class PairEngine(PartyEngine):
         )
 
     def _keep_above(self, rows: np.ndarray) -> None:
+        """Keep the chunk's matched pairs (``_keep_now``): with more than one kernel thread, on
+        the engine's keeper thread while the caller unmasks and classifies the next chunk (one
+        chunk in flight, in order, its rows held on the gauge; in the calling thread when the
+        gauge refuses them). A keeper's failure is raised by the next feed or by the end."""
+        self._wait_keeping()
+        if self.workers <= 1 or not self._gauge.try_reserve(rows.nbytes):
+            self._keep_now(rows)
+            return
+        if self._keeper is None:
+            self._keeper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pprl-keeper")
+        try:
+            self._keeping = self._keeper.submit(self._keep_held, rows)
+        except BaseException:
+            self._gauge.release(rows.nbytes)
+            raise
+
+    def _keep_held(self, rows: np.ndarray) -> None:
+        try:
+            self._keep_now(rows)
+        finally:
+            self._gauge.release(rows.nbytes)
+
+    def _wait_keeping(self) -> None:
+        """Wait for the chunk in flight on the keeper thread (raising its failure)."""
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            keeping.result()
+
+    def _stop_keeper(self) -> None:
+        """Wait for the keeper thread's chunk, whatever its outcome, and end the thread."""
+        keeping, self._keeping = self._keeping, None
+        if keeping is not None:
+            concurrent.futures.wait([keeping])
+        if self._keeper is not None:
+            self._keeper.shutdown(wait=True)
+            self._keeper = None
+
+    def _keep_now(self, rows: np.ndarray) -> None:
         """Keep the chunk's matched pairs, and hand them to the group solver at once: its first
         step (node numbers, visiting order) runs while the ring is still returning. Where the
         budget refuses the solver that early, it starts from the matches store at the end."""
@@ -353,6 +397,10 @@ class PairEngine(PartyEngine):
     def ring_finish_end(self) -> tuple[int, int, int]:
         """Initiator: classify the pairs (as PartyEngine), then solve the groups and prepare each
         party's results; returns (pairs summed, matched pairs, rows of all parties' results)."""
+        try:
+            self._wait_keeping()
+        finally:
+            self._stop_keeper()
         summed, matched_count, _ = super().ring_finish_end()
         assert self._matches is not None
         t0, c0 = time.perf_counter(), time.process_time()
@@ -393,6 +441,7 @@ class PairEngine(PartyEngine):
 
     def close(self) -> None:
         """As PartyEngine.close, and the group solver's memory if a run ends while it is fed."""
+        self._stop_keeper()
         if self._solving is not None:
             self._solving.close()
             self._solving = None

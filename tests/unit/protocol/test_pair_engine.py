@@ -462,3 +462,121 @@ def test_survivors_on_two_threads_equal_one_thread(case: str, p: int, monkeypatc
             assert rows.shape[0] > 0
         x.close()
         y.close()
+
+
+def _result_rows(engine) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
+    """The initiator's result rows of every party, as arrays (columns as sent)."""
+    out = []
+    for q in range(engine.parties):
+        cols = [engine._result_columns(r) for r in engine.result_chunks(q)]
+        out.append(np.concatenate(cols))
+    return out
+
+
+@pytest.mark.parametrize("case", ["many chunks", "large chunks", "no match", "ties", "refused rows"])
+def test_pairs_kept_on_the_keeper_thread_equal_one_thread(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With two kernel threads the initiator keeps each returning chunk's matched pairs on its
+    keeper thread while it classifies the next: the same counts and result rows, byte for byte,
+    as one thread. Cases: many returning chunks, a few large ones, no pair above the threshold, ties (a few
+    distinct filters: many equal Dice), and the gauge refusing the rows in flight (kept in the
+    calling thread)."""
+    import random
+
+    from party.encoding.records import EncodedRecords
+    from party.protocol import engine as engine_module
+    from party.protocol.driver import ring_in_process
+    from party.protocol.pair_engine import PairEngine
+
+    # a few rows per chunk, or as many as the stores' chunks hold
+    monkeypatch.setattr(engine_module, "CHUNK_BYTES", 2**30 if case == "large chunks" else 256)
+    tables = subset_tables(11, 3, 160, 0.05)
+    if case == "ties":
+        tables = [
+            EncodedRecords(
+                t.record_ids, t.filters[np.arange(len(t.record_ids)) % 3], t.filter_bits,
+                t.block_digests,
+            )
+            for t in tables
+        ]
+    prm = params(3, segment_threshold=0.5, match_threshold=1.0 if case == "no match" else 0.7)
+    on_keeper: list[int] = []
+    real = PairEngine._keep_held
+
+    def counted(self: PairEngine, rows: np.ndarray) -> None:
+        on_keeper.append(rows.shape[0])
+        real(self, rows)
+
+    monkeypatch.setattr(PairEngine, "_keep_held", counted)
+
+    def finished(workers: int) -> tuple[tuple[int, int, int], list[np.ndarray], int]:
+        rng = random.Random(3)  # the same pseudonyms and masks for every number of threads
+        es = cast(
+            "list[PairEngine]",
+            engines_after_compare(tables, prm, random_bytes=rng.randbytes, workers=workers),
+        )
+        if case == "refused rows":
+            monkeypatch.setattr(es[0]._gauge, "try_reserve", lambda nbytes: False)
+        try:
+            counts = ring_in_process(es)
+            assert es[0]._keeper is None and es[0]._keeping is None  # ended with the ring
+            return counts, _result_rows(es[0]), es[0].group_count
+        finally:
+            for e in es:
+                e.close()
+
+    one = finished(1)
+    assert not on_keeper
+    two = finished(2)
+    if case == "refused rows":
+        assert not on_keeper
+    elif case == "large chunks":
+        assert on_keeper
+    else:
+        assert len(on_keeper) > 5
+    assert one[0] == two[0] and one[2] == two[2]
+    for x, y in zip(one[1], two[1], strict=True):
+        assert np.array_equal(x, y)
+    if case == "no match":
+        assert one[0][1] == 0 and one[2] == 0
+    else:
+        assert one[0][1] > 0 and one[2] > 0
+
+
+def test_a_keeper_failure_fails_the_ring_and_close_ends_the_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A failure while the keeper thread keeps a chunk is raised by the next feed or by the end
+    (never lost), and ``close`` ends the thread."""
+    import random
+
+    from party.protocol import engine as engine_module
+    from party.protocol import pair_engine
+    from party.protocol.driver import ring_in_process
+    from party.protocol.errors import ProtocolError
+
+    monkeypatch.setattr(engine_module, "CHUNK_BYTES", 256)
+    tables = subset_tables(11, 3, 160, 0.05)
+    prm = params(3, segment_threshold=0.5, match_threshold=0.7)
+    rng = random.Random(3)
+    es = engines_after_compare(tables, prm, random_bytes=rng.randbytes, workers=2)
+    real = pair_engine.PartyEngine._keep_above
+    calls = []
+
+    def failing(self, rows):  # type: ignore[no-untyped-def]
+        calls.append(rows.shape[0])
+        if len(calls) == 2:
+            raise ProtocolError("kept badly")
+        real(self, rows)
+
+    monkeypatch.setattr(pair_engine.PartyEngine, "_keep_above", failing)
+    try:
+        with pytest.raises(ProtocolError, match="kept badly"):
+            ring_in_process(es)
+    finally:
+        for e in es:
+            e.close()
+    assert len(calls) >= 2
+    initiator = cast("pair_engine.PairEngine", es[0])
+    assert initiator._keeper is None and initiator._keeping is None
