@@ -54,24 +54,34 @@ def needs_partners(solver: str) -> bool:
 
 
 @jit
-def count_degrees(starts: np.ndarray, a: np.ndarray, b: np.ndarray) -> None:  # pragma: no cover
-    """starts[v + 1] += the number of pairs of node v (prefix-summed into CSR offsets later)."""
+def count_degrees(
+    starts: np.ndarray, a: np.ndarray, b: np.ndarray, first: int, last: int
+) -> None:  # pragma: no cover - compiled
+    """starts[v + 1] += the number of pairs of node v, for the nodes v in [first, last) (prefix-
+    summed into CSR offsets later; disjoint node ranges can be counted on threads at once)."""
     for i in range(a.shape[0]):
-        starts[a[i] + 1] += 1
-        starts[b[i] + 1] += 1
+        x, y = a[i], b[i]
+        if first <= x < last:
+            starts[x + 1] += 1
+        if first <= y < last:
+            starts[y + 1] += 1
 
 
 @jit
 def fill_partners(
-    cursor: np.ndarray, partners: np.ndarray, a: np.ndarray, b: np.ndarray
+    cursor: np.ndarray, partners: np.ndarray, a: np.ndarray, b: np.ndarray, first: int, last: int
 ) -> None:  # pragma: no cover - compiled
-    """Append each pair's other end to both ends' partner lists (``cursor``: next free slot)."""
+    """Append each pair's other end to the partner list of each of its ends in [first, last)
+    (``cursor``: next free slot): every list gets its partners in pair order, whichever node
+    ranges the threads take."""
     for i in range(a.shape[0]):
         x, y = a[i], b[i]
-        partners[cursor[x]] = y
-        cursor[x] += 1
-        partners[cursor[y]] = x
-        cursor[y] += 1
+        if first <= x < last:
+            partners[cursor[x]] = y
+            cursor[x] += 1
+        if first <= y < last:
+            partners[cursor[y]] = x
+            cursor[y] += 1
 
 
 #: Partner lists up to this long are sorted by insertion in place (most are a few entries);
@@ -80,9 +90,11 @@ SHORT_LIST = 16
 
 
 @jit
-def sort_partners(starts: np.ndarray, partners: np.ndarray) -> None:  # pragma: no cover
-    """Sort each node's partner list in place (no copy per list)."""
-    for v in range(starts.shape[0] - 1):
+def sort_partners(
+    starts: np.ndarray, partners: np.ndarray, first: int, last: int
+) -> None:  # pragma: no cover - compiled
+    """Sort the partner list of each node in [first, last) in place (no copy per list)."""
+    for v in range(first, last):
         lo, hi = starts[v], starts[v + 1]
         if hi - lo > SHORT_LIST:
             partners[lo:hi].sort()

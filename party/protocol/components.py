@@ -30,6 +30,7 @@ party bit mask, in linkage-id order.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 
@@ -54,6 +55,7 @@ from party.protocol.errors import MemoryBudgetError, ProtocolError
 from party.protocol.pair_order import MemoryOrder
 from party.protocol.solver import _strong_level, check_solver, effective_solver
 from party.protocol.spill import MemoryGauge, RowStore
+from party.protocol.threads import run_ranges, run_tasks, thread_ranges
 
 #: Bytes per pair inside a kept group, collected for the group similarities (id, Dice, and the
 #: sort's permutation and copies).
@@ -180,6 +182,7 @@ def solve_streamed(
     gauge: MemoryGauge,
     chunk_rows: int = CHUNK_ROWS,
     memory_order: bool = True,
+    workers: int = 1,
 ) -> tuple[list[RowStore], int]:
     """Per party, a finished store of its (k_q, 5) result rows in linkage-id order (the columns of
     ``group_result_rows``), and the number of groups (module docstring). ``pair_chunks()`` yields
@@ -191,9 +194,19 @@ def solve_streamed(
     read from the sorted store at a time. ``memory_order``: hold the visiting order in memory
     (``party.protocol.pair_order``, on ``gauge``) while the gauge grants it, moving it to the
     sorted store when the gauge refuses it or a later step; False: always the store. The groups
-    are the same either way. (``StreamedSolver`` takes the pairs as they come instead.)"""
+    are the same either way. ``workers``: kernel threads for the partner lists and the result
+    rows (the same groups and rows on any number). (``StreamedSolver`` takes the pairs as they
+    come instead.)"""
     solving = StreamedSolver(
-        known, min_parties, solver, match_threshold, new_store, gauge, chunk_rows, memory_order
+        known,
+        min_parties,
+        solver,
+        match_threshold,
+        new_store,
+        gauge,
+        chunk_rows,
+        memory_order,
+        workers,
     )
     try:
         for ends, sims in pair_chunks():
@@ -221,8 +234,10 @@ class StreamedSolver:
         gauge: MemoryGauge,
         chunk_rows: int = CHUNK_ROWS,
         memory_order: bool = True,
+        workers: int = 1,
     ) -> None:
         check_solver(solver)
+        self.workers = max(1, int(workers))
         strong = _strong_level(solver, match_threshold)
         self.parties = len(known)
         # greedy at P = 2 (``party.protocol.solver``)
@@ -367,15 +382,22 @@ class StreamedSolver:
         if needs_partners(solver):
             adjacency = ADJACENCY_BYTES_PER_PAIR * pairs
             self._reserve(adjacency, f"the partner lists of {pairs} matched pairs")
+            # each kernel thread takes the ends in its own range of nodes (disjoint writes: the
+            # same lists in the same order on any number of threads)
+            ranges = thread_ranges(self.workers, n, words=2 * pairs)
+
+            def on_ranges(fn: Callable[[int, int], None]) -> None:
+                run_ranges(self.workers, ranges, lambda _, lo, hi: fn(lo, hi))
+
             for a, b, _ in self._sorted_pairs():
-                count_degrees(starts, a, b)
+                on_ranges(functools.partial(count_degrees, starts, a, b))
             np.cumsum(starts, out=starts)
             cursor = starts[:-1].copy()
             partners = np.empty(2 * pairs, dtype=np.int32)
             for a, b, _ in self._sorted_pairs():
-                fill_partners(cursor, partners, a, b)
+                on_ranges(functools.partial(fill_partners, cursor, partners, a, b))
             del cursor
-            sort_partners(starts, partners)
+            on_ranges(functools.partial(sort_partners, starts, partners))
         strong_value = -math.inf if self.strong == -math.inf else float(self.strong)
         for a, b, dice in self._sorted_pairs():
             merge_chunk(
@@ -418,10 +440,8 @@ class StreamedSolver:
         del ids, sims_in
         self._release(INNER_BYTES_PER_PAIR * inner)
 
-        for q in range(parties):
+        def rows_of(q: int) -> np.ndarray:
             lo, hi = int(nodes.offset[q]), int(nodes.offset[q + 1])
-            need = RESULT_BYTES_PER_RECORD * (hi - lo)
-            self._reserve(need, f"the result rows of {hi - lo} records of party {q}")
             group = state.group[lo:hi]
             lid = label[group]
             at_q = np.flatnonzero(lid >= 0)
@@ -435,11 +455,32 @@ class StreamedSolver:
             rows[:, 2] = nodes.known[q][at_q]
             rows[:, 3] = state.size[g]
             rows[:, 4] = state.mask[g]
+            return rows
+
+        def store_rows(q: int, rows: np.ndarray) -> None:
             store = new_store(RESULT_COLUMNS, f"groups-{q}", None)
             out.append(store)
             for first in range(0, rows.shape[0], chunk_rows):
                 store.append(rows[first : first + chunk_rows])
             store.finish()
-            del rows, group, lid, at_q, g
-            self._release(need)
+
+        needs = [
+            RESULT_BYTES_PER_RECORD * int(nodes.offset[q + 1] - nodes.offset[q])
+            for q in range(parties)
+        ]
+        if self.workers > 1 and parties > 1 and self.gauge.try_reserve(sum(needs)):
+            # every party's rows at once on the kernel threads; the stores take them in order
+            # in this thread (their spill folder is not for two threads)
+            self.held += sum(needs)
+            made = run_tasks(self.workers, parties, rows_of)
+            for q in range(parties):
+                store_rows(q, made[q])
+                made[q] = np.zeros((0, RESULT_COLUMNS), dtype=np.uint64)
+            self._release(sum(needs))
+            return out, count
+        for q in range(parties):
+            size = int(nodes.offset[q + 1] - nodes.offset[q])
+            self._reserve(needs[q], f"the result rows of {size} records of party {q}")
+            store_rows(q, rows_of(q))
+            self._release(needs[q])
         return out, count

@@ -338,6 +338,7 @@ class PairEngine(PartyEngine):
             self.params.match_threshold,
             self._store,
             LocalGauge(self.params.memory_budget_bytes // 2, outer=self._gauge.outer),
+            workers=self.workers,
         )
 
     def _keep_above(self, rows: np.ndarray) -> None:

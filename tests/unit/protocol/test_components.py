@@ -11,6 +11,7 @@ import pytest
 
 from party.protocol._numba_groups import ADJACENCY_BYTES_PER_PAIR, NODE_BYTES
 from party.protocol.components import (
+    RESULT_BYTES_PER_RECORD,
     array_chunks,
     known_keys,
     solve_streamed,
@@ -95,6 +96,7 @@ def _solve(
     chunk: int,
     gauge: LocalGauge | None = None,
     memory_order: bool = False,
+    workers: int = 1,
 ) -> tuple[list[np.ndarray], int]:
     out, count = solve_streamed(
         array_chunks(ends, sims, chunk),
@@ -106,6 +108,7 @@ def _solve(
         gauge or LocalGauge(1 << 30),
         chunk_rows,
         memory_order=memory_order,
+        workers=workers,
     )
     got = []
     for store in out:
@@ -315,3 +318,58 @@ def test_no_pairs(tmp_path: Path) -> None:
         np.zeros((0, 4), np.uint64), np.zeros(0), 3, 2, "guarded", _Stores(tmp_path, 0), 8, 8
     )
     assert count == 0 and [g.shape for g in got] == [(0, 5)] * 3
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+@pytest.mark.parametrize("seed", range(4))
+def test_solver_on_two_threads_equals_one_thread(
+    solver: str, seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The partner lists (counted, filled and sorted per range of nodes) and every party's result
+    rows on two kernel threads, handed even the smallest work: the same rows as one thread and
+    as the whole-run solver; also no pair, one pair, ties (every Dice equal) and a gauge that
+    refuses the parties' rows at once (made one party at a time)."""
+    from party.protocol import threads
+
+    monkeypatch.setattr(threads, "PARALLEL_MIN_WORDS", 1)
+    rng = np.random.default_rng(100 + seed)
+    p = int(rng.integers(2, 6))
+    ends, sims = _pairs(rng, p, records=int(rng.integers(5, 60)), k=int(rng.integers(1, 400)))
+    cases = [(ends, sims), (ends[:0], sims[:0]), (ends[:1], sims[:1])]
+    cases.append((ends, np.full_like(sims, 0.9)))
+    for case_ends, case_sims in cases:
+        want = _whole(case_ends, case_sims, p, 2, solver)
+        records = sum(k.size for k in known_keys(case_ends, p))
+
+        class RefusingAllRows(LocalGauge):
+            refused = RESULT_BYTES_PER_RECORD * records or -1  # every party's rows at once
+
+            def try_reserve(self, nbytes: int) -> bool:
+                return nbytes != self.refused and super().try_reserve(nbytes)
+
+        for memory_order, gauge_class in (
+            (True, LocalGauge),
+            (False, LocalGauge),
+            (True, RefusingAllRows),
+        ):
+            for workers in (1, 2):
+                stores = _Stores(tmp_path, 1 << 30)
+                gauge = gauge_class(1 << 30)
+                got, count = _solve(
+                    case_ends,
+                    case_sims,
+                    p,
+                    2,
+                    solver,
+                    stores,
+                    7,
+                    50,
+                    gauge=gauge,
+                    memory_order=memory_order,
+                    workers=workers,
+                )
+                for q in range(p):
+                    np.testing.assert_array_equal(got[q], want[q])
+                assert count == len({int(x) for t in want for x in t[:, 0]})
+                assert stores.gauge.held == 0 and gauge.held == 0
+                stores.folder.close()

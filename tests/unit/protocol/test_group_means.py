@@ -21,7 +21,7 @@ def test_every_partner_list_is_sorted_in_place(seed: int) -> None:
     want = partners.copy()
     for v in range(lengths.size):
         want[starts[v] : starts[v + 1]] = np.sort(want[starts[v] : starts[v + 1]])
-    sort_partners(starts, partners)
+    sort_partners(starts, partners, 0, starts.shape[0] - 1)
     np.testing.assert_array_equal(partners, want)
 
 

@@ -473,7 +473,9 @@ def _result_rows(engine) -> list[np.ndarray]:  # type: ignore[no-untyped-def]
     return out
 
 
-@pytest.mark.parametrize("case", ["many chunks", "large chunks", "no match", "ties", "refused rows"])
+@pytest.mark.parametrize(
+    "case", ["many chunks", "large chunks", "no match", "ties", "refused rows"]
+)
 def test_pairs_kept_on_the_keeper_thread_equal_one_thread(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -495,7 +497,9 @@ def test_pairs_kept_on_the_keeper_thread_equal_one_thread(
     if case == "ties":
         tables = [
             EncodedRecords(
-                t.record_ids, t.filters[np.arange(len(t.record_ids)) % 3], t.filter_bits,
+                t.record_ids,
+                t.filters[np.arange(len(t.record_ids)) % 3],
+                t.filter_bits,
                 t.block_digests,
             )
             for t in tables
