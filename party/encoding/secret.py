@@ -81,12 +81,12 @@ def _raw_key(data: bytes) -> bytes:
     A text editor's newline after the key is dropped; 32 random bytes whose last is a newline
     (1 draw of ``head -c 32 /dev/urandom`` in 256) keep it as key material.
     """
-    cut = [data[:-2]] if data.endswith(b"\r\n") else []
-    cut += [data[:-1]] if data.endswith(b"\n") else []
-    long_enough = [key for key in cut if len(key) >= MIN_KEY_BYTES]
-    if long_enough:
-        return long_enough[0]
-    return data if len(data) >= MIN_KEY_BYTES else (cut or [data])[0]
+    for end in (b"\r\n", b"\n"):
+        if data.endswith(end) and len(data) - len(end) >= MIN_KEY_BYTES:
+            return data[: -len(end)]
+    if len(data) >= MIN_KEY_BYTES:
+        return data
+    return data.removesuffix(b"\r\n") if data.endswith(b"\r\n") else data.removesuffix(b"\n")
 
 
 def _as_text(data: bytes) -> str | None:
