@@ -45,6 +45,7 @@ from party.protocol._numba_blocks import (
     rows_in_blocks,
     strictly_increasing,
 )
+from party.protocol._numba_ring import step_rows
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -93,12 +94,12 @@ from party.protocol.ring import (
     sub_mod64,
     validate_message,
 )
+from party.protocol.ring_cursor import RingCursor
 from party.protocol.segments import SegmentShare, pseudonyms_in_order, validate_share
 from party.protocol.spill import (
     LocalGauge,
     MemoryGauge,
     RowStore,
-    SortedCursor,
     SpillFolder,
     count_at_most,
 )
@@ -234,8 +235,8 @@ class PartyEngine:
         self._survivors: RowStore | None = None  # (pseudonyms..., c), sorted by pseudonyms
         self._sent: RowStore | None = None  # initiator: (pseudonyms..., mask_c, mask_x)
         self._sent_rows = 0
-        self._sent_cursor: SortedCursor | None = None
-        self._own_cursor: SortedCursor | None = None
+        self._sent_cursor: RingCursor | None = None
+        self._own_cursor: RingCursor | None = None
         self._ring_out: RowStore | None = None  # (pseudonyms..., c_masked, x_masked)
         self._piped_rows = -1  # pipelined ring step: rows passed on so far (-1: not started)
         self._ring_closed = False  # pipelined ring step: ring_step_close ran
@@ -810,7 +811,7 @@ class PartyEngine:
                 )
             sent.finish()
             survivors.close()  # the initiator needs its survivors no more
-            self._sent_cursor = SortedCursor(sent.chunks(self._chunk_rows(p + 2)), p)
+            self._sent_cursor = RingCursor(sent.chunks(self._chunk_rows(p + 2)), p)
             if empty:
                 yield _empty_ring(0, p)
             self.timings["ring"] = time.perf_counter() - t0
@@ -876,7 +877,7 @@ class PartyEngine:
             self._piped_rows = 0
         else:
             self._ring_out = self._store(p + 2, "ring-out")
-        self._own_cursor = SortedCursor(self._survivors.chunks(self._chunk_rows(p + 1)), p)
+        self._own_cursor = RingCursor(self._survivors.chunks(self._chunk_rows(p + 1)), p)
 
     def _ring_step_rows(self, incoming: RingMessage) -> np.ndarray:
         """The outgoing rows (pseudonyms..., c_masked, x_masked) of one incoming chunk."""
@@ -897,11 +898,13 @@ class PartyEngine:
                 self._own_cursor.rewind()
                 raise
         self._advance_ring(incoming)
-        cand = incoming.candidates[ia]
+        # the held rows' pseudonyms are the incoming ones: (pseudonyms, c + c_i, x) compiled,
+        # then x + x_i
         out = np.empty((ia.size, p + 2), dtype=np.uint64)
-        out[:, :p] = cand
-        out[:, p] = add_mod64(incoming.c_masked[ia], own[:, p]) if ia.size else 0
-        out[:, p + 1] = add_mod64(incoming.x_masked[ia], self._own_x(cand[:, self.index]))
+        step_rows(own, ia, incoming.c_masked, incoming.x_masked, p, out)
+        x = out[:, p + 1]
+        with np.errstate(over="ignore"):
+            np.add(x, self._own_x(out[:, self.index]), out=x)
         self.timings["ring"] = self.timings.get("ring", 0.0) + time.perf_counter() - t0
         return out
 
@@ -938,7 +941,7 @@ class PartyEngine:
         self.ring_step_end()
         return _concat_ring(list(self.ring_out_chunks()), self.parties)
 
-    def _require_unfinished_ring(self) -> SortedCursor:
+    def _require_unfinished_ring(self) -> RingCursor:
         if self.index != 0:
             raise StateError(
                 f"party {self.index} is not the initiator; only party 0 finishes the ring"

@@ -1,0 +1,92 @@
+"""RingCursor (the ring's compiled cursor) answers what SortedCursor answers, rewind included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from party.protocol.ring import unique_sorted_rows
+from party.protocol.ring_cursor import RingCursor
+from party.protocol.spill import SortedCursor
+
+
+def _stream(rng: np.random.Generator, rows: int, k: int, extra: int, span: int) -> np.ndarray:
+    """Strictly increasing rows of k key columns (small values: many ties in column 0) and
+    ``extra`` payload columns."""
+    keys = rng.integers(0, span, size=(rows, k), dtype=np.uint64)
+    keys = keys[unique_sorted_rows(keys)]
+    payload = rng.integers(0, 2**64 - 1, size=(keys.shape[0], extra), dtype=np.uint64)
+    return np.ascontiguousarray(np.column_stack([keys, payload]).astype(np.uint64))
+
+
+def _queries(rng: np.random.Generator, stream: np.ndarray, k: int, span: int) -> list[np.ndarray]:
+    """Increasing query chunks, each above the last: rows of the stream and rows not in it."""
+    others = rng.integers(0, span, size=(stream.shape[0] // 2 + 1, k), dtype=np.uint64)
+    pool = np.concatenate([stream[rng.random(stream.shape[0]) < 0.6, :k], others])
+    pool = pool[unique_sorted_rows(pool)]
+    cuts = np.sort(rng.integers(0, pool.shape[0] + 1, size=rng.integers(0, 12)))
+    return [np.ascontiguousarray(q) for q in np.split(pool, cuts)]
+
+
+def _chunks(rng: np.random.Generator, rows: np.ndarray) -> list[np.ndarray]:
+    cuts = np.sort(rng.integers(0, rows.shape[0] + 1, size=rng.integers(0, 10)))
+    return [c for c in np.split(rows, cuts) if c.shape[0]]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_same_positions_and_rows_as_sorted_cursor(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    k = int(rng.integers(1, 4))
+    span = int(rng.choice([3, 20, 2**40]))
+    stream = _stream(rng, int(rng.integers(0, 300)), k, int(rng.integers(0, 3)), span)
+    queries = _queries(rng, stream, k, span)
+    chunks = _chunks(rng, stream)
+    plain, fast = SortedCursor(iter(chunks), k), RingCursor(iter(chunks), k)
+    for q in queries:
+        want, got = plain.match(q), fast.match(q)
+        assert got[0].tolist() == want[0].tolist()
+        assert got[1].shape[0] == want[1].shape[0]
+        assert got[1].tolist() == want[1].tolist()
+        assert got[0].dtype == np.int64 and got[1].dtype == np.uint64
+
+
+def test_empty_stream_and_empty_queries() -> None:
+    fast = RingCursor(iter([]), 2)
+    for q in (np.zeros((0, 2), np.uint64), np.array([[1, 2]], np.uint64)):
+        ia, found = fast.match(q)
+        assert ia.size == 0 and found.shape == (0, 0)
+    rows = np.array([[1, 1, 7], [2, 0, 8]], dtype=np.uint64)
+    fast = RingCursor(iter([rows]), 2)
+    ia, found = fast.match(np.zeros((0, 2), np.uint64))
+    assert ia.size == 0 and found.shape == (0, 0)
+    ia, found = fast.match(np.array([[0, 5], [1, 1]], np.uint64))
+    assert ia.tolist() == [1] and found.tolist() == [[1, 1, 7]]
+
+
+def test_query_ending_on_a_chunks_last_row_then_the_next_chunk() -> None:
+    """The window ends exactly where a query does: the next query reads the next chunk."""
+    rows = np.arange(12, dtype=np.uint64).reshape(6, 2)
+    fast = RingCursor(iter([rows[:3], rows[3:]]), 1)
+    ia, found = fast.match(np.ascontiguousarray(rows[[0, 2], :1]))
+    assert ia.tolist() == [0, 1] and found.tolist() == rows[[0, 2]].tolist()
+    ia, found = fast.match(np.array([[5], [6], [10]], np.uint64))
+    assert ia.tolist() == [1, 2] and found.tolist() == rows[[3, 5]].tolist()
+    ia, found = fast.match(np.array([[11]], np.uint64))
+    assert ia.size == 0
+
+
+def test_a_rewound_match_reads_the_stream_as_before() -> None:
+    rows = np.arange(1000, dtype=np.uint64).reshape(1000, 1) * np.uint64(2)
+    queries = [rows[[3, 5]], rows[[200, 640, 641]] + np.uint64(1), rows[[641, 999]]]
+    plain = SortedCursor(iter(np.array_split(rows, 9)), 1)
+    want = [plain.match(np.ascontiguousarray(q)) for q in queries]
+    cursor = RingCursor(iter(np.array_split(rows, 9)), 1)
+    for q, (ia, found) in zip(queries, want, strict=True):
+        # a refused query across several chunks (the last one up to the end) is undone
+        cursor.match(np.ascontiguousarray(rows[[int(q[0, 0]) // 2 + 1, 999]]))
+        cursor.rewind()
+        got = cursor.match(np.ascontiguousarray(q))
+        assert got[0].tolist() == ia.tolist() and got[1].tolist() == found.tolist()
+    with pytest.raises(RuntimeError, match="no match to rewind"):
+        cursor.rewind()
+        cursor.rewind()
