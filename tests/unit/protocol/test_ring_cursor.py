@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from party.protocol._numba_ring import pair_ends
 from party.protocol.ring import unique_sorted_rows
 from party.protocol.ring_cursor import RingCursor
 from party.protocol.spill import SortedCursor
@@ -90,3 +91,24 @@ def test_a_rewound_match_reads_the_stream_as_before() -> None:
     with pytest.raises(RuntimeError, match="no match to rewind"):
         cursor.rewind()
         cursor.rewind()
+
+
+@pytest.mark.parametrize("p", [2, 3, 5])
+def test_pair_ends_as_numpy_argmax(p: int) -> None:
+    """The compiled ends of matched rows equal numpy's first / last non-zero column (argmax),
+    rows without a non-zero pseudonym included."""
+    rng = np.random.default_rng(p)
+    rows = np.zeros((500, p + 1), dtype=np.uint64)
+    for t in range(rows.shape[0] - 3):
+        a, b = sorted(rng.choice(p, size=2, replace=False))
+        rows[t, a], rows[t, b] = rng.integers(1, 2**64 - 1, size=2, dtype=np.uint64)
+    rows[-2, 1] = 7  # one non-zero column only; the last row has none
+    rows[:, p] = rng.random(rows.shape[0]).view(np.uint64)
+    member = rows[:, :p] != 0
+    a = np.argmax(member, axis=1)
+    b = p - 1 - np.argmax(member[:, ::-1], axis=1)
+    at = np.arange(rows.shape[0])
+    want = np.stack([a.astype(np.uint64), rows[at, a], b.astype(np.uint64), rows[at, b]], 1)
+    got = np.empty((rows.shape[0], 4), dtype=np.uint64)
+    pair_ends(rows, p, got)
+    assert got.tolist() == want.tolist()
