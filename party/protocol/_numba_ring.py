@@ -91,3 +91,24 @@ def pair_ends(rows: np.ndarray, p: int, ends: np.ndarray) -> None:  # pragma: no
         ends[t, 1] = rows[t, a]
         ends[t, 2] = b
         ends[t, 3] = rows[t, b]
+
+
+@jit
+def start_rows(  # pragma: no cover - compiled
+    rows: np.ndarray,
+    mask_c: np.ndarray,
+    mask_x: np.ndarray,
+    p: int,
+    cand: np.ndarray,
+    sent: np.ndarray,
+    c_out: np.ndarray,
+) -> None:
+    """The initiator's hop 0 from its survivors ``rows`` (pseudonyms, c_0) and fresh masks: the
+    candidates, the rows it keeps (pseudonyms, mask_c, mask_x) and c_out = mask_c + c_0 mod 2^64."""
+    for t in range(rows.shape[0]):
+        for c in range(p):
+            cand[t, c] = rows[t, c]
+            sent[t, c] = rows[t, c]
+        sent[t, p] = mask_c[t]
+        sent[t, p + 1] = mask_x[t]
+        c_out[t] = mask_c[t] + rows[t, p]

@@ -45,7 +45,7 @@ from party.protocol._numba_blocks import (
     rows_in_blocks,
     strictly_increasing,
 )
-from party.protocol._numba_ring import step_rows
+from party.protocol._numba_ring import start_rows, step_rows
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -88,7 +88,6 @@ from party.protocol.params import ProtocolParameters
 from party.protocol.records import EncodedTable, validate_table
 from party.protocol.ring import (
     RingMessage,
-    add_mod64,
     random_masks,
     sort_rows,
     sub_mod64,
@@ -799,16 +798,16 @@ class PartyEngine:
             for rows in survivors.chunks(self._chunk_rows(p + 2)):
                 empty = False
                 m = rows.shape[0]
-                cand = np.ascontiguousarray(rows[:, :p])
                 mask_c = random_masks(m, self._random_bytes)
                 mask_x = random_masks(m, self._random_bytes)
-                sent.append(np.column_stack([cand, mask_c, mask_x]))
-                yield RingMessage(
-                    hop=0,
-                    candidates=cand,
-                    c_masked=add_mod64(mask_c, rows[:, p]),
-                    x_masked=add_mod64(mask_x, self._own_x(cand[:, 0])),
-                )
+                cand = np.empty((m, p), dtype=np.uint64)
+                kept = np.empty((m, p + 2), dtype=np.uint64)
+                c_masked = np.empty(m, dtype=np.uint64)
+                start_rows(rows, mask_c, mask_x, p, cand, kept, c_masked)  # compiled, one pass
+                sent.append(kept)
+                with np.errstate(over="ignore"):
+                    x_masked = np.add(mask_x, self._own_x(cand[:, 0]), out=mask_x)
+                yield RingMessage(hop=0, candidates=cand, c_masked=c_masked, x_masked=x_masked)
             sent.finish()
             survivors.close()  # the initiator needs its survivors no more
             self._sent_cursor = RingCursor(sent.chunks(self._chunk_rows(p + 2)), p)

@@ -1,12 +1,13 @@
-"""RingCursor (the ring's compiled cursor) answers what SortedCursor answers, rewind included."""
+"""The ring's compiled loops: RingCursor answers what SortedCursor answers (rewind included); a
+step's and hop 0's rows and the matched pairs' ends equal their numpy formulations."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from party.protocol._numba_ring import pair_ends
-from party.protocol.ring import unique_sorted_rows
+from party.protocol._numba_ring import pair_ends, start_rows, step_rows
+from party.protocol.ring import add_mod64, unique_sorted_rows
 from party.protocol.ring_cursor import RingCursor
 from party.protocol.spill import SortedCursor
 
@@ -112,3 +113,38 @@ def test_pair_ends_as_numpy_argmax(p: int) -> None:
     got = np.empty((rows.shape[0], 4), dtype=np.uint64)
     pair_ends(rows, p, got)
     assert got.tolist() == want.tolist()
+
+
+def _big(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """uint64 values near 2^64 as well as small ones: the sums wrap."""
+    out = rng.integers(0, 2**64 - 1, size=shape, dtype=np.uint64, endpoint=True)
+    out[..., ::3] = np.uint64(2**64 - 1) - out[..., ::3] % np.uint64(5)
+    return out
+
+
+@pytest.mark.parametrize("m", [0, 1, 257])
+def test_step_rows_as_numpy(m: int) -> None:
+    rng = np.random.default_rng(m)
+    p = 3
+    c_in, x_in = _big(rng, m + 5), _big(rng, m + 5)
+    positions = np.sort(rng.choice(m + 5, size=m, replace=False)).astype(np.int64)
+    own = _big(rng, m, p + 1)
+    out = np.empty((m, p + 2), dtype=np.uint64)
+    step_rows(own, positions, c_in, x_in, p, out)
+    assert out[:, :p].tolist() == own[:, :p].tolist()
+    assert out[:, p].tolist() == add_mod64(c_in[positions], own[:, p]).tolist()
+    assert out[:, p + 1].tolist() == x_in[positions].tolist()
+
+
+@pytest.mark.parametrize("m", [0, 1, 300])
+def test_start_rows_as_numpy(m: int) -> None:
+    rng = np.random.default_rng(m + 1)
+    p = 4
+    rows, mask_c, mask_x = _big(rng, m, p + 1), _big(rng, m), _big(rng, m)
+    cand = np.empty((m, p), dtype=np.uint64)
+    sent = np.empty((m, p + 2), dtype=np.uint64)
+    c_out = np.empty(m, dtype=np.uint64)
+    start_rows(rows[:, :], mask_c, mask_x, p, cand, sent, c_out)
+    assert cand.tolist() == rows[:, :p].tolist()
+    assert sent.tolist() == np.column_stack([rows[:, :p], mask_c, mask_x]).tolist()
+    assert c_out.tolist() == add_mod64(mask_c, rows[:, p]).tolist()
