@@ -290,3 +290,45 @@ def group_means(ids: np.ndarray, sims: np.ndarray, groups: int) -> np.ndarray:  
         if hi > lo:
             out[g] = _fsum(by_group, lo, hi, partials) / (hi - lo)
     return out
+
+
+@jit
+def group_by_party(  # pragma: no cover - compiled
+    party: np.ndarray, key: np.ndarray, parties: int, order: np.ndarray, grouped: np.ndarray
+) -> np.ndarray:
+    """A counting sort of pair ends by party: ``grouped`` holds the keys of party 0, then of party
+    1, ... (each in the given order), ``order`` their positions; returns the (parties + 2,)
+    offsets of the groups, the last entry counting the ends whose party is outside the run
+    (left out)."""
+    starts = np.zeros(parties + 2, dtype=np.int64)
+    for i in range(party.shape[0]):
+        q = party[i]
+        if 0 <= q < parties:
+            starts[q + 1] += 1
+        else:
+            starts[parties + 1] += 1
+    for q in range(parties):
+        starts[q + 1] += starts[q]
+    cursor = starts[:parties].copy()
+    for i in range(party.shape[0]):
+        q = party[i]
+        if 0 <= q < parties:
+            grouped[cursor[q]] = key[i]
+            order[cursor[q]] = i
+            cursor[q] += 1
+    return starts
+
+
+@jit
+def place_nodes(  # pragma: no cover - compiled
+    order: np.ndarray,
+    positions: np.ndarray,
+    starts: np.ndarray,
+    offset: np.ndarray,
+    out: np.ndarray,
+) -> None:
+    """out[order[t]] = offset[q] + positions[t] for the grouped ends t of each party q."""
+    for q in range(offset.shape[0] - 1):
+        base = offset[q]
+        for t in range(starts[q], starts[q + 1]):
+            out[order[t]] = base + positions[t]

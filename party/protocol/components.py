@@ -43,11 +43,13 @@ from party.protocol._numba_groups import (
     GroupState,
     count_degrees,
     fill_partners,
+    group_by_party,
     group_means,
     inner_pairs,
     merge_chunk,
     needs_partners,
     number_groups,
+    place_nodes,
     sort_partners,
 )
 from party.protocol.blocks import DigestLookup
@@ -99,6 +101,8 @@ class _Nodes:
         self.lookups = [DigestLookup(k) for k in self.known] if on else []
 
     def of(self, party: np.ndarray, key: np.ndarray) -> np.ndarray:
+        if self.lookups:
+            return self._of_grouped(party, key)
         out = np.empty(party.shape[0], dtype=np.int64)
         for q, keys in enumerate(self.known):
             at = party == q
@@ -116,6 +120,29 @@ class _Nodes:
             out[at] = self.offset[q] + pos
         if np.any((party < 0) | (party >= len(self.known))):
             raise ProtocolError("a matched pair names a party outside the run")
+        return out
+
+    def _of_grouped(self, party: np.ndarray, key: np.ndarray) -> np.ndarray:
+        """``of`` through the hash tables: the ends grouped by party in one compiled pass, one
+        lookup per party, placed back in one pass (the same nodes and errors as ``of``)."""
+        parties, k = len(self.known), party.shape[0]
+        order = np.empty(k, dtype=np.int64)
+        grouped = np.empty(k, dtype=np.uint64)
+        party = np.ascontiguousarray(party, dtype=np.int64)
+        key = np.ascontiguousarray(key, dtype=np.uint64)
+        starts = group_by_party(party, key, parties, order, grouped)
+        positions = np.empty(k, dtype=np.int32)
+        for q in range(parties):
+            lo, hi = int(starts[q]), int(starts[q + 1])
+            if hi == lo:
+                continue
+            pos = positions[lo:hi] = self.lookups[q].positions(grouped[lo:hi])
+            if np.any(pos < 0):
+                raise ProtocolError(f"a matched pair names a record party {q} never shared")
+        if starts[parties + 1]:
+            raise ProtocolError("a matched pair names a party outside the run")
+        out = np.empty(k, dtype=np.int64)
+        place_nodes(order, positions, starts, self.offset, out)
         return out
 
     def party_key(self, node: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

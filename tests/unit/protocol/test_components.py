@@ -12,6 +12,7 @@ import pytest
 from party.protocol._numba_groups import ADJACENCY_BYTES_PER_PAIR, NODE_BYTES
 from party.protocol.components import (
     RESULT_BYTES_PER_RECORD,
+    _Nodes,
     array_chunks,
     known_keys,
     solve_streamed,
@@ -373,3 +374,31 @@ def test_solver_on_two_threads_equals_one_thread(
                 assert count == len({int(x) for t in want for x in t[:, 0]})
                 assert stores.gauge.held == 0 and gauge.held == 0
                 stores.folder.close()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_node_numbers_through_the_tables_equal_the_binary_search(seed: int) -> None:
+    """``_Nodes.of`` with the hash tables (ends grouped by party) gives the nodes the binary
+    search gives, and the same refusals: a key a party never shared (naming the first such
+    party), a party outside the run."""
+    rng = np.random.default_rng(seed)
+    known = [np.unique(rng.integers(1, 2**63, size=int(rng.integers(0, 50)), dtype=np.uint64))]
+    known += [np.unique(rng.integers(1, 2**63, size=40, dtype=np.uint64)) for _ in range(2)]
+    parties = np.concatenate([np.full(k.size, q, np.int64) for q, k in enumerate(known)])
+    keys = np.concatenate(known)
+    pick = rng.integers(0, keys.size, size=int(rng.integers(0, 200)))
+    party, key = parties[pick], keys[pick]
+    plain, tables = _Nodes(known), _Nodes(known)
+    tables.use_lookups(True)
+    assert tables.of(party, key).tolist() == plain.of(party, key).tolist()
+    if party.size:
+        bad_key = key.copy()
+        bad_key[-1] = np.uint64(2**63 + 5)  # never a key
+        bad_party = party.copy()
+        bad_party[0] = 3
+        for p_, k_ in ((party, bad_key), (bad_party, key), (bad_party, bad_key)):
+            with pytest.raises(ProtocolError) as want:
+                plain.of(p_, k_)
+            with pytest.raises(ProtocolError) as got:
+                tables.of(p_, k_)
+            assert str(got.value) == str(want.value)
