@@ -73,3 +73,35 @@ def order_keys(
     shift = _shift(table)
     for i in range(bits.shape[0]):
         out[i] = rank[_slot(table, bits[i], shift)] * high + ends[i]
+
+
+@jit
+def decode_shifts(  # pragma: no cover - compiled
+    part: np.ndarray,
+    before: np.int64,
+    bits: np.int64,
+    values: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    dice: np.ndarray,
+) -> int:
+    """Decode order keys ``rank << 2 bits | a << bits | b`` (increasing) into the pairs' ends and
+    Dice (``values[top - rank]``), a key equal to the one before it (``before`` for the first:
+    the key preceding ``part``, or -1) read once; returns the pairs written."""
+    low = (np.int64(1) << bits) - 1
+    two = 2 * bits
+    both = (np.int64(1) << two) - 1
+    top = values.shape[0] - 1
+    n = 0
+    prev = before
+    for i in range(part.shape[0]):
+        v = part[i]
+        if v == prev:
+            continue
+        prev = v
+        ends = v & both
+        a[n] = ends >> bits
+        b[n] = ends & low
+        dice[n] = values[top - (v >> two)]
+        n += 1
+    return n

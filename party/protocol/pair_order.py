@@ -17,7 +17,7 @@ the same order in 8 bytes per pair instead:
   forms order the pairs alike). Equal values (the same pair twice) are read once, as the sorted
   store's de-duplication does;
 - ``chunks`` reads (a, b, Dice) back in that order, a bounded number at a time (the first form
-  by shifts and masks, no division).
+  by shifts and masks in one compiled pass, ``_numba_order.decode_shifts``; no division).
 
 Every byte held is reserved on the gauge first and released by ``close``.
 """
@@ -28,7 +28,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
-from party.protocol._numba_order import EMPTY, dice_insert, order_keys
+from party.protocol._numba_order import EMPTY, decode_shifts, dice_insert, order_keys
 from party.protocol.spill import MemoryGauge
 
 #: Bytes per pair while pairs arrive (ends as int64 key, Dice float64).
@@ -163,22 +163,25 @@ class MemoryOrder:
         order, values = self._order, self._values
         top = values.size - 1
         rows = max(1, int(rows))
-        two = np.int64(2 * self._bits)
         high, n = np.int64(self._high), np.int64(self.nodes)
         for lo in range(0, order.shape[0], rows):
             part = order[lo : lo + rows]
-            first = np.ones(part.shape[0], dtype=bool)
+            if self._shifts:  # one compiled pass: the ends, the Dice, repeats skipped
+                a = np.empty(part.shape[0], dtype=np.int64)
+                b = np.empty(part.shape[0], dtype=np.int64)
+                dice = np.empty(part.shape[0], dtype=np.float64)
+                before = order[lo - 1] if lo else np.int64(-1)
+                got = decode_shifts(part, before, np.int64(self._bits), values, a, b, dice)
+                yield a[:got], b[:got], dice[:got]
+                continue
+            first = np.ones(part.shape[0], dtype=bool)  # rank * n^2 + a * n + b
             first[1:] = part[1:] != part[:-1]
             if lo:
                 first[0] = part[0] != order[lo - 1]
             if not first.all():
                 part = part[first]
-            if self._shifts:
-                a, b = self._ends(part & np.int64((1 << two) - 1))
-                yield a, b, values[top - (part >> two)]
-            else:
-                pair = part % high
-                yield pair // n, pair % n, values[top - part // high]
+            pair = part % high
+            yield pair // n, pair % n, values[top - part // high]
 
     def _release(self, nbytes: int) -> None:
         self.gauge.release(nbytes)
