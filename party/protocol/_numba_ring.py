@@ -112,3 +112,15 @@ def start_rows(  # pragma: no cover - compiled
         sent[t, p] = mask_c[t]
         sent[t, p + 1] = mask_x[t]
         c_out[t] = mask_c[t] + rows[t, p]
+
+
+@jit
+def own_counts(  # pragma: no cover - compiled
+    positions: np.ndarray, shared_rows: np.ndarray, x: np.ndarray, out: np.ndarray
+) -> None:
+    """out[i] = the 1-bit count x of the record at ``positions[i]`` among the party's pseudonyms
+    (its table row ``shared_rows[position]``), 0 where the position is -1 (no record of its own:
+    a pseudonym 0)."""
+    for i in range(positions.shape[0]):
+        at = positions[i]
+        out[i] = np.uint64(x[shared_rows[at]]) if at >= 0 else np.uint64(0)

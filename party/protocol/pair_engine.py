@@ -37,7 +37,7 @@ import numpy as np
 
 from party.encoding.bits import popcount_rows
 from party.protocol._numba_pairs import merge_partner_range, partner_cuts
-from party.protocol._numba_ring import pair_ends
+from party.protocol._numba_ring import own_counts, pair_ends
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import row_block_indexes, shared_blocks
 from party.protocol.classify import PartyResults, ResolvedMatches
@@ -314,6 +314,11 @@ class PairEngine(PartyEngine):
     # ----------------------------------------------------------------- ring
     def _own_x(self, own_pseudonyms: np.ndarray) -> np.ndarray:
         """This party's records' 1-bit counts for the rows it is a member of, 0 for the others."""
+        if self._known:  # after compare: every pseudonym looked up (0 is none), counts compiled
+            positions = self._known_positions(self.index, own_pseudonyms)
+            counts = np.empty(own_pseudonyms.shape[0], dtype=np.uint64)
+            own_counts(positions, self._shared_rows, self._x, counts)
+            return counts
         out = np.zeros(own_pseudonyms.shape[0], dtype=np.uint64)
         member = own_pseudonyms != 0
         if np.any(member):

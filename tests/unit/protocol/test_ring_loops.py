@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from party.protocol._numba_ring import pair_ends, start_rows, step_rows
+from party.protocol._numba_ring import own_counts, pair_ends, start_rows, step_rows
 from party.protocol.ring import add_mod64, unique_sorted_rows
 from party.protocol.ring_cursor import RingCursor
 from party.protocol.spill import SortedCursor
@@ -148,3 +148,18 @@ def test_start_rows_as_numpy(m: int) -> None:
     assert cand.tolist() == rows[:, :p].tolist()
     assert sent.tolist() == np.column_stack([rows[:, :p], mask_c, mask_x]).tolist()
     assert c_out.tolist() == add_mod64(mask_c, rows[:, p]).tolist()
+
+
+def test_own_counts_as_numpy() -> None:
+    """Each position's record's 1-bit count (through the table rows), 0 at position -1."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 1024, size=50, dtype=np.int64)
+    shared_rows = rng.permutation(50)[:30].astype(np.int64)
+    positions = rng.integers(-1, 30, size=400).astype(np.int64)
+    out = np.empty(400, dtype=np.uint64)
+    own_counts(positions, shared_rows, x, out)
+    want = np.where(positions >= 0, x[shared_rows[np.maximum(positions, 0)]], 0)
+    assert out.tolist() == want.astype(np.uint64).tolist()
+    assert (positions == -1).any() and out[positions == -1].tolist() == [0] * int(
+        (positions == -1).sum()
+    )
