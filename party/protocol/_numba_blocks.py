@@ -699,18 +699,23 @@ def range_entry_keys(
 def rows_of_sorted_keys(keys: np.ndarray, lo: int, hi: int, base: int, starts: np.ndarray) -> int:
     """From the sorted ``range_entry_keys`` of blocks [lo, hi): each distinct key's row (its low 32
     bits) written over the keys from the front, a repeated key once; starts[b] = base + where
-    block b's rows begin, for b in [lo, hi). Returns how many rows (keys.size when none repeats)."""
-    m = keys.shape[0]
-    w = 0
-    j = 0
-    prev = np.int64(-1)
+    block b's rows begin, for b in [lo, hi). Returns how many rows (keys.size when none repeats).
+    Two passes without a branch per key or block (most blocks hold 0 or 1 row of a party, at
+    random): each block's rows counted in ``starts`` as the keys are read, then summed up."""
     for b in range(lo, hi):
-        starts[b] = base + w
-        while j < m and (keys[j] >> 32) == b:
-            x = keys[j]
-            if x != prev:
-                keys[w] = x & 0xFFFFFFFF
-                w += 1
-            prev = x
-            j += 1
+        starts[b] = 0
+    w = 0
+    prev = np.int64(-1)
+    for j in range(keys.shape[0]):
+        x = keys[j]
+        kept = int(x != prev)
+        keys[w] = x & 0xFFFFFFFF  # w <= j: a slot already read
+        w += kept
+        starts[x >> 32] += kept
+        prev = x
+    at = np.int64(base)
+    for b in range(lo, hi):
+        count = starts[b]
+        starts[b] = at
+        at += count
     return w

@@ -117,23 +117,46 @@ def count_keys(x0, x1, lo, hi, starts_a, rows_a, starts_b, whole, check):  # typ
 def emit_keys(x0, x1, lo, hi, starts_a, rows_a, starts_b, rows_b, whole, check, out):  # type: ignore[no-untyped-def]
     """Write ``ra << 32 | rb`` for every a row ra in [lo, hi) and b row rb of each whole block of
     x0..x1-1 (``check``: look ``whole`` up, else every block is whole) to ``out``, block by
-    block; returns how many (``out`` must hold them)."""
+    block; returns how many (``out`` must hold them, as ``count_keys`` counts; one slot past them
+    may be written over).
+
+    Most blocks of multi-pass blocking hold one row of each party: every block's first pair is
+    written at the next slot whatever the block holds and the slot taken only when that is the
+    block's one pair (no branch on a block's sizes); the other blocks (several pairs) are walked
+    row by row after it, over that slot. The loop ends once ``out`` is full, so a written slot
+    is never overwritten."""
+    n = out.shape[0]
+    if n == 0:
+        return 0
+    last_a = rows_a.shape[0] - 1  # >= 0: some block holds a pair
+    last_b = rows_b.shape[0] - 1
     k = 0
+    a1 = starts_a[x0]
+    b1 = starts_b[x0]
     for x in range(x0, x1):
-        if check and not whole[x]:
-            continue
-        b0 = starts_b[x]
+        a0 = a1
+        b0 = b1
+        a1 = starts_a[x + 1]
         b1 = starts_b[x + 1]
-        if b0 == b1:
-            continue
-        for y in range(starts_a[x], starts_a[x + 1]):
-            ra = rows_a[y]
-            if ra < lo or ra >= hi:
-                continue
-            high = np.uint64(ra) << np.uint64(32)
-            for z in range(b0, b1):
-                out[k] = high | np.uint64(rows_b[z])
-                k += 1
+        na = a1 - a0
+        nb = b1 - b0
+        ra = rows_a[min(a0, last_a)]
+        out[k] = (np.uint64(ra) << np.uint64(32)) | np.uint64(rows_b[min(b0, last_b)])
+        one = (na == 1) & (nb == 1) & (ra >= lo) & (ra < hi)
+        if check:
+            one = one & whole[x]
+        k += int(one)
+        if na * nb > 1 and (not check or whole[x]):
+            for y in range(a0, a1):
+                ra = rows_a[y]
+                if ra < lo or ra >= hi:
+                    continue
+                high = np.uint64(ra) << np.uint64(32)
+                for z in range(b0, b1):
+                    out[k] = high | np.uint64(rows_b[z])
+                    k += 1
+        if k == n:
+            break
     return k
 
 
@@ -171,17 +194,16 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
     col_a,
     col_b,
     parties,
+    out,
 ):
     """The kept pairs of the keys[starts[r]:ends[r]] of every run r (each sorted; module
-    docstring). Returns (rows (k, parties + 1) uint64 in key order, kept with duplicates,
-    distinct pairs evaluated)."""
+    docstring), written as rows to ``out`` ((m, parties + 1) uint64, m at least the runs' keys:
+    a row per distinct pair at most) in key order. Returns (rows written, kept with duplicates,
+    distinct pairs evaluated). The caller allocates ``out`` (numpy: large arrays on huge pages,
+    only the rows written ever touched) instead of a buffer grown and copied here."""
     w = seg_a.shape[1]
     runs = starts.shape[0]
     heads = starts.copy()
-    total = 0
-    for r in range(runs):
-        total += ends[r] - starts[r]
-    out = np.empty((min(total, 1024 + total // 8), parties + 1), dtype=np.uint64)
     written = 0
     with_duplicates = 0
     evaluated = 0
@@ -251,10 +273,6 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
             c += _popcnt64(seg_a[ra, k] & seg_b[rb, k])  # type: ignore[call-arg]
         if c < need:
             continue
-        if written == out.shape[0]:  # at most one row per distinct pair: grow by half
-            more = np.empty((written + written // 2 + 1, parties + 1), dtype=np.uint64)
-            more[:written] = out
-            out = more
         for q in range(parties):
             out[written, q] = 0
         out[written, col_a] = keys_a[ra]
@@ -262,7 +280,7 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
         out[written, parties] = c
         written += 1
         with_duplicates += shared
-    return out[:written].copy(), with_duplicates, evaluated
+    return written, with_duplicates, evaluated
 
 
 @jit

@@ -387,9 +387,16 @@ class PairPlan:
 
         run_tasks(workers, parts, emit)
         bounds = _run_bounds(keys, at, parts)
-        return run_tasks(
-            workers, parts, lambda k: kept_of_runs(keys, bounds[k], bounds[k + 1], *fixed)
-        )
+        width = int(fixed[-1]) + 1  # parties + 1 columns
+
+        def keep(k: int) -> tuple[np.ndarray, int, int]:
+            # a row per key at most: untouched beyond the rows written (the piece's budget
+            # counts a kept row per pair), then the rows copied off so the rest is freed
+            out = np.empty((int((bounds[k + 1] - bounds[k]).sum()), width), dtype=np.uint64)
+            written, repeats, evaluated = kept_of_runs(keys, bounds[k], bounds[k + 1], *fixed, out)
+            return (out if written == out.shape[0] else out[:written].copy()), repeats, evaluated
+
+        return run_tasks(workers, parts, keep)
 
     def sub_block_pairs(self) -> Iterator[np.ndarray]:
         """The candidate pairs of the sub-blocked blocks, one (k, 2) array per sub-block."""

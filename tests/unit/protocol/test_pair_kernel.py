@@ -245,6 +245,41 @@ def test_row_visits_equal_a_plain_count(check: bool) -> None:
     assert out[5:290].tolist() == want[5:290] and set(out[:5].tolist() + out[290:].tolist()) == {-7}
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_emit_keys_equal_a_plain_walk_of_the_blocks(seed: int) -> None:
+    """The keys of every whole block of a range of blocks, a's rows in [lo, hi), block by block:
+    blocks of one row each (most), empty for a, b or both (also the last blocks, past the rows),
+    several rows, non-whole blocks when checked; ``out`` exactly as long as the keys, a slot past
+    it untouched; ``count_keys`` counts them."""
+    from party.protocol._numba_pairs import count_keys, emit_keys
+
+    rng = np.random.default_rng(40 + seed)
+    blocks = int(rng.integers(1, 60))
+    sizes_a = rng.choice([0, 1, 1, 1, 2, 3], size=blocks)
+    sizes_b = rng.choice([0, 1, 1, 1, 2, 4], size=blocks)
+    sizes_a[-1], sizes_b[-2 if blocks > 1 else -1] = 0, 0  # the last blocks past the rows
+    starts_a = np.concatenate([[0], np.cumsum(sizes_a)]).astype(np.int64)
+    starts_b = np.concatenate([[0], np.cumsum(sizes_b)]).astype(np.int64)
+    rows_a = rng.integers(0, 20, size=int(starts_a[-1])).astype(np.int64)
+    rows_b = rng.integers(0, 20, size=int(starts_b[-1])).astype(np.int64)
+    whole = rng.random(blocks) < 0.7
+    for check in (False, True):
+        for x0, x1, lo, hi in ((0, blocks, 0, 20), (blocks // 3, blocks, 4, 15), (0, 0, 0, 20)):
+            want = [
+                int(rows_a[y]) << 32 | int(rows_b[z])
+                for x in range(x0, x1)
+                if not check or whole[x]
+                for y in range(starts_a[x], starts_a[x + 1])
+                if lo <= rows_a[y] < hi
+                for z in range(starts_b[x], starts_b[x + 1])
+            ]
+            args = (starts_a, rows_a, starts_b, rows_b, whole, check)
+            assert count_keys(x0, x1, lo, hi, starts_a, rows_a, starts_b, whole, check) == len(want)
+            buf = np.full(len(want) + 1, 7, dtype=np.uint64)
+            assert emit_keys(x0, x1, lo, hi, *args, buf[: len(want)]) == len(want)
+            assert buf[: len(want)].tolist() == want and buf[-1] == 7
+
+
 def test_with_a_cap_kept_with_duplicates_counts_whole_blocks_only(threads_always) -> None:  # type: ignore[no-untyped-def]
     """Kept pairs counted once per whole block they share (non-whole blocks not counted)."""
     rng = np.random.default_rng(7)
@@ -326,10 +361,13 @@ def test_kept_of_runs_merges_runs_and_counts_repeats_across_them() -> None:
     at = np.cumsum([0] + [len(r) for r in runs])
     keys_a = np.array([10, 11, 12], dtype=np.uint64)
     keys_b = np.array([20, 21, 22], dtype=np.uint64)
-    rows, dup, evaluated = kept_of_runs(
+    out = np.full((keys.size, 3), 99, dtype=np.uint64)
+    written, dup, evaluated = kept_of_runs(
         keys, at[:-1].astype(np.int64), at[1:].astype(np.int64), seg_a, seg_b, pop_a, pop_b,
-        table, keys_a, keys_b, 0, 1, 2,
+        table, keys_a, keys_b, 0, 1, 2, out,
     )  # fmt: skip
+    rows = out[:written]
+    assert np.all(out[written:] == 99)  # nothing written past the kept rows
     want = {}
     count: dict[tuple[int, int], int] = {}
     for run in runs:
