@@ -401,14 +401,18 @@ def test_a_solver_refused_while_the_ring_returns_solves_at_the_end(
     assert "add" in calls[calls.index("start", 1) :]  # it took the pairs from the store
 
 
-@pytest.mark.parametrize("case", ["many blocks", "one block", "no shared block", "ties"])
+@pytest.mark.parametrize(
+    "case", ["many blocks", "one row per block", "one block", "no shared block", "ties"]
+)
 @pytest.mark.parametrize("p", [2, 3, 4])
 def test_survivors_on_two_threads_equal_one_thread(case: str, p: int, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Every threaded step of the comparison (segments' popcounts, block indexes, the plans' pass
     over the blocks, the pair kernel's ranges, the partner merge) handed even the smallest work:
     the same survivor rows in the same order and the same stats as one thread. Cases: many
-    blocks, every record in one block, no block shared by two parties (nothing to compare),
-    and ties (a few distinct filters: many pairs with equal counts)."""
+    blocks, most blocks holding one row of each party (an entity's own digest beside a coarse
+    one: the pair kernel's one-pair blocks, pairs found in several blocks), every record in one
+    block, no block shared by two parties (nothing to compare), and ties (a few distinct
+    filters: many pairs with equal counts)."""
     import random
 
     from party.encoding.records import EncodedRecords
@@ -421,7 +425,13 @@ def test_survivors_on_two_threads_equal_one_thread(case: str, p: int, monkeypatc
     monkeypatch.setattr(kernel_module, "PARALLEL_MIN_PAIRS", 1)
     monkeypatch.setattr(threads_module, "PARALLEL_MIN_WORDS", 1)
     tables = subset_tables(40 + p, p, 160, 0.05)
-    if case != "many blocks":
+    if case == "one row per block":
+        for j, t in enumerate(tables):
+            dig = t.block_digests.copy()
+            entity = np.array([int(r.split("e")[1]) for r in t.record_ids], dtype=np.uint64)
+            dig[:, 0] = 100 + entity  # one row of each party holding the entity
+            tables[j] = EncodedRecords(t.record_ids, t.filters, t.filter_bits, dig)
+    elif case != "many blocks":
         changed = []
         for j, t in enumerate(tables):
             dig = np.zeros_like(t.block_digests)
