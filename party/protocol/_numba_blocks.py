@@ -13,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 from party.numba_jit import jit
 from party.protocol._numba_party_arrays import PartyArrays, u64_item, u64_values
@@ -93,14 +97,50 @@ def fill_sorted(table: np.ndarray, bits: int, haystack: np.ndarray) -> int:
     return reach
 
 
+#: How many needles ahead ``table_positions`` asks for the home slot's cache line: a table of
+#: hundreds of MiB misses the caches on nearly every probe, and a probe's branches (hit at home,
+#: a later slot, a miss) keep the CPU from running far ahead on its own.
+PREFETCH_AHEAD = 16
+
+
+@intrinsic
+def _prefetch(typingctx, array, index):  # type: ignore[no-untyped-def]
+    """Ask the CPU to bring element ``index`` of a 1-D array into its caches (``llvm.prefetch``:
+    no load, never faults, changes no result)."""
+    if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+        return None
+    sig = types.void(array, index)
+
+    def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+        kind = signature.args[0]
+        data = context.make_array(kind)(context, builder, args[0])
+        item = cgutils.get_item_pointer(context, builder, kind, data, [args[1]], wraparound=False)
+        address = builder.bitcast(item, ir.IntType(8).as_pointer())
+        i32 = ir.IntType(32)
+        hint = ir.FunctionType(ir.VoidType(), [address.type, i32, i32, i32])
+        fn = builder.module.declare_intrinsic("llvm.prefetch", [address.type], hint)
+        # read (0), keep in every cache level (3), data (1)
+        builder.call(fn, [address, ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @jit
 def table_positions(table: np.ndarray, bits: int, reach: int, needles: np.ndarray) -> np.ndarray:
     """For each needle (uint64), its index in the table's haystack, or -1 (needle 0: -1).
-    ``reach``: what ``fill_sorted`` returned (-1: the table was filled by ``fill_hashed``)."""
+    ``reach``: what ``fill_sorted`` returned (-1: the table was filled by ``fill_hashed``). The
+    home slot of the needle ``PREFETCH_AHEAD`` places on is prefetched (same results)."""
     mask = (1 << bits) - 1
     shift = np.uint64(64 - bits)
-    out = np.full(needles.shape[0], -1, dtype=np.int32)  # the table holds < 2^31 digests
-    for i in range(needles.shape[0]):
+    n = needles.shape[0]
+    out = np.full(n, -1, dtype=np.int32)  # the table holds < 2^31 digests
+    for i in range(n):
+        if i + PREFETCH_AHEAD < n:
+            ahead = needles[i + PREFETCH_AHEAD]
+            if reach < 0:
+                ahead = ahead * _GOLDEN
+            _prefetch(table, 3 * np.int64(ahead >> shift))  # type: ignore[call-arg]
         k = needles[i]
         if k == 0:
             continue
@@ -277,19 +317,50 @@ def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
 def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Values in both strictly increasing 1-D uint64 arrays (a merge; increasing)."""
     out = np.empty(min(a.shape[0], b.shape[0]), dtype=np.uint64)
-    i = j = k = 0
-    while i < a.shape[0] and j < b.shape[0]:
-        x, y = a[i], b[j]
-        if x < y:
-            i += 1
-        elif y < x:
-            j += 1
-        else:
-            out[k] = x
-            k += 1
-            i += 1
-            j += 1
+    k = _intersect_into(a, 0, b, 0, out, 0)
     return out[:k]
+
+
+@jit
+def _intersect_into(a: np.ndarray, i: int, b: np.ndarray, j: int, out: np.ndarray, k: int) -> int:
+    """Write the values in both a[i:] and b[j:] (strictly increasing) to out[k:]; return the new
+    end. Without branches on the values (random digests would mispredict every other step):
+    each step writes its lower head and keeps it only if the heads are equal."""
+    na, nb = a.shape[0], b.shape[0]
+    while i < na and j < nb:
+        x, y = a[i], b[j]
+        out[k] = x
+        k += x == y
+        i += x <= y
+        j += y <= x
+    return k
+
+
+@jit
+def in_two_of_three(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """Values in at least two of three strictly increasing 1-D uint64 arrays (increasing): a
+    three-way merge with its heads in registers and no branch on the values (each step writes
+    the lowest head, keeps it if two or three heads hold it, and moves the heads holding it);
+    when one array is through, the other two's common values."""
+    na, nb, nc = a.shape[0], b.shape[0], c.shape[0]
+    out = np.empty((na + nb + nc) // 2, dtype=np.uint64)
+    i = j = k = n = 0
+    while i < na and j < nb and k < nc:
+        x, y, z = a[i], b[j], c[k]
+        low = min(x, y, z)
+        in_a, in_b, in_c = x == low, y == low, z == low
+        out[n] = low
+        n += int(in_a) + int(in_b) + int(in_c) >= 2
+        i += in_a
+        j += in_b
+        k += in_c
+    if i >= na:
+        n = _intersect_into(b, j, c, k, out, n)
+    elif j >= nb:
+        n = _intersect_into(a, i, c, k, out, n)
+    else:
+        n = _intersect_into(a, i, b, j, out, n)
+    return out[:n].copy()
 
 
 def in_two_or_more(arrays: Sequence[np.ndarray]) -> np.ndarray:
@@ -307,6 +378,10 @@ def values_in_two_or_more(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
     p = at.shape[0]
     if p == 2:  # their common values: one merge
         return intersect_sorted(u64_values(at, rows, 0), u64_values(at, rows, 1))
+    if p == 3:  # the heads in registers
+        return in_two_of_three(
+            u64_values(at, rows, 0), u64_values(at, rows, 1), u64_values(at, rows, 2)
+        )
     heads = np.zeros(p, dtype=np.int64)
     head = np.zeros(p, dtype=np.uint64)
     live = np.empty(p, dtype=np.int64)

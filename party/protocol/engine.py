@@ -39,13 +39,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from party.encoding.bits import popcount_rows, slice_bits
+from party.encoding.bits import popcount_rows
 from party.protocol._numba_blocks import (
     block_sizes,
     rows_in_blocks,
     strictly_increasing,
 )
 from party.protocol._numba_ring import start_rows, step_rows
+from party.protocol._numba_segments import cut_segments
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -341,21 +342,21 @@ class PartyEngine:
         )
 
     def _segment(self, j: int) -> np.ndarray:
+        return self._segments([j])[0]
+
+    def _segments(self, targets: list[int]) -> np.ndarray:
+        """(len(targets), shared rows, words) uint64: segment ``targets[t]`` of every shared
+        record, in pseudonym order (``cut_segments``: each filter row read once for all)."""
         if self._filters_freed:
             raise StateError("this party's filters were freed when its comparison ended")
-        a = j * self.segment_bits
         rows = self._shared_rows
         filters = self._records.filters
-        step = max(1, CHUNK_BYTES * 16 // max(1, filters.shape[1] * 8))
         words = -(-self.segment_bits // 64)
-        out = np.empty((rows.size, words), dtype=np.uint64)
+        out = np.empty((len(targets), rows.size, words), dtype=np.uint64)
+        starts = np.array([j * self.segment_bits for j in targets], dtype=np.int64)
 
-        def cut(first: int, last: int) -> None:
-            # a chunk of the filters at a time, not all of them; ranges of rows on the threads
-            # (numpy's gathers and shifts release the GIL)
-            for lo in range(first, last, step):
-                hi = min(last, lo + step)
-                out[lo:hi] = slice_bits(filters[rows[lo:hi]], a, a + self.segment_bits)
+        def cut(first: int, last: int) -> None:  # ranges of rows on the threads (nogil loop)
+            cut_segments(filters, rows, starts, self.segment_bits, out, first, last)
 
         run_split(self.workers, int(rows.size), cut, words=int(rows.size) * filters.shape[1])
         return out
@@ -370,6 +371,8 @@ class PartyEngine:
         # the pseudonyms and positions are the same for every target: read-only views, not copies
         pseudonyms = _read_only(self._pseudonyms)
         positions = _read_only(self._positions[self.index])
+        targets = [j for j in range(self.parties) if j != self.index]
+        segments = self._segments(targets)
         return [
             SegmentShare(
                 source=self.index,
@@ -377,10 +380,9 @@ class PartyEngine:
                 segment_bits=self.segment_bits,
                 pseudonyms=pseudonyms,
                 block_positions=positions,
-                segments=self._segment(j),
+                segments=segments[t],
             )
-            for j in range(self.parties)
-            if j != self.index
+            for t, j in enumerate(targets)
         ]
 
     def receive_share(self, share: SegmentShare, held_bytes: int = 0) -> None:
