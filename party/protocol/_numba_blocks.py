@@ -314,6 +314,20 @@ def block_sizes(pos: np.ndarray, blocks: int) -> np.ndarray:
 
 
 @jit
+def distinct_nonzero_in_place(ordered: np.ndarray) -> int:
+    """Move the distinct non-zero values of a sorted 1-D uint64 array to its front, in order;
+    return how many there are (the zeros sort first and read as the value before the first)."""
+    kept = 0
+    before = np.uint64(0)
+    for t in range(ordered.shape[0]):
+        value = ordered[t]
+        ordered[kept] = value
+        kept += value != before
+        before = value
+    return kept
+
+
+@jit
 def intersect_sorted(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Values in both strictly increasing 1-D uint64 arrays (a merge; increasing)."""
     out = np.empty(min(a.shape[0], b.shape[0]), dtype=np.uint64)

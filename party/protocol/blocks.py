@@ -27,6 +27,7 @@ from party.protocol._numba_blocks import (
     csr_count,
     csr_fill,
     csr_keys,
+    distinct_nonzero_in_place,
     fill_hashed,
     fill_sorted,
     in_two_or_more,
@@ -121,9 +122,15 @@ def lookup_digests(haystack: np.ndarray, needles: np.ndarray) -> tuple[np.ndarra
 
 
 def distinct_digests(digests: np.ndarray) -> np.ndarray:
-    """Sorted distinct non-zero digests of an (n, B) uint64 digest matrix."""
-    flat = np.asarray(digests, dtype=np.uint64).ravel()
-    return sorted_unique(flat[flat != 0])
+    """Sorted distinct non-zero digests of an (n, B) uint64 digest matrix.
+
+    One sorted copy of every digest, zeros included (they sort first), is compacted in place
+    (``distinct_nonzero_in_place``) and its buffer shrunk to what is kept: no mask, no second
+    array."""
+    ordered = np.sort(np.asarray(digests, dtype=np.uint64).ravel())  # a new array, ours alone
+    kept = distinct_nonzero_in_place(ordered)
+    ordered.resize(kept, refcheck=False)  # no view of it exists: shrinks the buffer in place
+    return ordered
 
 
 def common_blocks(digest_sets: Sequence[np.ndarray]) -> np.ndarray:

@@ -116,3 +116,26 @@ def test_outgoing_shares_carry_slice_bits_of_the_shared_rows(
             assert s.segments.flags.c_contiguous
             assert np.array_equal(s.segments, slice_bits(rows, a, a + 50))
         e.close()
+
+
+@pytest.mark.parametrize("case", ["random", "all zero", "no zero", "empty", "one row"])
+def test_distinct_digests_equal_a_plain_set(case: str) -> None:
+    """Zeros (never a block), repeats within and across rows, 2^64 - 1; empty and one-row tables."""
+    from party.protocol.blocks import distinct_digests
+
+    rng = np.random.default_rng(3)
+    digests = rng.integers(0, 50, size=(200, 4), dtype=np.uint64)
+    digests[7, 2] = _TOP
+    if case == "all zero":
+        digests[:] = 0
+    elif case == "no zero":
+        digests += np.uint64(1)
+    elif case == "empty":
+        digests = digests[:0]
+    elif case == "one row":
+        digests = np.array([[5, 0, 5, 3]], dtype=np.uint64)
+    want = sorted({int(d) for d in digests.ravel().tolist() if d})
+    got = distinct_digests(digests)
+    assert got.dtype == np.uint64 and got.ndim == 1 and got.tolist() == want
+    got[:] = 0  # a new array: the table's digests are not touched
+    assert case in ("all zero", "empty") or digests.any()
