@@ -9,28 +9,17 @@ positions and rows, the same ``rewind``), with one compiled merge per window
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import numpy as np
 
 from party.protocol._numba_ring import merge_window
+from party.protocol.spill import SortedCursor
 
 
-class RingCursor:
+class RingCursor(SortedCursor):
     """Finds, in a sorted unique row stream, the rows whose first ``key_columns`` columns appear
     in increasing query chunks (every chunk strictly increasing and above the previous chunk's
-    last row: the caller checks); the stream is read forward once, one chunk in memory at a time."""
-
-    def __init__(self, chunks: Iterator[np.ndarray], key_columns: int) -> None:
-        self._source = chunks
-        self.k = key_columns
-        self._window: np.ndarray | None = None
-        self._done = False
-        self._back: list[np.ndarray] = []  # chunks given back by rewind, read again first
-        self._undo: tuple[np.ndarray | None, bool, list[np.ndarray]] | None = None
-
-    def _next_chunk(self) -> np.ndarray | None:
-        return self._back.pop() if self._back else next(self._source, None)
+    last row: the caller checks); the stream is read forward once, one chunk in memory at a time.
+    Reads, windows and ``rewind`` as ``SortedCursor``; ``match`` compiled."""
 
     def match(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions in ``query`` found in the stream, the stream's rows for them), in order;
@@ -57,11 +46,3 @@ class RingCursor:
         if found is None:
             return np.zeros(0, dtype=np.int64), np.zeros((0, 0), dtype=np.uint64)
         return positions[:at], found[:at]
-
-    def rewind(self) -> None:
-        """Undo the last ``match`` (its query was refused): the stream reads as before it."""
-        if self._undo is None:
-            raise RuntimeError("no match to rewind")
-        self._window, self._done, read = self._undo
-        self._back.extend(reversed(read))  # popped from the end: read again in order
-        self._undo = None

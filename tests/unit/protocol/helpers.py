@@ -11,6 +11,15 @@ from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
 
 
+def plain_two_or_more(arrays: list[np.ndarray]) -> list[int]:
+    """The values present in at least two of the arrays, counted in plain Python (sorted)."""
+    count: dict[int, int] = {}
+    for a in arrays:
+        for v in a.tolist():
+            count[v] = count.get(v, 0) + 1
+    return sorted(v for v, k in count.items() if k >= 2)
+
+
 def random_table(
     rng: np.random.Generator,
     n: int,

@@ -12,17 +12,9 @@ from party.protocol._numba_blocks import in_two_of_three, in_two_or_more, inters
 from party.protocol._numba_segments import cut_segments
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
-from tests.unit.protocol.helpers import random_table
+from tests.unit.protocol.helpers import plain_two_or_more, random_table
 
 _TOP = 2**64 - 1
-
-
-def _plain_two_or_more(arrays: list[np.ndarray]) -> list[int]:
-    count: dict[int, int] = {}
-    for a in arrays:
-        for v in a.tolist():
-            count[v] = count.get(v, 0) + 1
-    return sorted(v for v, k in count.items() if k >= 2)
 
 
 @pytest.mark.parametrize("through_first", [0, 1, 2])
@@ -37,7 +29,7 @@ def test_two_of_three_equals_a_plain_count(through_first: int, seed: int) -> Non
             tail = np.array([5000, 5001 + j, 6000, _TOP], dtype=np.uint64)
             arrays[j] = np.unique(np.concatenate([arrays[j], tail]))
     arrays[seed % 3] = np.unique(np.concatenate([arrays[seed % 3], np.zeros(1, np.uint64)]))
-    want = _plain_two_or_more(arrays)
+    want = plain_two_or_more(arrays)
     got = in_two_of_three(*arrays)
     assert got.dtype == np.uint64 and got.tolist() == want
     assert in_two_or_more(arrays).tolist() == want  # P = 3 takes this loop

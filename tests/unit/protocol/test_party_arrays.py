@@ -7,18 +7,11 @@ import numpy as np
 import pytest
 
 from party.protocol.kernel import HAVE_NUMBA, StageCounts, compare_block_batch, plan_blocks
+from tests.unit.protocol.helpers import plain_two_or_more
 
 pytestmark = pytest.mark.skipif(not HAVE_NUMBA, reason="the compiled loops need numba")
 
 _TOP = np.uint64(2**64 - 1)
-
-
-def _plain_two_or_more(arrays: list[np.ndarray]) -> list[int]:
-    count: dict[int, int] = {}
-    for a in arrays:
-        for v in a.tolist():
-            count[v] = count.get(v, 0) + 1
-    return sorted(v for v, k in count.items() if k >= 2)
 
 
 @pytest.mark.parametrize("parties", [1, 2, 3, 4, 5, 7])
@@ -37,7 +30,7 @@ def test_in_two_or_more_equals_a_plain_count(parties: int, seed: int) -> None:
             a = a[:0]  # every other party without values
         arrays.append(np.unique(a))
     got = in_two_or_more(arrays)
-    assert got.dtype == np.uint64 and got.tolist() == _plain_two_or_more(arrays)
+    assert got.dtype == np.uint64 and got.tolist() == plain_two_or_more(arrays)
 
 
 def test_in_two_or_more_of_nothing_and_of_one_array() -> None:

@@ -77,12 +77,13 @@ def test_query_ending_on_a_chunks_last_row_then_the_next_chunk() -> None:
     assert ia.size == 0
 
 
-def test_a_rewound_match_reads_the_stream_as_before() -> None:
+@pytest.mark.parametrize("cursor_class", [SortedCursor, RingCursor])
+def test_a_rewound_match_reads_the_stream_as_before(cursor_class: type[SortedCursor]) -> None:
     rows = np.arange(1000, dtype=np.uint64).reshape(1000, 1) * np.uint64(2)
     queries = [rows[[3, 5]], rows[[200, 640, 641]] + np.uint64(1), rows[[641, 999]]]
     plain = SortedCursor(iter(np.array_split(rows, 9)), 1)
     want = [plain.match(np.ascontiguousarray(q)) for q in queries]
-    cursor = RingCursor(iter(np.array_split(rows, 9)), 1)
+    cursor = cursor_class(iter(np.array_split(rows, 9)), 1)
     for q, (ia, found) in zip(queries, want, strict=True):
         # a refused query across several chunks (the last one up to the end) is undone
         cursor.match(np.ascontiguousarray(rows[[int(q[0, 0]) // 2 + 1, 999]]))

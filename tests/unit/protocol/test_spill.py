@@ -149,23 +149,6 @@ def test_sequential_store_and_cursor(tmp_path: pathlib.Path) -> None:
     folder.close()
 
 
-def test_a_rewound_match_reads_the_stream_as_before(tmp_path: pathlib.Path) -> None:
-    rows = np.arange(1000, dtype=np.uint64).reshape(1000, 1) * np.uint64(2)
-    queries = [rows[[3, 5]], rows[[200, 640, 641]] + np.uint64(1), rows[[641, 999]]]
-    plain = SortedCursor(iter(np.array_split(rows, 9)), 1)
-    want = [plain.match(np.ascontiguousarray(q)) for q in queries]
-    cursor = SortedCursor(iter(np.array_split(rows, 9)), 1)
-    for q, (ia, found) in zip(queries, want, strict=True):
-        # a refused query across several chunks (the last one up to the end) is undone
-        cursor.match(np.ascontiguousarray(rows[[int(q[0, 0]) // 2 + 1, 999]]))
-        cursor.rewind()
-        got = cursor.match(np.ascontiguousarray(q))
-        assert got[0].tolist() == ia.tolist() and got[1].tolist() == found.tolist()
-    with pytest.raises(RuntimeError, match="no match to rewind"):
-        cursor.rewind()
-        cursor.rewind()
-
-
 def test_spill_folder_is_private_limited_and_removed(tmp_path: pathlib.Path) -> None:
     folder = SpillFolder(tmp_path, limit_bytes=100)
     path = folder.new_file("x")
