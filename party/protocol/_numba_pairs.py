@@ -383,3 +383,12 @@ def partner_cuts(rows, at, col, parts):  # type: ignore[no-untyped-def]
                         hi = mid
             cuts[k, r] = lo
     return cuts
+
+
+@jit
+def plan_ranges(starts_a, starts_b, cap, cuts, k0, k1, whole, sums):  # type: ignore[no-untyped-def]
+    """``plan_pairs`` of each range of blocks k in [k0, k1) (blocks cuts[k]..cuts[k+1]-1) into
+    sums[k]: a thread's share of a plan's ranges in one call (one hand-out of the GIL, not one per
+    range)."""
+    for k in range(k0, k1):
+        plan_pairs(starts_a, starts_b, cap, cuts[k], cuts[k + 1], whole, sums[k])

@@ -29,7 +29,7 @@ from party.protocol._numba_pairs import (
     count_keys,
     emit_keys,
     kept_of_runs,
-    plan_pairs,
+    plan_ranges,
     row_popcounts,
     row_visits,
 )
@@ -43,7 +43,7 @@ from party.protocol.blocks import (
 )
 from party.protocol.errors import ComparisonCancelled, ProtocolError
 from party.protocol.kernel import PARALLEL_MIN_PAIRS, read_only
-from party.protocol.threads import run_split, run_tasks, task_ranges, thread_ranges
+from party.protocol.threads import run_split, run_tasks, split_range, task_ranges, thread_ranges
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
@@ -160,7 +160,7 @@ class PairPlan:
             cap,
             workers,
         )
-        run_tasks(workers, len(self._ranges), self._pass)
+        run_tasks(workers, len(self._ranges), lambda k: self._pass(k, k + 1))
         self._finish()
 
     @classmethod
@@ -183,14 +183,16 @@ class PairPlan:
         them in one round of tasks on the kernel threads (one hand-off to the pool, not one per
         plan): the same plans."""
         plans = [cls.__new__(cls) for _ in index_pairs]
-        tasks: list[tuple[PairPlan, int]] = []
+        tasks: list[tuple[PairPlan, int, int]] = []
         for plan, (index_a, index_b) in zip(plans, index_pairs, strict=True):
             plan._start(index_a, index_b, cap, workers)
-            tasks.extend((plan, k) for k in range(len(plan._ranges)))
+            # a task: a thread's share of the plan's ranges, passed in one compiled call (the
+            # ranges are many for the pair kernel's cuts; the passes cost the same per block)
+            tasks.extend((plan, k0, k1) for k0, k1 in split_range(len(plan._ranges), workers))
         run_tasks(
             workers if any(len(plan._ranges) > 1 for plan in plans) else 1,
             len(tasks),
-            lambda t: tasks[t][0]._pass(tasks[t][1]),
+            lambda t: tasks[t][0]._pass(tasks[t][1], tasks[t][2]),
         )
         for plan in plans:
             plan._finish()
@@ -209,22 +211,21 @@ class PairPlan:
         # without a cap every block is whole: no per-block flags (the kernels do not read them)
         self._whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
         self._sums = np.zeros((len(self._ranges), 3), dtype=np.int64)
+        self._cuts = np.array([lo for lo, _ in self._ranges] + [blocks], dtype=np.int64)
 
-    def _pass(self, k: int) -> None:
-        """The plan's pass over its k-th range of blocks (``plan_pairs``)."""
+    def _pass(self, k0: int, k1: int) -> None:
+        """The plan's pass over its ranges of blocks k0..k1-1 (``plan_pairs`` of each)."""
         limit = -1 if self.cap is None else int(self.cap)
-        lo, hi = self._ranges[k]
         starts_a, starts_b = self.index_a.starts, self.index_b.starts
-        plan_pairs(starts_a, starts_b, limit, lo, hi, self._whole, self._sums[k])
+        plan_ranges(starts_a, starts_b, limit, self._cuts, k0, k1, self._whole, self._sums)
 
     def _finish(self) -> None:
         """The plan's totals from its passes."""
-        ranges, whole, sums = self._ranges, self._whole, self._sums
-        blocks = int(self.index_a.starts.shape[0]) - 1
+        whole, sums = self._whole, self._sums
         #: some block is sub-blocked (else ``whole`` need not be read)
         self.check = not bool(whole.all())
         #: the plan's ranges of blocks (cuts[k]..cuts[k+1]-1) and the pairs of their whole blocks
-        self.range_cuts = np.array([lo for lo, _ in ranges] + [blocks], dtype=np.int64)
+        self.range_cuts = self._cuts
         self.range_pairs = sums[:, 0].copy()
         #: pairs of the whole blocks (each counted once per block)
         self.whole_pairs = int(sums[:, 0].sum())
