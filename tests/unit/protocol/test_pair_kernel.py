@@ -534,6 +534,35 @@ def test_plan_on_threads_equals_one_thread(cap, blocks: int, threads_always) -> 
                 assert np.array_equal(cuts, want[0]) and np.array_equal(offsets, want[1])
 
 
+@pytest.mark.parametrize("cap", [-1, 2])
+def test_plan_ranges_equal_plan_pairs_of_each_range(cap: int) -> None:
+    """``plan_ranges`` (a thread's share of a plan's ranges of blocks in one call) writes the sums
+    ``plan_pairs`` gives each of its ranges k0..k1-1 (empty ranges too), and the whole-block flags
+    of their blocks; the other ranges' sums and blocks' flags are not touched."""
+    from party.protocol._numba_pairs import plan_pairs, plan_ranges
+
+    rng = np.random.default_rng(cap + 2)
+    blocks = 90
+    sizes = rng.integers(0, 5, size=(2, blocks))
+    starts_a, starts_b = (np.concatenate([[0], np.cumsum(s)]).astype(np.int64) for s in sizes)
+    cuts = np.array([0, 10, 10, 35, 60, 61, 90], dtype=np.int64)  # range 1 empty
+    ranges = cuts.size - 1
+    want_sums = np.zeros((ranges, 3), dtype=np.int64)
+    want_whole = np.zeros(blocks if cap >= 0 else 0, dtype=np.bool_)
+    for k in range(ranges):
+        plan_pairs(starts_a, starts_b, cap, cuts[k], cuts[k + 1], want_whole, want_sums[k])
+    for k0, k1 in ((0, ranges), (1, 4), (2, 3), (5, 5)):
+        sums = np.full((ranges, 3), -7, dtype=np.int64)
+        whole = np.zeros(blocks if cap >= 0 else 0, dtype=np.bool_)
+        plan_ranges(starts_a, starts_b, cap, cuts, k0, k1, whole, sums)
+        assert np.array_equal(sums[k0:k1], want_sums[k0:k1])
+        assert np.all(sums[:k0] == -7) and np.all(sums[k1:] == -7)
+        inside = slice(int(cuts[k0]), int(cuts[k1])) if cap >= 0 else slice(0, 0)
+        assert np.array_equal(whole[inside], want_whole[inside])
+        if cap >= 0:
+            assert not whole[: int(cuts[k0])].any() and not whole[int(cuts[k1]) :].any()
+
+
 @pytest.mark.parametrize("rows", [0, 1, 5, 300])
 def test_segment_popcounts_on_threads_equal_popcount_rows(rows: int, threads_always) -> None:  # type: ignore[no-untyped-def]
     from party.encoding.bits import popcount_rows
