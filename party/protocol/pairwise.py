@@ -47,7 +47,7 @@ from party.protocol.threads import run_split, run_tasks, split_range, task_range
 
 _EMPTY_PAIRS = np.zeros((0, 2), dtype=np.int64)
 
-#: ranges of blocks per kernel thread of a plan's pass over the blocks
+#: ranges of blocks per kernel thread of a plan (their pairs cut the pair kernel's block ranges)
 PLAN_RANGES_PER_THREAD = 8
 
 #: a row index of either party must fit the 32 bits of its half of a pair's sort key
@@ -205,8 +205,8 @@ class PairPlan:
         self.cap = cap
         self.index_a, self.index_b = index_a, index_b
         blocks = int(index_a.starts.shape[0]) - 1
-        # ranges of blocks (several per thread, taken as each thread becomes free); their whole
-        # blocks' pairs also cut the pair kernel's block ranges (``_block_ranges``)
+        # ranges of blocks (several per thread); their whole blocks' pairs also cut the pair
+        # kernel's block ranges (``_block_ranges``)
         self._ranges = task_ranges(workers, blocks, PLAN_RANGES_PER_THREAD) or [(0, 0)]
         # without a cap every block is whole: no per-block flags (the kernels do not read them)
         self._whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
