@@ -226,6 +226,10 @@ class WaveLanes(_RangeLanes):
     # (the lanes parse it while the parent plans, instead of waiting for it), the others
     # after the first wave's first sight (as without): with ``SIGHT_FIRST`` only
     PARSE_WHILE_FIRST_PLAN = False
+    # each lane's last range of a wave (of two or more on it) is given after the next wave's
+    # first sight, so the share runs between its ranges: a lane's encoding of the next wave
+    # then finds the other lanes' shares done (else it waits for the other lane's last range)
+    HOLD_LAST = False
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
@@ -243,8 +247,12 @@ class WaveLanes(_RangeLanes):
 
     def begin(self, ranges: list[CsvRange]) -> None:
         """Give the lanes the first wave of ``ranges`` to parse now (``run_ranges`` of the
-        same ranges takes them): the parent counts lines and reserves the output meanwhile."""
-        first = list(enumerate(ranges))[: len(self.lanes) * self.RANGES_PER_LANE]
+        same ranges takes them): the parent counts lines and reserves the output meanwhile;
+        with ``PARSE_WHILE_FIRST_PLAN`` one range each of the second wave too (parsed while
+        the parent waits for the other lanes' first wave and plans it)."""
+        size = len(self.lanes) * self.RANGES_PER_LANE
+        ahead = len(self.lanes) if self.PARSE_WHILE_FIRST_PLAN else 0
+        first = list(enumerate(ranges))[: size + ahead]
         self.early = [self._scan(*kp) for kp in first]
         self.begun = [fut for _, _, fut in self.early]
 
@@ -378,6 +386,20 @@ class WaveLanes(_RangeLanes):
             for d, blob in blobs.items():
                 self.handed[d].append(blob)
 
+    @staticmethod
+    def _held_back(done: list[_Scanned]) -> set[int]:
+        """``HOLD_LAST``: the ranges given after the next wave's first sight: each lane's last
+        of the wave if it has two or more there, and only if they all come after the others
+        (results are taken in the order given: input order)."""
+        last: dict[int, int] = {}
+        count: dict[int, int] = {}
+        for key, w, _, _ in done:
+            last[w] = key
+            count[w] = count.get(w, 0) + 1
+        hold = {key for w, key in last.items() if count[w] > 1}
+        rest = [key for key, _, _, _ in done if key not in hold]
+        return hold if hold and (not rest or min(hold) > max(rest)) else set()
+
     def _encode_range(
         self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
     ) -> None:
@@ -393,27 +415,37 @@ class WaveLanes(_RangeLanes):
         self.ranges = ranges
         size = len(self.lanes) * self.RANGES_PER_LANE
         waves = [list(enumerate(ranges))[i : i + size] for i in range(0, len(ranges), size)]
+        ahead: list[tuple[int, int, Future[Any]]] | None = None  # given with the first wave
         if self.begun:  # given already (``begin``)
-            scans, self.begun = self.early, []
+            scans, ahead, self.begun = self.early[:size], self.early[size:], []
         else:
             scans = [self._scan(*kp) for kp in waves[0]] if waves else []
         row = 1  # the first row of the next range
+        held: list[tuple[int, int, int]] = []  # ``HOLD_LAST``: (range, lane, first row)
         try:
             for i in range(len(waves)):
                 done, failed = self._scanned(scans, row)
                 scans = []
                 after = waves[i + 1] if failed is None and i + 1 < len(waves) else []
+                hold = self._held_back(done) if self.HOLD_LAST and after else set()
                 if self.PARSE_WHILE_FIRST_PLAN and i == 0:  # one range per lane now
-                    scans = [self._scan(*kp) for kp in after[: len(self.lanes)]]
-                    after = after[len(self.lanes) :]
+                    if ahead is None:
+                        ahead = [self._scan(*kp) for kp in after[: len(self.lanes)]]
+                    scans, after = ahead, after[len(self.lanes) :]
                 sight = self._route_sight(done) if self.SIGHT_FIRST else []
+                for key, w, first in held:  # the wave before's last ranges, after this share
+                    self._encode_range(key, w, first, [])
+                held = []
                 scans += [self._scan(*kp) for kp in after]  # parsed while this wave is encoded
                 if self.SIGHT_FIRST:
                     self._collect_sight(sight)
                 else:
                     self._sight(done)
                 for key, w, n, _ in done:
-                    self._encode_range(key, w, row, [])
+                    if key in hold:
+                        held.append((key, w, row))
+                    else:
+                        self._encode_range(key, w, row, [])
                     row += n
                 while len(self.results) > size:
                     yield self._take()
@@ -464,6 +496,7 @@ class PlacedWaveLanes(WaveLanes):
     SETTLE_LAST_WAVE = False
     SIGHT_FIRST = True
     PARSE_WHILE_FIRST_PLAN = True
+    HOLD_LAST = True
 
     def __init__(self, *args: Any, job: RangeJob | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
