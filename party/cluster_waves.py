@@ -42,7 +42,8 @@ import os
 import pickle
 import time
 from collections.abc import Generator
-from concurrent.futures import Future, wait
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, cast
 
 import numpy as np
@@ -69,6 +70,7 @@ from party.encoding.parallel import (
     _worker_encoder,
     _worker_name,
     encode_held_task,
+    peer_range_task,
     stop_tasks,
 )
 
@@ -244,6 +246,7 @@ class WaveLanes(_RangeLanes):
         self.waves = 0  # waves whose first sight was computed (names the entries' files)
         self.early: list[tuple[int, int, Future[Any]]] = []  # ``begin``: (range, lane, scan)
         self.begun: list[Future[Any]] = []  # their scans, until ``run_ranges`` takes them
+        self.tail = 0  # the last ranges, not in waves (``PlacedWaveLanes``: given as lanes free)
 
     def begin(self, ranges: list[CsvRange]) -> None:
         """Give the lanes the first wave of ``ranges`` to parse now (``run_ranges`` of the
@@ -252,7 +255,7 @@ class WaveLanes(_RangeLanes):
         the parent waits for the other lanes' first wave and plans it)."""
         size = len(self.lanes) * self.RANGES_PER_LANE
         ahead = len(self.lanes) if self.PARSE_WHILE_FIRST_PLAN else 0
-        first = list(enumerate(ranges))[: size + ahead]
+        first = list(enumerate(ranges[: len(ranges) - self.tail]))[: size + ahead]
         self.early = [self._scan(*kp) for kp in first]
         self.begun = [fut for _, _, fut in self.early]
 
@@ -386,6 +389,10 @@ class WaveLanes(_RangeLanes):
             for d, blob in blobs.items():
                 self.handed[d].append(blob)
 
+    def _free_tail(self, first: int) -> Generator[_BatchResult]:
+        """The ranges from ``first`` on, after the waves (``tail``; none here)."""
+        yield from ()
+
     @staticmethod
     def _held_back(done: list[_Scanned]) -> set[int]:
         """``HOLD_LAST``: the ranges given after the next wave's first sight: each lane's last
@@ -414,7 +421,8 @@ class WaveLanes(_RangeLanes):
         way) if a lane finds a range whose lines are not all rows."""
         self.ranges = ranges
         size = len(self.lanes) * self.RANGES_PER_LANE
-        waves = [list(enumerate(ranges))[i : i + size] for i in range(0, len(ranges), size)]
+        waved = list(enumerate(ranges[: len(ranges) - self.tail]))
+        waves = [waved[i : i + size] for i in range(0, len(waved), size)]
         ahead: list[tuple[int, int, Future[Any]]] | None = None  # given with the first wave
         if self.begun:  # given already (``begin``)
             scans, ahead, self.begun = self.early[:size], self.early[size:], []
@@ -452,6 +460,8 @@ class WaveLanes(_RangeLanes):
                 if failed is not None:
                     self.results.append(failed)
                     break
+            else:
+                yield from self._free_tail(len(waved))
             if self.SETTLE_LAST_WAVE:
                 wait(list(self.results))
             while self.results:
@@ -501,6 +511,8 @@ class PlacedWaveLanes(WaveLanes):
     def __init__(self, *args: Any, job: RangeJob | None = None, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.job = job  # set before ``run_ranges`` if not given here
+        self.lines: list[int] = []  # every range's lines (= rows): the tail's first rows
+        self.lane_of: dict[Future[Any], int] = {}  # an encoding not taken -> its lane
 
     def _encode_range(
         self, key: int, w: int, first_row: int, sight: list[Future[Any] | None]
@@ -510,11 +522,54 @@ class PlacedWaveLanes(WaveLanes):
         args = (self.spec, key, first_row, entries, self.job)
         fut: Future[Any] = self.lanes[w].submit(placed_wave_task, *args)
         self.results.append(fut)
+        self.lane_of[fut] = w
+
+    def _free_tail(self, first: int) -> Generator[_BatchResult]:
+        """The ranges after the waves (``tail``: the last range of each lane cut into pieces,
+        ``csv_ranges.cut_tail``), each given to the lane with the fewest encodings unfinished
+        (at most two: one running, one waiting) and parsed, encoded and placed there on its own
+        (``tail_range_task``: values new in them that two lanes meet are computed by both), so
+        that the lanes end together; results in input order."""
+        rows = np.cumsum([1, *self.lines[:-1]]).tolist()
+        todo = deque(range(first, len(self.ranges)))
+        while todo or self.results:
+            while todo:
+                busy = [0] * len(self.lanes)
+                for fut in self.results:
+                    if fut in self.lane_of and not fut.done():
+                        busy[self.lane_of[fut]] += 1
+                w = busy.index(min(busy))
+                if busy[w] >= 2:
+                    break
+                key = todo.popleft()
+                args = (self.spec, self.job, w, self.ranges[key], rows[key])
+                fut = self.lanes[w].submit(tail_range_task, *args)
+                self.results.append(fut)
+                self.lane_of[fut] = w
+            if self.results[0].done():
+                yield self._take()
+            else:
+                wait([f for f in self.results if not f.done()], return_when=FIRST_COMPLETED)
 
     def _take(self) -> _BatchResult:
-        out, worker, cpu, steps, installed = cast(Any, self.results.popleft().result())
+        fut = self.results.popleft()
+        self.lane_of.pop(fut, None)
+        out, worker, cpu, steps, installed, *reading = cast(Any, fut.result())
         if self.stats is not None:
             self.stats.add_steps(steps)
             self.stats.add(worker, cpu)
             self.stats.shared_values += installed
+            if reading:
+                self.stats.add(worker, reading[0], reading=True)
         return out.take() if isinstance(out, _Placed) else out
+
+
+def tail_range_task(
+    spec: EncoderSpec, job: RangeJob, lane: int, part: CsvRange, first_row: int
+) -> tuple[Any, str, float, dict[str, float], int, float]:
+    """Runs in a lane: ``parallel.peer_range_task`` (parse, encode and place one range on its
+    own; no exchange), its result as ``placed_wave_task`` gives it, then the reading's CPU."""
+    out, worker, (reading, sight, encoding), installed, steps = peer_range_task(
+        spec, job, lane, part, first_row
+    )
+    return out, worker, sight + encoding, steps, installed, reading

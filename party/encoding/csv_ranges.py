@@ -83,6 +83,26 @@ def split_ranges(
     return ranges, math.ceil(per_byte * (size - len(header)) * 1.02) + 1
 
 
+def cut_tail(path: str | Path, ranges: list[CsvRange], count: int, least: int) -> list[CsvRange]:
+    """``ranges`` with the bytes of their last ``count`` cut again at line ends into pieces of
+    a third of what is left each, down to ``least`` bytes (so that lanes taking pieces as they
+    become free end at nearly the same moment); ``ranges`` as they are if the file cannot be
+    read."""
+    if not 0 < count <= len(ranges):
+        return ranges
+    out, start, size = ranges[:-count], ranges[-count].start, ranges[-1].end
+    try:
+        with open(path, "rb") as fh:
+            while start < size:
+                fh.seek(min(size, start + max(least, (size - start) // 3)))
+                end = min(size, fh.tell() + len(fh.readline()))
+                out.append(CsvRange(start, end))
+                start = end
+    except OSError:
+        return ranges
+    return out
+
+
 def line_counts(path: str | Path, ranges: list[CsvRange]) -> list[int] | None:
     """The lines of each range (a last line without a line end counted), read in one pass
     over the file; equal to each range's rows whenever ``read_range`` accepts it, so the

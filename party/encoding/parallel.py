@@ -109,6 +109,7 @@ from party.encoding import encoder as encoder_module
 from party.encoding.csv_ranges import (
     CsvRange,
     NotSplittable,
+    cut_tail,
     line_counts,
     read_range,
     split_ranges,
@@ -1009,6 +1010,12 @@ def _encode_own_ranges(
         most = PlacedWaveLanes.RANGE_BLOCKS * encoder_module.CSV_BLOCK_BYTES
         split = split_ranges(path, block_bytes_for(path, len(lanes), most))
         if split is not None:  # the lanes parse the first wave while the lines are counted
+            tail = 0
+            if len(split[0]) >= PlacedWaveLanes.RANGES_PER_LANE * len(lanes):
+                # the last range of each lane cut into pieces the lanes take as they are free
+                cut = cut_tail(path, split[0], len(lanes), encoder_module.CSV_BLOCK_BYTES // 4)
+                tail = len(cut) - len(split[0]) + len(lanes)
+                split = (cut, split[1])
             layout = encoder.csv_layout(Path(path), id_column)
             waves = PlacedWaveLanes(
                 lanes,
@@ -1021,6 +1028,7 @@ def _encode_own_ranges(
                 layout=layout,
                 out_dir=None,
             )
+            waves.tail = tail
             waves.begin(split[0])
     elif peer_sight:
         block = min(block_bytes_for(path, len(lanes)), PEER_RANGE_BYTES)
@@ -1086,7 +1094,7 @@ def _encode_counted(
             peer_sight,
         )
         if waves is not None:
-            waves.out_dir, waves.job = folder, job
+            waves.out_dir, waves.job, waves.lines = folder, job, lines
             running: Generator[_BatchResult] = waves.run_ranges(ranges)
         else:
             running = _PeerLanes(lanes, spec, job, stats).run(ranges, lines)

@@ -228,10 +228,11 @@ class _Recorded:
 def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, monkeypatch):
     """``encode_csv_parallel`` on this machine's lanes: ranges read by the lanes, first sight
     routed per wave (``PlacedWaveLanes``), arrays written into the job's file on tmpfs; the
-    first wave's ranges go to the lanes before the parent counts the lines, one range each of
-    the second before the parent plans the first; a wave's first sight reaches each lane before the
-    next wave's ranges (a lane done with its share parses while the other finishes), and the
-    records are one process's."""
+    first wave's ranges and one range each of the second go to the lanes before the parent counts
+    the lines; a wave's first sight reaches each lane before the next wave's ranges (a lane done
+    with its share parses while the other finishes) and before the lane's last range of the wave
+    before (``HOLD_LAST``); the last range of each lane is cut into pieces given to the lanes as
+    they are free; and the records are one process's."""
     from party.encoding import parallel
 
     monkeypatch.setattr(encoder_module, "CSV_BLOCK_BYTES", 16 * 1024)
@@ -258,8 +259,9 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
     assert stats.shared_values > 0  # entries one lane computed, installed by the other
     assert not got[0].filters.flags.owndata  # a view of the job's output file
     per = PlacedWaveLanes.RANGES_PER_LANE
-    # the first wave's ranges are given to the lanes before the lines are counted
-    assert given == [["scan_range_task"] * per] * 2
+    # the first wave's ranges, and one range each of the second, are given to the lanes
+    # before the lines are counted
+    assert given == [["scan_range_task"] * (per + 1)] * 2
     for lane in recorded:
         names = lane.names
         assert "placed_wave_task" in names and "encode_held_task" not in names
@@ -267,6 +269,16 @@ def test_the_local_lanes_route_first_sight_in_place_by_default(tmp_path, lanes, 
         # one range of the second wave is parsed while the first is planned, the other after
         # the first wave's share of first sight
         assert scans[per] < names.index("routed_sight_task") < scans[per + 1]
+        # the lane's last range of the first wave is encoded after the second wave's share
+        encodes = [i for i, n in enumerate(names) if n == "placed_wave_task"]
+        sights = [i for i, n in enumerate(names) if n == "routed_sight_task"]
+        assert encodes[0] < sights[1] < encodes[1]
+    # the last range of each lane, cut into pieces, is taken by the lanes as they are free
+    tails = [lane.names.count("tail_range_task") for lane in recorded]
+    assert sum(tails) > 2
+    for lane, n in zip(recorded, tails, strict=True):  # after every range of the waves
+        tasks = [t for t in lane.names if t != "forget_task"]
+        assert tasks[len(tasks) - n :] == ["tail_range_task"] * n
 
 
 @pytest.mark.parametrize(

@@ -1,10 +1,11 @@
-"""A CSV cut into ranges of whole lines: every byte once, in order; line counts per range."""
+"""A CSV cut into ranges of whole lines: every byte once, in order; line counts per range; the
+last ranges cut again into shrinking pieces."""
 
 from pathlib import Path
 
 import pytest
 
-from party.encoding.csv_ranges import CsvRange, line_counts, split_ranges
+from party.encoding.csv_ranges import CsvRange, cut_tail, line_counts, split_ranges
 
 
 @pytest.mark.parametrize("final_newline", [True, False])
@@ -23,6 +24,34 @@ def test_ranges_cover_the_lines_and_the_last_ones_shrink(tmp_path: Path, final_n
     counts = line_counts(path, ranges)
     assert counts == [text[r.start : r.end].rstrip("\n").count("\n") + 1 for r in ranges]
     assert sum(counts) == 5000
+
+
+@pytest.mark.parametrize("final_newline", [True, False])
+@pytest.mark.parametrize("count", [1, 2, 3])
+def test_the_tail_cut_again_covers_the_same_lines_in_shrinking_pieces(
+    tmp_path: Path, final_newline: bool, count: int
+):
+    lines = [f"r{i},{'x' * (i % 41)}" for i in range(6000)]
+    text = "id,v\n" + "\n".join(lines) + ("\n" if final_newline else "")
+    path = tmp_path / "f.csv"
+    path.write_bytes(text.encode())
+    split = split_ranges(path, 16384)
+    assert split is not None
+    ranges = split[0]
+    cut = cut_tail(path, ranges, count, 1024)
+    kept = len(ranges) - count
+    assert cut[:kept] == ranges[:kept]  # the others as they were
+    pieces = cut[kept:]
+    assert pieces[0].start == ranges[kept].start and pieces[-1].end == len(text)
+    assert all(a.end == b.start for a, b in zip(cut, cut[1:], strict=False))
+    assert all(text[r.end - 1] == "\n" for r in cut[:-1])  # cut at line ends
+    assert len(pieces) > count
+    sizes = [r.size for r in pieces]
+    assert sizes[0] < ranges[kept].size and all(s >= 1024 for s in sizes[:-1])
+    assert all(a >= b - 64 for a, b in zip(sizes, sizes[1:-1], strict=False))  # shrinking
+    assert sum(line_counts(path, cut) or []) == 6000
+    assert cut_tail(path, ranges, 0, 1024) == ranges
+    assert cut_tail(tmp_path / "gone.csv", ranges, count, 1024) == ranges
 
 
 @pytest.mark.parametrize(
