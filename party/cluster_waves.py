@@ -24,10 +24,15 @@ the CSV bytes they were given so far, so every lane gets the same share):
 ``PlacedWaveLanes`` is the same on this machine's lanes (the default of
 ``encode_csv_parallel``): the lanes hash the record ids and write their arrays into the job's
 output file in place, and a wave's first sight is queued on each lane before the next wave's
-ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes. The
-lanes start at once: the first wave's ranges are given to them before the parent counts the
-lines and reserves the output file (``begin``), and one range each of the second wave before
-the parent plans the first (``PARSE_WHILE_FIRST_PLAN``), so they parse instead of waiting.
+ranges (``SIGHT_FIRST``), so a lane done with its share parses while the other finishes, and
+before the lane's last range of the wave before (``HOLD_LAST``), so that a lane starting the
+next wave finds the other lanes' shares done instead of waiting for their last ranges. The
+lanes start at once: the first wave's ranges, and one range each of the second, are given to
+them before the parent counts the lines and reserves the output file (``begin``,
+``PARSE_WHILE_FIRST_PLAN``), so they parse instead of waiting. The last range of each lane is
+not in a wave (``tail``): cut into shrinking pieces (``csv_ranges.cut_tail``), each is given to
+the lane with the fewest encodings unfinished and parsed, encoded and placed there on its own
+(``tail_range_task``), so the lanes end together.
 
 Entries are a pure function of the value and a lane that lacks one computes it itself, so the
 records are those of one process, bit for bit (``tests/unit/test_cluster_waves.py``). Results are
@@ -41,8 +46,8 @@ import contextlib
 import os
 import pickle
 import time
-from collections.abc import Generator
 from collections import deque
+from collections.abc import Generator
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from typing import Any, cast
 
@@ -390,7 +395,8 @@ class WaveLanes(_RangeLanes):
                 self.handed[d].append(blob)
 
     def _free_tail(self, first: int) -> Generator[_BatchResult]:
-        """The ranges from ``first`` on, after the waves (``tail``; none here)."""
+        """The ranges from ``first`` on, after the waves (``tail``: ``PlacedWaveLanes`` only)."""
+        assert first == len(self.ranges), "ranges after the waves need PlacedWaveLanes"
         yield from ()
 
     @staticmethod
@@ -530,6 +536,7 @@ class PlacedWaveLanes(WaveLanes):
         (at most two: one running, one waiting) and parsed, encoded and placed there on its own
         (``tail_range_task``: values new in them that two lanes meet are computed by both), so
         that the lanes end together; results in input order."""
+        assert self.job is not None
         rows = np.cumsum([1, *self.lines[:-1]]).tolist()
         todo = deque(range(first, len(self.ranges)))
         while todo or self.results:
@@ -542,10 +549,11 @@ class PlacedWaveLanes(WaveLanes):
                 if busy[w] >= 2:
                     break
                 key = todo.popleft()
-                args = (self.spec, self.job, w, self.ranges[key], rows[key])
-                fut = self.lanes[w].submit(tail_range_task, *args)
-                self.results.append(fut)
-                self.lane_of[fut] = w
+                piece: Future[Any] = self.lanes[w].submit(
+                    tail_range_task, self.spec, self.job, w, self.ranges[key], rows[key]
+                )
+                self.results.append(piece)
+                self.lane_of[piece] = w
             if self.results[0].done():
                 yield self._take()
             else:
