@@ -71,11 +71,9 @@ def split_ranges(
             start = len(header)
             while start < size:
                 if last_bytes is not None and size - start < 3 * block_bytes:
-                    size_of = max(last_bytes, (size - start) // 3)
-                fh.seek(min(size, start + size_of))
-                end = min(size, fh.tell() + len(fh.readline()))
-                ranges.append(CsvRange(start, end))
-                start = end
+                    size_of = _shrinking(size - start, last_bytes)
+                ranges.append(_lines_from(fh, start, size_of, size))
+                start = ranges[-1].end
                 if len(ranges) % 2 == 0:
                     size_of = min(block_bytes, 2 * size_of)
     except OSError:
@@ -94,13 +92,23 @@ def cut_tail(path: str | Path, ranges: list[CsvRange], count: int, least: int) -
     try:
         with open(path, "rb") as fh:
             while start < size:
-                fh.seek(min(size, start + max(least, (size - start) // 3)))
-                end = min(size, fh.tell() + len(fh.readline()))
-                out.append(CsvRange(start, end))
-                start = end
+                out.append(_lines_from(fh, start, _shrinking(size - start, least), size))
+                start = out[-1].end
     except OSError:
         return ranges
     return out
+
+
+def _lines_from(fh: io.BufferedReader, start: int, size_of: int, size: int) -> CsvRange:
+    """The whole lines from ``start`` to the first line end at or after ``start + size_of`` (or
+    the file's end, ``size``), found by seeking."""
+    fh.seek(min(size, start + size_of))
+    return CsvRange(start, min(size, fh.tell() + len(fh.readline())))
+
+
+def _shrinking(left: int, least: int) -> int:
+    """A tail range's size: a third of the ``left`` bytes, down to ``least``."""
+    return max(least, left // 3)
 
 
 def line_counts(path: str | Path, ranges: list[CsvRange]) -> list[int] | None:

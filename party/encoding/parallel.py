@@ -13,9 +13,9 @@ and sends it to the lanes lacking it (``cluster_waves``); each lane
 then encodes its ranges, writes the filters and digests into the output file at their rows
 (positional writes; the parent maps the file, and the records are views of it), and hashes the
 record ids (the last range of each lane is cut into pieces given to the lanes as they become
-free, each parsed and encoded on its own, so the lanes end together); the parent takes the results in input order, checks the ids
-(``encoder._IdCheck``: by sorting the hashes at the end, exactly on a tie or an error) and moves
-rows up past skipped ones. With ``routed_sight=False`` (``own_ranges``, ``_PeerLanes``) every
+free, each parsed and encoded on its own, so the lanes end together); the parent takes the
+results in input order, checks the ids (``encoder._IdCheck``: by sorting the hashes at the
+end, exactly on a tie or an error) and moves rows up past skipped ones. With ``routed_sight=False`` (``own_ranges``, ``_PeerLanes``) every
 range's first row is known from the line counts, and each lane encodes a range as soon as it
 gets it, computing the first sight of every value it meets itself (values both lanes meet
 twice). An error a lane raises names its true row and is raised when the results before it are
