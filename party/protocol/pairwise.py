@@ -28,6 +28,7 @@ from party.protocol._numba_pairs import (
     block_cuts,
     count_keys,
     emit_keys,
+    emit_row_keys,
     kept_of_runs,
     plan_ranges,
     row_popcounts,
@@ -63,6 +64,36 @@ class PairSide:
     segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
     pops: np.ndarray  # (n,) int64 popcounts of those segments
     positions: np.ndarray  # (n, B) int32 common-block positions (-1: none)
+
+
+@dataclass(frozen=True)
+class PairTarget:
+    """Party b's inputs to the tasks of a's row ranges (``kept_rows_of``): a ``PairSide`` without
+    its block positions, with its block index over the run's blocks (``rows[starts[x]:starts[x +
+    1]]``: b's rows in block x)."""
+
+    column: int
+    keys: np.ndarray
+    segments: np.ndarray
+    pops: np.ndarray
+    starts: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, side: PairSide, index: BlockIndex) -> PairTarget:
+        return cls(side.column, side.keys, side.segments, side.pops, index.starts, index.rows)
+
+    @property
+    def nbytes(self) -> int:
+        arrays = (self.keys, self.segments, self.pops, self.starts, self.rows)
+        return sum(int(x.nbytes) for x in arrays)
+
+
+def side_rows(side: PairSide, lo: int, hi: int) -> PairSide:
+    """a's rows [lo, hi) as a PairSide of their own (views; a task's rows numbered from 0)."""
+    return PairSide(
+        side.column, side.keys[lo:hi], side.segments[lo:hi], side.pops[lo:hi], side.positions[lo:hi]
+    )
 
 
 def pair_side(
@@ -447,6 +478,56 @@ class PairPlan:
                 )
             lo = hi
         yield from self.sub_block_pairs()
+
+
+def kept_rows_of(
+    side_a: PairSide,
+    target: PairTarget,
+    whole: np.ndarray | None,
+    table: np.ndarray,
+    parties: int,
+    max_pairs: int,
+) -> tuple[list[np.ndarray], int, int]:
+    """``PairPlan.kept_pairs``' rows of the rows of ``side_a`` (a range of a's rows, as
+    ``side_rows`` cuts them) with b: (kept rows in order, pairs counted once per
+    whole block, kept pairs counted once per whole block). ``whole``: the plan's flags (None:
+    every block is whole). The rows of consecutive ranges, concatenated, are ``kept_pairs``' rows.
+
+    Row-driven (``emit_row_keys``): the range's keys are written row by row from a's block
+    positions into b's index, so a task reads only the blocks of its rows; at most
+    ``max_pairs`` keys are held at once (a row with more: alone). What a Dask worker runs
+    (``party.cluster_pairs``); pure and single-threaded."""
+    n = int(side_a.keys.shape[0])
+    if max(n, int(target.keys.shape[0])) > MAX_PAIR_ROWS:
+        raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
+    check = whole is not None
+    flags = whole if whole is not None else np.ones(0, dtype=np.bool_)
+    fixed = (side_a.segments, target.segments, side_a.pops, target.pops, table)
+    fixed += (side_a.keys, target.keys, side_a.column, target.column, parties)
+    # untouched beyond what is written (numpy's large arrays: pages mapped on first write)
+    room = max(1, int(max_pairs))
+    keys = np.empty(room, dtype=np.uint64)
+    found: list[np.ndarray] = []
+    total = kept_total = 0
+    lo = 0
+    while lo < n:
+        args = (target.starts, target.rows, flags, check, keys)
+        hi, count = emit_row_keys(side_a.positions, lo, n, *args)
+        if hi == lo:  # row lo alone has more keys than a piece: a buffer of its own
+            need = np.empty(1, dtype=np.int64)
+            row_visits(side_a.positions[lo : lo + 1], target.starts, flags, check, 0, 1, need)
+            keys = np.empty(int(need[0]), dtype=np.uint64)
+            continue
+        if count:
+            out = np.empty((count, parties + 1), dtype=np.uint64)
+            ends = np.array([count], dtype=np.int64)
+            written, repeats, _ = kept_of_runs(keys, ends - count, ends, *fixed, out)
+            if written:
+                found.append(out[:written].copy() if written < count else out)
+            kept_total += int(repeats)
+            total += count
+        lo = hi
+    return found, total, kept_total
 
 
 def _run_bounds(keys: np.ndarray, at: np.ndarray, parts: int) -> np.ndarray:

@@ -17,7 +17,14 @@ from party.protocol.blocks import (
     distinct_digests,
 )
 from party.protocol.kernel import threshold_table
-from party.protocol.pairwise import PairPlan, pair_side, segment_pair_counts
+from party.protocol.pairwise import (
+    PairPlan,
+    PairTarget,
+    kept_rows_of,
+    pair_side,
+    segment_pair_counts,
+    side_rows,
+)
 
 
 @pytest.fixture
@@ -630,3 +637,67 @@ def test_pair_sides_equal_pair_side_of_each_party(threads_always) -> None:  # ty
                 assert x.dtype == y.dtype and np.array_equal(x, y), name
             assert np.array_equal(side.pops, popcount_rows_plain(segs[j]))
     assert pair_sides([], [], [], 2) == []
+
+
+def _kept_of_ranges(plan, sides, index_b, threshold, bits, ranges, max_pairs):  # type: ignore[no-untyped-def]
+    """``kept_rows_of`` over a's row ranges [lo, hi) in order (what Dask workers run)."""
+    table = threshold_table(2, float(threshold), 2 * bits)
+    target = PairTarget.of(sides[1], index_b)
+    whole = plan.whole if plan.check else None
+    rows, pairs, with_duplicates = [], 0, 0
+    for lo, hi in ranges:
+        found, n, kept = kept_rows_of(
+            side_rows(sides[0], lo, hi), target, whole, table, 3, max_pairs
+        )
+        rows.extend(found)
+        pairs += n
+        with_duplicates += kept
+    out = np.concatenate(rows) if rows else np.zeros((0, 4), np.uint64)
+    return out, pairs, with_duplicates
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("cap", [None, 3])
+def test_kept_rows_of_row_ranges_equal_kept_pairs(seed: int, cap) -> None:  # type: ignore[no-untyped-def]
+    """The row-driven ranges of a's rows (any cut, any piece size; a digest repeated in a row;
+    with a cap, the whole blocks only) give kept_pairs' rows, in its order, and its counts."""
+    rng = np.random.default_rng(300 + seed)
+    bits = [64, 128][seed % 2]
+    na, nb = int(rng.integers(1, 80)), int(rng.integers(1, 80))
+    values = 5 if cap is None else 40  # with the cap: whole blocks beside sub-blocked ones
+    bits_a, dig_a = _party(rng, na, bits, 4, values)
+    bits_b, dig_b = _party(rng, nb, bits, 4, values)
+    keys_a = np.sort(rng.choice(10**6, na, replace=False).astype(np.uint64) + 1)
+    keys_b = np.sort(rng.choice(10**6, nb, replace=False).astype(np.uint64) + 1)
+    plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, 1)
+    want, want_pairs, want_dup = _kept(plan, sides, 0.5, bits, 10**6, 1)
+    assert want.shape[0] > 0 and (cap is None or plan.check)
+    for parts in (1, 2, 5, na):
+        for max_pairs in (1, 7, 10**6):
+            ranges = [(na * k // parts, na * (k + 1) // parts) for k in range(parts)]
+            got, pairs, dup = _kept_of_ranges(
+                plan, sides, plan.index_b, 0.5, bits, ranges, max_pairs
+            )
+            assert got.tobytes() == want.tobytes()
+            assert (pairs, dup) == (want_pairs, want_dup)
+
+
+def test_kept_rows_of_a_row_with_hundreds_of_partners_equals_kept_pairs() -> None:
+    """A row's keys beyond ``SHORT_ROW`` are sorted by numba's sort, not by insertion: the same
+    rows."""
+    rng = np.random.default_rng(22)
+    bits_a, dig_a = _party(rng, 4, 64, 3, 1)
+    bits_b, dig_b = _party(rng, 400, 64, 3, 1)
+    dig_a[:] = [1, 2, 3]
+    dig_b[:, 0] = 1
+    dig_b[:, 1] = np.where(rng.random(400) < 0.6, 2, 9)
+    dig_b[:, 2] = np.where(rng.random(400) < 0.3, 3, 0)
+    keys_a = np.arange(1, 5, dtype=np.uint64)
+    keys_b = np.arange(1, 401, dtype=np.uint64)
+    plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, 1)
+    want, want_pairs, want_dup = _kept(plan, sides, 0.3, 64, 10**6, 1)
+    for max_pairs in (10, 300, 10**6):  # 10: every row alone, in a buffer of its own
+        ranges = [(0, 2), (2, 4)]
+        got, pairs, dup = _kept_of_ranges(plan, sides, plan.index_b, 0.3, 64, ranges, max_pairs)
+        assert got.tobytes() == want.tobytes() and (pairs, dup) == (want_pairs, want_dup)
+    assert want.shape[0] > 256 and dup > want.shape[0]
