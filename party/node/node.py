@@ -1140,7 +1140,14 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         enter(S.STAGE_COMPARING)
         await self._pause_hook(run, "compare")
         on_progress = comparing_progress(progress)
-        run.comparison = await self._engine(run, engine.compare, on_progress, run.cancel)
+        compare: Callable[..., Any] = engine.compare
+        if self.config.cluster is not None and getattr(engine, "TARGET", None) == "any":
+            from party.cluster_pairs import compare_on_cluster  # the pairs on the party's cluster
+
+            compare = functools.partial(
+                compare_on_cluster, engine, self.config.cluster, self.config.workers
+            )
+        run.comparison = await self._engine(run, compare, on_progress, run.cancel)
         run.event("compared").set()
 
         enter(S.STAGE_SUMMING)

@@ -51,7 +51,13 @@ from party.protocol.errors import (
     RingError,
 )
 from party.protocol.kernel import threshold_table
-from party.protocol.pairwise import PairPlan, pair_sides, segment_pair_counts
+from party.protocol.pairwise import (
+    PairPlan,
+    PairTarget,
+    RemotePairs,
+    pair_sides,
+    segment_pair_counts,
+)
 from party.protocol.params import MAX_ANY_PARTIES, ProtocolParameters
 from party.protocol.records import EncodedTable
 from party.protocol.spill import LocalGauge, RowStore
@@ -187,10 +193,13 @@ class PairEngine(PartyEngine):
         self,
         progress: Callable[[int, int], None] | None = None,
         cancel: threading.Event | None = None,
+        remote: RemotePairs | None = None,
     ) -> ComparisonStats:
         """Enumerate the candidate pairs of every pair of parties on this party's segment and keep
         those passing the segment filter (rows as in the module docstring, spilled beyond the
-        budget). ``progress``/``cancel`` as PartyEngine.compare."""
+        budget). ``progress``/``cancel`` as PartyEngine.compare. ``remote``: the whole blocks'
+        pairs computed there (ranges of a's rows, every pair of parties submitted first), not on
+        the kernel threads; the same rows, stats and order."""
         common = self._ready_to_compare()
         t0 = time.perf_counter()
         p = self.parties
@@ -227,7 +236,6 @@ class PairEngine(PartyEngine):
             stats.largest_block_sets = max(stats.largest_block_sets, plan.largest)
             if cap is None:
                 plans[(a, b)] = plan
-        del made, plan
         total = stats.candidate_sets
         held = sum(int(ix.rows.nbytes) + int(ix.starts.nbytes) for ix in indexes)
         budget = max(0, self.working_budget() - plan_bytes - held)
@@ -235,6 +243,16 @@ class PairEngine(PartyEngine):
         # the working budget leaves beside one plan (a sub-block, at most cap^2 pairs, is one piece)
         piece = max(4096, budget // 4 // (8 * (p + 1)))
         table = threshold_table(2, float(self.params.segment_threshold), 2 * self.segment_bits)
+        if remote is not None:  # every pair's ranges start now, in the order taken below
+            by_pair = dict(zip(every, made, strict=True))
+            for a in range(p - 2, -1, -1):
+                for b in range(a + 1, p):
+                    plan = by_pair[(a, b)]
+                    target = PairTarget.of(sides[b], indexes[b])
+                    whole = plan.whole if plan.check else None
+                    remote.submit((a, b), sides[a], target, whole, table, p, piece)
+            del by_pair
+        del made, plan
         store = self._survivor_store()
         done = kept_total = 0
         if progress is not None:
@@ -258,9 +276,13 @@ class PairEngine(PartyEngine):
                 for b in range(a + 1, p):
                     plan = plans.pop((a, b)) if (a, b) in plans else plan_of(a, b)
                     runs.append([])
-                    for found, pairs, kept in plan.kept_pairs(
-                        sides[a], sides[b], p, table, piece, self.workers, cancel
-                    ):
+                    if remote is None:
+                        kept_rows = plan.kept_pairs(
+                            sides[a], sides[b], p, table, piece, self.workers, cancel
+                        )
+                    else:
+                        kept_rows = remote.kept_pairs((a, b), cancel)
+                    for found, pairs, kept in kept_rows:
                         for rows in found:
                             # the rows and their merged copy
                             if merging and self._gauge.try_reserve(2 * int(rows.nbytes)):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -94,6 +94,29 @@ def side_rows(side: PairSide, lo: int, hi: int) -> PairSide:
     return PairSide(
         side.column, side.keys[lo:hi], side.segments[lo:hi], side.pops[lo:hi], side.positions[lo:hi]
     )
+
+
+class RemotePairs(Protocol):
+    """Where a pair of parties' kept rows are computed instead of the kernel threads, as ranges
+    of a's rows (``kept_rows_of``; ``party.cluster_pairs.ClusterPairs``: Dask workers)."""
+
+    def submit(
+        self,
+        pair: tuple[int, int],
+        side_a: PairSide,
+        target: PairTarget,
+        whole: np.ndarray | None,
+        table: np.ndarray,
+        parties: int,
+        max_pairs: int,
+    ) -> None:
+        """Start computing pair (a, b)'s rows."""
+
+    def kept_pairs(
+        self, pair: tuple[int, int], cancel: threading.Event | None = None
+    ) -> Iterator[tuple[list[np.ndarray], int, int]]:
+        """The submitted pair's rows, as ``PairPlan.kept_pairs`` yields them."""
+        ...
 
 
 def pair_side(
@@ -502,7 +525,7 @@ def kept_rows_of(
         raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
     check = whole is not None
     flags = whole if whole is not None else np.ones(0, dtype=np.bool_)
-    fixed = (side_a.segments, target.segments, side_a.pops, target.pops, table)
+    fixed: tuple[Any, ...] = (side_a.segments, target.segments, side_a.pops, target.pops, table)
     fixed += (side_a.keys, target.keys, side_a.column, target.column, parties)
     # untouched beyond what is written (numpy's large arrays: pages mapped on first write)
     room = max(1, int(max_pairs))

@@ -11,16 +11,22 @@ Expected results come from the same CSVs encoded in this process and run through
 from __future__ import annotations
 
 import asyncio
+import json
 import pathlib
+import subprocess
+import sys
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
+from party.config import ClusterConfig
 from party.synthetic.cluster import (
     SECRET,
     Cluster,
     generate_data,
+    make_certs,
     party_names,
     write_parameters,
     write_schema,
@@ -172,3 +178,48 @@ def declined_run(cluster: Cluster, name: str, party: str, timeout: float = 60.0)
     for node in cluster.parties:
         assert not cluster.result_dir(node, run_id).exists(), f"{node} kept results"
     return out, run_id
+
+
+@pytest.fixture
+def own_scheduler(tmp_path, request):
+    """A TLS Dask scheduler and two workers (or ``request.param``) as separate processes, as a
+    party would run them."""
+    nworkers = getattr(request, "param", 2)
+    certs = tmp_path / "certs"
+    make_certs(certs, ["scheduler", "worker", "node"], ca_name="party cluster CA")
+    tls = ["--tls-ca-file", str(certs / "ca.pem")]
+    sched_file = tmp_path / "scheduler.json"
+    dask = str(pathlib.Path(sys.executable).with_name("dask"))
+    procs = [
+        subprocess.Popen(
+            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
+             "--scheduler-file", str(sched_file), "--no-dashboard", *tls,
+             "--tls-cert", str(certs / "scheduler.pem"), "--tls-key", str(certs / "scheduler.key")],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+    ]  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120  # an upper bound for a loaded CI machine
+        while not sched_file.exists() or not sched_file.read_text().strip():
+            assert time.monotonic() < deadline, "scheduler did not start"
+            assert procs[0].poll() is None, "scheduler exited"
+            time.sleep(0.1)
+        address = json.loads(sched_file.read_text())["address"]
+        if nworkers:
+            procs.append(
+                subprocess.Popen(
+                    [dask, "worker", address, "--nworkers", str(nworkers), "--nthreads", "1",
+                     "--no-dashboard", *tls, "--tls-cert", str(certs / "worker.pem"),
+                     "--tls-key", str(certs / "worker.key")],
+                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                )
+            )  # fmt: skip
+        yield ClusterConfig(address, certs / "ca.pem", certs / "node.pem", certs / "node.key")
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -213,3 +214,25 @@ async def test_propose_refuses_bad_target_parameters(cluster3: Cluster) -> None:
             assert err.value.code() == grpc.StatusCode.NOT_FOUND  # nothing was created
     finally:
         await channel.close()
+
+
+@pytest.mark.slow
+def test_nodes_on_their_embedded_dask_clusters_equal_the_oracle(
+    make_cluster: Callable[..., Cluster], tmp_path: pathlib.Path
+) -> None:
+    """Every node with ``[cluster] scheduler = "local"``: it encodes and compares (the pairs of
+    parties in ranges of a's rows) on Dask workers of its own; the groups equal the oracle's."""
+    cluster = make_cluster(3, 0, start=False, csvs=subset_csvs(tmp_path / "data", 3, 150, seed=3))
+    for name in cluster.parties:
+        cluster.nodes[name].env["PPRL_CLUSTER_SCHEDULER"] = "local"
+        cluster.nodes[name].env["PPRL_WORKERS"] = "2"
+    cluster.start()
+    params = any_parameters(cluster, "p-any3-dask.json")
+    status = run_and_wait(cluster, params)
+    assert status.stage == S.STAGE_DONE, status.reason
+    assert network_groups(cluster, status.run_id) == oracle_any_groups(cluster, params)
+    for s in status.summaries:
+        assert s.candidate_sets > 0 and s.survivors > 0
+    for name in cluster.parties:  # each node's pairs went to its workers
+        text = cluster.log_text(name)
+        assert re.search(r"compared on 2 Dask workers: [1-9]\d* tasks", text), name

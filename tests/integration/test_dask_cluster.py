@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -106,51 +105,6 @@ def test_embedded_cluster_talks_tls_only() -> None:
         assert client.scheduler.address.startswith("tls://")
         workers = client.scheduler_info()["workers"]
         assert workers and all(addr.startswith("tls://") for addr in workers)
-
-
-@pytest.fixture
-def own_scheduler(tmp_path, request):
-    """A TLS Dask scheduler and two workers (or ``request.param``) as separate processes, as a
-    party would run them."""
-    nworkers = getattr(request, "param", 2)
-    certs = tmp_path / "certs"
-    make_certs(certs, ["scheduler", "worker", "node"], ca_name="party cluster CA")
-    tls = ["--tls-ca-file", str(certs / "ca.pem")]
-    sched_file = tmp_path / "scheduler.json"
-    dask = str(Path(sys.executable).with_name("dask"))
-    procs = [
-        subprocess.Popen(
-            [dask, "scheduler", "--host", "127.0.0.1", "--port", "0", "--protocol", "tls",
-             "--scheduler-file", str(sched_file), "--no-dashboard", *tls,
-             "--tls-cert", str(certs / "scheduler.pem"), "--tls-key", str(certs / "scheduler.key")],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-    ]  # fmt: skip
-    try:
-        deadline = time.monotonic() + 120  # an upper bound for a loaded CI machine
-        while not sched_file.exists() or not sched_file.read_text().strip():
-            assert time.monotonic() < deadline, "scheduler did not start"
-            assert procs[0].poll() is None, "scheduler exited"
-            time.sleep(0.1)
-        address = json.loads(sched_file.read_text())["address"]
-        if nworkers:
-            procs.append(
-                subprocess.Popen(
-                    [dask, "worker", address, "--nworkers", str(nworkers), "--nthreads", "1",
-                     "--no-dashboard", *tls, "--tls-cert", str(certs / "worker.pem"),
-                     "--tls-key", str(certs / "worker.key")],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                )
-            )  # fmt: skip
-        yield ClusterConfig(address, certs / "ca.pem", certs / "node.pem", certs / "node.key")
-    finally:
-        for proc in reversed(procs):
-            proc.terminate()
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.mark.slow

@@ -1,0 +1,191 @@
+"""The comparison (target any) on Dask workers (real worker processes, TLS) equals the threads."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pytest
+
+from party.cluster import ClusterError, dask_client
+from party.cluster_pairs import ClusterPairs
+from party.config import ClusterConfig
+from party.encoding.records import EncodedRecords
+from party.protocol.errors import ComparisonCancelled
+from party.protocol.pair_engine import PairEngine
+from party.protocol.pairwise import PairSide, PairTarget
+from tests.unit.protocol.test_any_target import params, subset_tables
+
+STATS = (
+    "candidate_sets",
+    "candidate_sets_uncapped",
+    "largest_block_sets",
+    "survivors",
+    "survivors_with_duplicates",
+)
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """An embedded cluster of two worker processes (TLS), shared by this module's tests."""
+    with dask_client(ClusterConfig("local"), 2) as c:
+        yield c
+
+
+def _tables(case: str, p: int) -> list[EncodedRecords]:
+    """Entities at random subsets of the parties. "many blocks": an entity's own block (one row
+    of each party) beside three coarse ones (many pairs, found in several blocks); "one block":
+    every record in one block, which every range of a's rows visits."""
+    out = []
+    for t in subset_tables(60 + p, p, 200, 0.05):
+        dig = t.block_digests.copy()
+        if case == "one block":
+            dig[:] = 5
+        else:
+            dig[:, 0] = [100 + int(r.split("e")[1]) for r in t.record_ids]
+        out.append(EncodedRecords(t.record_ids, t.filters, t.filter_bits, dig))
+    return out
+
+
+def _engines(tables: list[EncodedRecords], cap: int | None, remote: Any = None) -> list[PairEngine]:
+    """Engines that exchanged segments and compared, on one kernel thread or on ``remote``."""
+    rng = random.Random(11)  # the same pseudonyms either way
+    prm = params(len(tables), segment_threshold=0.5, max_block_size=cap)
+    engines = [
+        PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
+    ]
+    common = engines[0].common_of([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    for e in engines:
+        if remote is None:
+            e.compare()
+        else:
+            with remote(e) as pairs:
+                e.compare(remote=pairs)
+    return engines
+
+
+def _rows(engine: PairEngine) -> np.ndarray:
+    assert engine._survivors is not None
+    parts = list(engine._survivors.chunks(1 << 16))
+    return np.concatenate(parts) if parts else np.zeros((0, engine.parties + 1), np.uint64)
+
+
+@pytest.mark.parametrize(
+    ("case", "p", "cap"),
+    [
+        ("many blocks", 2, None),
+        ("many blocks", 3, None),
+        ("many blocks", 4, None),
+        ("one block", 3, None),
+        ("many blocks", 3, 4),  # sub-blocked blocks beside whole ones: the node's own part
+    ],
+)
+def test_pairs_on_local_workers_equal_the_threads(client, case: str, p: int, cap) -> None:  # type: ignore[no-untyped-def]
+    """Every pair of parties in ranges of a's rows on two workers (several ranges per worker):
+    the same survivor rows in the same order and the same stats as one kernel thread; nothing
+    is left on the workers afterwards."""
+    tables = _tables(case, p)
+    want = _engines(tables, cap)
+    made: list[ClusterPairs] = []
+
+    def remote(_engine: PairEngine) -> ClusterPairs:
+        made.append(ClusterPairs(client, ranges_per_worker=3))
+        return made[-1]
+
+    got = _engines(tables, cap, remote)
+    if cap is not None:
+        assert any(s.candidate_sets_uncapped > s.candidate_sets for s in _stats(want))
+    for x, y in zip(want, got, strict=True):
+        rows = _rows(x)
+        assert rows.shape[0] > 0
+        assert np.array_equal(rows, _rows(y))
+        sx, sy = x.comparison_stats, y.comparison_stats
+        for field in STATS:
+            assert getattr(sx, field) == getattr(sy, field), field
+        x.close()
+        y.close()
+    assert all(pairs.sent_bytes > 0 and pairs.received_bytes > 0 for pairs in made)
+    assert _workers_emptied(client)
+
+
+def _workers_emptied(client: Any) -> bool:
+    """The workers hold no data of this client's (cancelled futures are released
+    asynchronously: waits up to a minute for it)."""
+    deadline = time.monotonic() + 60
+    while any(client.has_what().values()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _stats(engines: list[PairEngine]) -> list[Any]:
+    return [e.comparison_stats for e in engines]
+
+
+def test_a_cancelled_comparison_stops_and_frees_the_workers(client) -> None:  # type: ignore[no-untyped-def]
+    e = _fresh(_tables("many blocks", 3))
+    cancel = threading.Event()
+    cancel.set()
+    with ClusterPairs(client) as pairs, pytest.raises(ComparisonCancelled):
+        e.compare(cancel=cancel, remote=pairs)
+    assert _workers_emptied(client)
+    e.close()
+
+
+def _fresh(tables: list[EncodedRecords]) -> PairEngine:
+    """Party 0's engine after the exchange, before its comparison."""
+    rng = random.Random(11)
+    prm = params(len(tables), segment_threshold=0.5)
+    engines = [
+        PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
+    ]
+    common = engines[0].common_of([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(common)
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    for e in engines[1:]:
+        e.close()
+    return engines[0]
+
+
+def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client) -> None:  # type: ignore[no-untyped-def]
+    """A task the worker cannot run (here: a party count numba cannot type) fails the comparison
+    with the worker's address and the error's type only, and frees the workers."""
+    keys = np.arange(1, 5, dtype=np.uint64)
+    segments, pops = np.zeros((4, 2), np.uint64), np.zeros(4, np.int64)
+    side = PairSide(0, keys, segments, pops, np.zeros((4, 1), np.int32))
+    index = (np.array([0, 4], np.int64), np.arange(4, dtype=np.int64))
+    target = PairTarget(1, keys, segments, pops, *index)
+    with ClusterPairs(client) as pairs:
+        table = np.zeros(300, np.int64)
+        pairs.submit((0, 1), side, target, None, table, "three", 100)  # type: ignore[arg-type]
+        with pytest.raises(ClusterError, match=r"parties 0 and 1 failed on worker tls://") as err:
+            list(pairs.kept_pairs((0, 1)))
+        assert "three" not in str(err.value) and "Error)" in str(err.value)
+    assert _workers_emptied(client)
+
+
+@pytest.mark.slow
+def test_the_partys_own_tls_scheduler_compares_like_the_threads(own_scheduler) -> None:  # type: ignore[no-untyped-def]
+    """Workers started as processes of their own, with the party's CA: the same rows."""
+    tables = _tables("many blocks", 3)
+    want = _engines(tables, None)
+    with dask_client(own_scheduler, connect_timeout=120) as own:
+        own.wait_for_workers(2, timeout=120)
+        got = _engines(tables, None, lambda _e: ClusterPairs(own))
+    for x, y in zip(want, got, strict=True):
+        assert np.array_equal(_rows(x), _rows(y)) and _rows(x).shape[0] > 0
+        x.close()
+        y.close()
