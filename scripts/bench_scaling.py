@@ -4,7 +4,7 @@ Dask cluster's CPU per worker against the ideal quarter.
 
     .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only | --comparison-only] [--target any|all]
     .venv/bin/python scripts/bench_scaling.py sizes   [--sizes 25000,50000,100000,200000,400000,1000000]
-    .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4]
+    .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4] [--comparison-only]
 
 All on generated people (``party.synthetic.generate``: many distinct names and addresses, 20%
 corruption, 50% overlap) with the shipped schema (``party/synthetic/data/schema.json``: six
@@ -47,7 +47,11 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   started for each encoding; its workers are forked from a forkserver that has Dask and the
   encoder loaded, whose CPU is printed too: paid once per node process) and from its start to
   the end of the encoding (the nannies that start and watch the workers run in this process,
-  counted in its CPU).
+  counted in its CPU). With ``--comparison-only``: party 0's comparison (target any) on the
+  cluster's workers (``party.cluster_pairs``: every pair of parties in ranges of a's rows), each
+  worker's task CPU against a k-th of the pair kernel's CPU on one thread for the same pairs
+  (measured before each cluster run), the node's CPU and wall, the bytes sent and received, and
+  whether the survivors equal the threads' (the engine's comparison on 2 threads, once).
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -400,6 +404,113 @@ def cmd_cluster(args: argparse.Namespace) -> None:
         )
 
 
+def cmd_cluster_comparison(args: argparse.Namespace) -> None:
+    """The comparison (target any) of party 0 on a LocalCluster of k workers against the pair
+    kernel on one thread (the ideal: a k-th of its CPU), alternated ``args.repeat`` times."""
+    import random
+
+    from party.cluster import dask_client, worker_usage
+    from party.cluster_pairs import ClusterPairs
+    from party.config import ClusterConfig
+    from party.protocol.blocks import row_block_indexes
+    from party.protocol.kernel import threshold_table
+    from party.protocol.pair_engine import PairEngine, party_pairs
+    from party.protocol.pairwise import PairPlan, pair_sides
+
+    k = args.cluster_workers
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
+        tables = [encode(p, 2)[0] for p in make_data(Path(d), args.records)]
+    prm = params("any")
+
+    def exchanged() -> PairEngine:
+        """Party 0's engine after the segment exchange (the same pseudonyms every time)."""
+        rng = random.Random(5)
+        engines = [
+            PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=2)
+            for i, t in enumerate(tables)
+        ]
+        common = engines[0].common_of([e.block_digests() for e in engines])
+        for e in engines:
+            e.set_common_blocks(common)
+        for e in engines:
+            for share in e.outgoing_shares():
+                engines[share.target].receive_share(share)
+        for e in engines[1:]:
+            e.close()
+        return engines[0]
+
+    def kernel_one_thread() -> float:
+        """Thread CPU of the pair kernel of every pair of parties on one thread (the work the
+        workers take over), with the engine's inputs."""
+        e = exchanged()
+        common = e._ready_to_compare()
+        pseud, _, segs = e._party_columns()
+        sides = pair_sides(pseud, segs, [e._positions[j] for j in range(3)], 2)
+        indexes = row_block_indexes([sd.positions for sd in sides], int(common.size), 2)
+        every = party_pairs(3)
+        plans = PairPlan.from_index_pairs([(indexes[a], indexes[b]) for a, b in every], None, 2)
+        table = threshold_table(2, float(prm.segment_threshold), 2 * e.segment_bits)
+        t = time.thread_time()
+        for (a, b), plan in zip(every, plans, strict=True):
+            for _ in plan.kept_pairs(sides[a], sides[b], 3, table, 10**12, 1):
+                pass
+        cpu = time.thread_time() - t
+        e.close()
+        return cpu
+
+    def survivors(e: PairEngine) -> bytes:
+        assert e._survivors is not None
+        return b"".join(x.tobytes() for x in e._survivors.chunks(1 << 16))
+
+    ref = exchanged()
+    c0, t0 = self_cpu(), time.perf_counter()
+    ref.compare()
+    threads = (time.perf_counter() - t0, self_cpu() - c0)
+    want = survivors(ref)
+    ref.close()
+    kernels: list[float] = []
+    runs = []
+    with dask_client(ClusterConfig("local"), k) as client:
+        for _ in range(args.repeat):
+            kernels.append(kernel_one_thread())
+            e = exchanged()
+            before = client.run(worker_usage)
+            c0, t0 = self_cpu(), time.perf_counter()
+            with ClusterPairs(client) as remote:
+                e.compare(remote=remote)
+            wall, node = time.perf_counter() - t0, self_cpu() - c0
+            after = client.run(worker_usage)
+            usage = sorted((after[w] - before[w] for w in after), key=lambda u: -u.tasks)
+            runs.append((wall, node, usage, remote, survivors(e) == want, load()))
+            e.close()
+    one = min(kernels)
+    ideal = one / k
+    print(
+        f"comparison of party 0 (target any, {args.records} records per party): pair kernel on "
+        f"one thread {one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in kernels)}); ideal "
+        f"per worker of {k}: {ideal:.2f} CPU-s; the whole comparison on the node's 2 threads "
+        f"{threads[0]:.2f}s wall, {threads[1]:.2f} CPU-s"
+    )
+    worst = []
+    for n, (wall, node, usage, remote, same, at) in enumerate(runs, 1):
+        tasks = [u.tasks for u in usage]
+        worst.append(tasks[0] / ideal)
+        print(
+            f"run {n}: {k}-worker LocalCluster: {wall:.2f}s wall, node (this process: indexes, "
+            f"plans, sending, receiving, merge, store) {node:.2f} CPU-s; {remote.tasks} tasks, "
+            f"{remote.sent_bytes / 1e6:.0f} MB sent, {remote.received_bytes / 1e6:.0f} MB "
+            f"received; survivors identical to the threads: {same}\n"
+            f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in tasks)} s: worst / "
+            f"ideal {tasks[0] / ideal:.2f}, worst / mean {tasks[0] * len(tasks) / sum(tasks):.2f},"
+            f" total / one thread {sum(tasks) / one:.2f}; whole worker processes "
+            f"{', '.join(f'{u.process:.2f}' for u in usage)} s; {at}"
+        )
+    print(
+        f"busiest worker's tasks / ideal over the {len(worst)} runs: "
+        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); {load()}"
+    )
+
+
 def encode_on_cluster(path: Path, workers: int):  # type: ignore[no-untyped-def]
     """One encoding of ``path`` on an embedded LocalCluster, with what it cost where."""
     from party.cluster import WorkerUsage, encode_csv_on_workers
@@ -441,7 +552,9 @@ def main() -> int:
     ap.add_argument("--records", type=int, default=200_000)
     ap.add_argument("--workers", type=int, default=0, help="0: every core")
     ap.add_argument(
-        "--comparison-only", action="store_true", help="cores: skip the encoding speedup"
+        "--comparison-only",
+        action="store_true",
+        help="cores: skip the encoding speedup; cluster: the comparison on the workers",
     )
     ap.add_argument(
         "--target",
@@ -465,6 +578,8 @@ def main() -> int:
     args = ap.parse_args()
     if args.what == "one":
         print(json.dumps(run_one(args.records, args.workers)))
+    elif args.what == "cluster" and args.comparison_only:
+        cmd_cluster_comparison(args)
     else:
         {"cores": cmd_cores, "sizes": cmd_sizes, "cluster": cmd_cluster}[args.what](args)
     return 0
