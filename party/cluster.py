@@ -110,6 +110,7 @@ EMBEDDED_PRELOAD = (
     "party.encoding._numba_warm",
     "party.cluster_waves",
     "party.cluster",
+    "party.cluster_pairs",
 )
 
 

@@ -410,7 +410,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     import random
 
     from party.cluster import dask_client, worker_usage
-    from party.cluster_pairs import ClusterPairs
+    from party.cluster_pairs import cluster_pairs
     from party.config import ClusterConfig
     from party.protocol.blocks import row_block_indexes
     from party.protocol.kernel import threshold_table
@@ -476,7 +476,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e = exchanged()
             before = client.run(worker_usage)
             c0, t0 = self_cpu(), time.perf_counter()
-            with ClusterPairs(client) as remote:
+            with cluster_pairs(client, embedded=True) as remote:
                 e.compare(remote=remote)
             wall, node = time.perf_counter() - t0, self_cpu() - c0
             after = client.run(worker_usage)
@@ -494,12 +494,13 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     worst = []
     for n, (wall, node, usage, remote, same, at) in enumerate(runs, 1):
         tasks = [u.tasks for u in usage]
+        how = "files on tmpfs the workers map" if remote.folder else "through Dask"
         worst.append(tasks[0] / ideal)
         print(
             f"run {n}: {k}-worker LocalCluster: {wall:.2f}s wall, node (this process: indexes, "
             f"plans, sending, receiving, merge, store) {node:.2f} CPU-s; {remote.tasks} tasks, "
-            f"{remote.sent_bytes / 1e6:.0f} MB sent, {remote.received_bytes / 1e6:.0f} MB "
-            f"received; survivors identical to the threads: {same}\n"
+            f"{remote.sent_bytes / 1e6:.0f} MB sent ({how}), {remote.received_bytes / 1e6:.0f} "
+            f"MB received; survivors identical to the threads: {same}\n"
             f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in tasks)} s: worst / "
             f"ideal {tasks[0] / ideal:.2f}, worst / mean {tasks[0] * len(tasks) / sum(tasks):.2f},"
             f" total / one thread {sum(tasks) / one:.2f}; whole worker processes "

@@ -962,7 +962,7 @@ def encode_csv_parallel(
                     in_flight = min(rows, (2 * len(use) + 4) * rows // max(1, len(ranges)))
                     need = 2 * in_flight * 8 * (bits.words_for(encoder.schema.output_bits) + 1)
                     need += 2 * in_flight * 8 * encoder.schema.digest_width
-                    with _scratch(need) as out:
+                    with scratch_folder(need) as out:
                         ranged = ranger(*args, path=str(path), layout=layout, out_dir=out)
                         return encoder.encode_results(
                             ranged.run_ranges(ranges),
@@ -977,7 +977,7 @@ def encode_csv_parallel(
         batched = _Lanes(*args)
         room = 2 * (2 * len(use) + 4) * block_bytes * 8  # results in flight (~8x their CSV)
         # results come back in files only from lanes on this machine (Dask's may be elsewhere)
-        place = _scratch(room) if lanes is None else contextlib.nullcontext(None)
+        place = scratch_folder(room) if lanes is None else contextlib.nullcontext(None)
         with place as batched.out_dir:
             return encoder.encode_csv(
                 path,
@@ -1070,7 +1070,7 @@ def _encode_counted(
     size = 8 * rows * (words + width)
     # routed entries that find no room on tmpfs travel as pickles instead (``_entries_file``)
     room = size + (PEER_SHARED_BYTES * len(lanes) if peer_sight else 0)
-    with _scratch(room) as folder:
+    with scratch_folder(room) as folder:
         output = _output_file(folder, size)
         if output is None:
             arrays = np.zeros(rows * (words + width), dtype=np.uint64)
@@ -1122,10 +1122,11 @@ def _output_file(folder: str | None, size: int) -> tuple[str, mmap.mmap] | None:
 
 
 @contextlib.contextmanager
-def _scratch(need: int) -> Iterator[str | None]:
-    """A private directory (0700) on tmpfs (/dev/shm) for lanes to hand results over, removed
-    with what is left in it when the job ends; None (results pickled) if /dev/shm is missing
-    or has less than ``need`` bytes free (a container's default /dev/shm is 64 MiB)."""
+def scratch_folder(need: int, prefix: str = "pprl-encode-") -> Iterator[str | None]:
+    """A private directory (0700) on tmpfs (/dev/shm) for lanes (or the embedded cluster's
+    workers) to hand arrays over, removed with what is left in it when the job ends; None
+    (results pickled) if /dev/shm is missing or has less than ``need`` bytes free (a container's
+    default /dev/shm is 64 MiB)."""
     try:
         st = os.statvfs("/dev/shm")
         room = st.f_bavail * st.f_frsize if os.access("/dev/shm", os.W_OK) else 0
@@ -1134,7 +1135,7 @@ def _scratch(need: int) -> Iterator[str | None]:
     if room < need:
         yield None
         return
-    with tempfile.TemporaryDirectory(prefix="pprl-encode-", dir="/dev/shm") as out:
+    with tempfile.TemporaryDirectory(prefix=prefix, dir="/dev/shm") as out:
         yield out
 
 

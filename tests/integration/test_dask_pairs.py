@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from party.cluster import ClusterError, dask_client
-from party.cluster_pairs import ClusterPairs
+from party.cluster_pairs import ClusterPairs, Mapped, forget_mapped
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
 from party.protocol.errors import ComparisonCancelled
@@ -89,16 +89,27 @@ def _rows(engine: PairEngine) -> np.ndarray:
         ("many blocks", 3, 4),  # sub-blocked blocks beside whole ones: the node's own part
     ],
 )
-def test_pairs_on_local_workers_equal_the_threads(client, case: str, p: int, cap) -> None:  # type: ignore[no-untyped-def]
-    """Every pair of parties in ranges of a's rows on two workers (several ranges per worker):
-    the same survivor rows in the same order and the same stats as one kernel thread; nothing
-    is left on the workers afterwards."""
+@pytest.mark.parametrize("inputs", ["through Dask", "mapped files", "no room for files"])
+def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
+    client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
+) -> None:
+    """Every pair of parties in ranges of a's rows on two workers (several ranges per worker),
+    the inputs sent through Dask, in files the workers map, or through Dask after the files
+    found no room: the same survivor rows in the same order and the same stats as one kernel
+    thread; nothing is left on the workers afterwards (no data, no mapped file)."""
     tables = _tables(case, p)
     want = _engines(tables, cap)
     made: list[ClusterPairs] = []
+    folder = None if inputs == "through Dask" else str(tmp_path)
+    if inputs == "no room for files":
+
+        def full(*_args: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(Mapped, "write", full)
 
     def remote(_engine: PairEngine) -> ClusterPairs:
-        made.append(ClusterPairs(client, ranges_per_worker=3))
+        made.append(ClusterPairs(client, ranges_per_worker=3, folder=folder))
         return made[-1]
 
     got = _engines(tables, cap, remote)
@@ -115,6 +126,12 @@ def test_pairs_on_local_workers_equal_the_threads(client, case: str, p: int, cap
         y.close()
     assert all(pairs.sent_bytes > 0 and pairs.received_bytes > 0 for pairs in made)
     assert _workers_emptied(client)
+    files = sorted(x.name for x in tmp_path.iterdir())
+    if inputs == "mapped files":  # a file per party and role, mapped by the workers, then dropped
+        assert files and all(x.startswith(("side-", "target-")) for x in files)
+        assert all(n == 0 for n in client.run(forget_mapped, folder).values())
+    else:
+        assert files == []
 
 
 def _workers_emptied(client: Any) -> bool:

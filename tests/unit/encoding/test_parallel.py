@@ -398,14 +398,14 @@ def test_without_room_on_tmpfs_results_come_back_pickled(
 
     from party.encoding import parallel
 
-    monkeypatch.setattr(parallel, "_scratch", lambda need: contextlib.nullcontext(None))
+    monkeypatch.setattr(parallel, "scratch_folder", lambda need: contextlib.nullcontext(None))
     path = _people_csv(tmp_path, 1500, seed=12)
     ref, got, stats = _encode_both(path, _shipped_schema(), pool, ranged, id_column="rec_id")
     _same(ref[0], got[0])
     assert stats.ranges > 2
     if "peer_sight" in ranged:  # no folder: nothing exchanged (routed entries come pickled)
         assert stats.shared_values == 0
-    with parallel._scratch(1 << 62) as out:  # the real one: no tmpfs has that much room
+    with parallel.scratch_folder(1 << 62) as out:  # the real one: no tmpfs has that much room
         assert out is None
 
 
