@@ -37,6 +37,7 @@ from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.pairwise import PairSide, PairTarget, kept_rows_of, side_rows
+from party.protocol.spill import MemoryGauge
 from party.protocol.threads import split_range
 
 log = logging.getLogger(__name__)
@@ -153,7 +154,11 @@ class ClusterPairs:
     that the workers map (``Mapped``): no copy through Dask's messages, no unpickling."""
 
     def __init__(
-        self, client: Any, ranges_per_worker: int = RANGES_PER_WORKER, folder: str | None = None
+        self,
+        client: Any,
+        ranges_per_worker: int = RANGES_PER_WORKER,
+        folder: str | None = None,
+        memory: MemoryGauge | None = None,
     ) -> None:
         self.client = client
         self.workers = sorted(client.scheduler_info()["workers"])
@@ -161,6 +166,8 @@ class ClusterPairs:
             raise ClusterError("cluster: the scheduler has no workers to compare on")
         self.ranges_per_worker = max(1, int(ranges_per_worker))
         self.folder = folder
+        self.memory = memory  # the files' bytes are reserved there while they exist
+        self._reserved = 0
         self._targets: dict[int, Any] = {}  # b's column -> its inputs on every worker
         self._files: dict[tuple[str, int], Mapped | None] = {}  # (side/target, column) -> file
         self._jobs: dict[tuple[int, int], list[tuple[str, Any]]] = {}
@@ -170,6 +177,7 @@ class ClusterPairs:
         #: ranges; with ``folder``: the files written) and received
         self.sent_bytes = 0
         self.received_bytes = 0
+        self.mapped_bytes = 0  # of sent_bytes: in files
 
     def __enter__(self) -> ClusterPairs:
         return self
@@ -186,9 +194,16 @@ class ClusterPairs:
         if futures:
             self.client.cancel(futures)
         if self.folder is not None:
+            for mapped in self._files.values():  # freed when the folder goes (the caller's)
+                if mapped is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(mapped.path)
             self._files.clear()
             with contextlib.suppress(Exception):  # a worker that died maps nothing any more
                 self.client.run(forget_mapped, self.folder)
+        if self.memory is not None and self._reserved:
+            self.memory.release(self._reserved)
+        self._reserved = 0
 
     def _scatter(self, data: Any, workers: list[str] | None = None) -> Any:
         """``data`` on the given workers (None: every worker), as a future."""
@@ -217,16 +232,23 @@ class ClusterPairs:
         return None if a is None or b is None else (a, b)
 
     def _write(self, name: str, column: int, arrays: dict[str, np.ndarray]) -> Mapped | None:
-        """The arrays in a file of ``folder``, or None when tmpfs has no room for it (the file
-        is removed)."""
+        """The arrays in a file of ``folder``, its bytes reserved on ``memory``; None when the
+        budget refuses them or tmpfs has no room for it (the file is removed)."""
         assert self.folder is not None
+        need = sum(int(x.nbytes) + 64 for x in arrays.values())
+        if self.memory is not None and not self.memory.try_reserve(need):
+            return None
         try:
             mapped = Mapped.write(self.folder, name, column, arrays)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.folder, name))
+            if self.memory is not None:
+                self.memory.release(need)
             return None
+        self._reserved += need if self.memory is not None else 0
         self.sent_bytes += mapped.nbytes
+        self.mapped_bytes += mapped.nbytes
         return mapped
 
     def _target(self, target: PairTarget) -> Any:
@@ -319,14 +341,17 @@ class ClusterPairs:
 
 
 @contextlib.contextmanager
-def cluster_pairs(client: Any, embedded: bool) -> Iterator[ClusterPairs]:
+def cluster_pairs(
+    client: Any, embedded: bool, memory: MemoryGauge | None = None
+) -> Iterator[ClusterPairs]:
     """A ClusterPairs on ``client``'s workers; an embedded cluster's (on this machine) get their
-    inputs in files on tmpfs (``Mapped``), removed at the end."""
+    inputs in files on tmpfs (``Mapped``, their bytes reserved on ``memory``), removed at the
+    end."""
     with (
         scratch_folder(SCRATCH_MIN_BYTES, "pprl-compare-")
         if embedded
         else contextlib.nullcontext(None) as folder,
-        ClusterPairs(client, folder=folder) as remote,
+        ClusterPairs(client, folder=folder, memory=memory) as remote,
     ):
         yield remote
 
@@ -341,13 +366,18 @@ def compare_on_cluster(
     """``engine.compare(progress, cancel)`` with its pairs of parties on the party's Dask cluster
     (a ``PairEngine``; the embedded cluster: ``workers`` worker processes, started for this
     comparison and closed after it)."""
-    with dask_client(cluster, workers) as client, cluster_pairs(client, cluster.embedded) as remote:
+    with (
+        dask_client(cluster, workers) as client,
+        cluster_pairs(client, cluster.embedded, engine.memory) as remote,
+    ):
         stats = engine.compare(progress, cancel, remote=remote)
         log.info(
-            "compared on %d Dask workers: %d tasks, %.1f MB sent, %.1f MB received",
+            "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
+            "workers map), %.1f MB received",
             len(remote.workers),
             remote.tasks,
             remote.sent_bytes / 1e6,
+            remote.mapped_bytes / 1e6,
             remote.received_bytes / 1e6,
         )
         return stats

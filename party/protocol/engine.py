@@ -1237,6 +1237,11 @@ class PartyEngine:
             )
         self._held[what] = self._held.get(what, 0) + nbytes
 
+    @property
+    def memory(self) -> MemoryGauge | None:
+        """The node's account this run's memory is reserved on (None: not bounded)."""
+        return self._memory
+
     def _let_go(self, what: str) -> None:
         nbytes = self._held.pop(what, 0)
         if self._memory is not None and nbytes:

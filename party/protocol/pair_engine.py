@@ -251,7 +251,10 @@ class PairEngine(PartyEngine):
                     target = PairTarget.of(sides[b], indexes[b])
                     whole = plan.whole if plan.check else None
                     remote.submit((a, b), sides[a], target, whole, table, p, piece)
-            del by_pair
+            del by_pair, target
+            if cap is None:  # the remote has what the pairs need: the indexes can go now
+                plans.clear()
+                indexes.clear()
         del made, plan
         store = self._survivor_store()
         done = kept_total = 0
@@ -274,10 +277,14 @@ class PairEngine(PartyEngine):
             for a in range(p - 2, -1, -1):
                 runs: list[list[np.ndarray]] = []  # a's kept rows per partner, b increasing
                 for b in range(a + 1, p):
-                    plan = plans.pop((a, b)) if (a, b) in plans else plan_of(a, b)
                     runs.append([])
+                    # the plan: for the kernel threads, or the sub-blocks (with a cap)
+                    pair_plan: PairPlan | None = None
+                    if remote is None or cap is not None:
+                        pair_plan = plans.pop((a, b)) if (a, b) in plans else plan_of(a, b)
                     if remote is None:
-                        kept_rows = plan.kept_pairs(
+                        assert pair_plan is not None
+                        kept_rows = pair_plan.kept_pairs(
                             sides[a], sides[b], p, table, piece, self.workers, cancel
                         )
                     else:
@@ -301,7 +308,8 @@ class PairEngine(PartyEngine):
                         done += pairs
                         if progress is not None:
                             progress(done, total)
-                    for rows in plan.sub_block_pairs():
+                    subs = pair_plan.sub_block_pairs() if pair_plan is not None else iter(())
+                    for rows in subs:
                         if cancel is not None and cancel.is_set():
                             raise ComparisonCancelled("comparison cancelled")
                         c, keep = segment_pair_counts(

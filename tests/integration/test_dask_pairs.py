@@ -18,6 +18,7 @@ from party.encoding.records import EncodedRecords
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.pair_engine import PairEngine
 from party.protocol.pairwise import PairSide, PairTarget
+from party.protocol.spill import LocalGauge
 from tests.unit.protocol.test_any_target import params, subset_tables
 
 STATS = (
@@ -89,7 +90,9 @@ def _rows(engine: PairEngine) -> np.ndarray:
         ("many blocks", 3, 4),  # sub-blocked blocks beside whole ones: the node's own part
     ],
 )
-@pytest.mark.parametrize("inputs", ["through Dask", "mapped files", "no room for files"])
+@pytest.mark.parametrize(
+    "inputs", ["through Dask", "mapped files", "no room for files", "budget refuses files"]
+)
 def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
     client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
 ) -> None:
@@ -101,6 +104,8 @@ def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-de
     want = _engines(tables, cap)
     made: list[ClusterPairs] = []
     folder = None if inputs == "through Dask" else str(tmp_path)
+    # the files' bytes are reserved on the node's budget while they exist
+    budget = LocalGauge(0 if inputs == "budget refuses files" else 1 << 40)
     if inputs == "no room for files":
 
         def full(*_args: Any) -> None:
@@ -109,7 +114,7 @@ def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-de
         monkeypatch.setattr(Mapped, "write", full)
 
     def remote(_engine: PairEngine) -> ClusterPairs:
-        made.append(ClusterPairs(client, ranges_per_worker=3, folder=folder))
+        made.append(ClusterPairs(client, ranges_per_worker=3, folder=folder, memory=budget))
         return made[-1]
 
     got = _engines(tables, cap, remote)
@@ -126,12 +131,14 @@ def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-de
         y.close()
     assert all(pairs.sent_bytes > 0 and pairs.received_bytes > 0 for pairs in made)
     assert _workers_emptied(client)
-    files = sorted(x.name for x in tmp_path.iterdir())
-    if inputs == "mapped files":  # a file per party and role, mapped by the workers, then dropped
-        assert files and all(x.startswith(("side-", "target-")) for x in files)
+    if inputs == "mapped files":  # files per party and role, mapped by the workers, then dropped
+        assert all(pairs.mapped_bytes > 0 for pairs in made)
+        assert budget.peak >= max(pairs.mapped_bytes for pairs in made)
         assert all(n == 0 for n in client.run(forget_mapped, folder).values())
     else:
-        assert files == []
+        assert all(pairs.mapped_bytes == 0 for pairs in made)
+    assert list(tmp_path.iterdir()) == []  # removed at the end
+    assert budget.held == 0
 
 
 def _workers_emptied(client: Any) -> bool:
