@@ -298,7 +298,9 @@ class ClusterPairs:
                 parties,
                 max_pairs,
                 workers=[worker],
-                allow_other_workers=False,
+                # a preference: if the worker is lost, another one runs the task again (its
+                # inputs are a file's name, or data Dask still holds)
+                allow_other_workers=True,
                 pure=False,
             )
             self._futures.append(future)
@@ -366,18 +368,24 @@ def compare_on_cluster(
     """``engine.compare(progress, cancel)`` with its pairs of parties on the party's Dask cluster
     (a ``PairEngine``; the embedded cluster: ``workers`` worker processes, started for this
     comparison and closed after it)."""
-    with (
-        dask_client(cluster, workers) as client,
-        cluster_pairs(client, cluster.embedded, engine.memory) as remote,
-    ):
-        stats = engine.compare(progress, cancel, remote=remote)
-        log.info(
-            "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
-            "workers map), %.1f MB received",
-            len(remote.workers),
-            remote.tasks,
-            remote.sent_bytes / 1e6,
-            remote.mapped_bytes / 1e6,
-            remote.received_bytes / 1e6,
-        )
-        return stats
+    try:
+        with (
+            dask_client(cluster, workers) as client,
+            cluster_pairs(client, cluster.embedded, engine.memory) as remote,
+        ):
+            stats = engine.compare(progress, cancel, remote=remote)
+    except ClusterError as exc:  # the party's own addresses and errors stay in its log
+        log.error("the comparison on the party's Dask cluster failed: %s", exc)
+        raise ClusterError(
+            "its comparison on the party's Dask cluster failed (the party's log says where)"
+        ) from None
+    log.info(
+        "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
+        "workers map), %.1f MB received",
+        len(remote.workers),
+        remote.tasks,
+        remote.sent_bytes / 1e6,
+        remote.mapped_bytes / 1e6,
+        remote.received_bytes / 1e6,
+    )
+    return stats

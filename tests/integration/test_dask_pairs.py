@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import threading
 import time
@@ -213,3 +215,39 @@ def test_the_partys_own_tls_scheduler_compares_like_the_threads(own_scheduler) -
         assert np.array_equal(_rows(x), _rows(y)) and _rows(x).shape[0] > 0
         x.close()
         y.close()
+
+
+class _LosesAWorker(ClusterPairs):
+    """ClusterPairs whose first worker dies once every pair is submitted, before any result."""
+
+    lost = False
+
+    def kept_pairs(self, pair, cancel=None):  # type: ignore[no-untyped-def]
+        if not self.lost:
+            self.lost = True
+            with contextlib.suppress(Exception):  # the worker dies before it answers
+                self.client.run(os._exit, 1, workers=[self.workers[0]])
+        return super().kept_pairs(pair, cancel)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A worker killed after the tasks were sent: with mapped files (the embedded cluster) its
+    tasks run again on the other worker and the rows equal the threads'; through Dask the ranges
+    it held are lost: a ClusterError, not a hang."""
+    tables = _tables("many blocks", 3)
+    want = _rows(_engines(tables, None)[0])
+    e = _fresh(tables)
+    with (
+        dask_client(ClusterConfig("local"), 2) as own,
+        _LosesAWorker(own, folder=str(tmp_path) if mapped else None) as pairs,
+    ):
+        if mapped:
+            e.compare(remote=pairs)
+            assert np.array_equal(_rows(e), want) and want.shape[0] > 0
+        else:
+            with pytest.raises(ClusterError, match="failed on worker"):
+                e.compare(remote=pairs)
+        assert pairs.lost
+    e.close()
