@@ -109,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--in-process", action="store_true", help="run all parties in this process")
     ap.add_argument(
+        "--cluster",
+        choices=("local",),
+        help="networked: every node encodes (and, target any, compares) on an embedded Dask "
+        'cluster of its own ([cluster] scheduler = "local"; docs/scaling.md)',
+    )
+    ap.add_argument(
         "--memory-budget-mib",
         type=int,
         default=PartyConfig.memory_budget_mib,
@@ -267,7 +273,10 @@ def run_target_any(console: Console, cfg: SimulationConfig, args: argparse.Names
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.cluster and args.in_process:
+        parser.error("--cluster needs party nodes: it does not apply with --in-process")
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -306,6 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         memory_budget_mib=args.memory_budget_mib,
         **data_config(args),
         mode=args.mode,
+        cluster=args.cluster,
     )
     if args.target == "any":
         return run_target_any(console, cfg, args)

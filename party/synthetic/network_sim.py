@@ -155,6 +155,8 @@ def run_on_cluster(
             "PPRL_RPC_TIMEOUT": "60",
             "PPRL_MEMORY_BUDGET_MIB": str(cfg.memory_budget_mib),
         }
+        if cfg.cluster is not None:  # encode and compare on the node's Dask cluster
+            party_env["PPRL_CLUSTER_SCHEDULER"] = cfg.cluster
         for name in cluster.all_nodes:
             cluster.start_party(name, party_env)
         for i, name in enumerate(cluster.all_nodes):

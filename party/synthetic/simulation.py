@@ -86,6 +86,7 @@ class SimulationConfig:
     out_dir: Path = Path("results/simulation")
     oracle: str = "auto"  # "auto" | "full" | "sm0" | "none"
     mode: str = "segments"  # "segments" | "mpc3" (three-party computation; s_m is 0 there)
+    cluster: str | None = None  # networked: "local" puts every node on an embedded Dask cluster
 
     @property
     def s_m(self) -> float:

@@ -120,6 +120,9 @@ def test_scripts_command_lines(tmp_path):
     r = _run("scripts/simulate.py", "--in-process", "--mode", "mpc3", "--s-m", "0.5")
     assert r.returncode == 2 and "--s-m does not apply in mode mpc3" in r.stdout + r.stderr
     assert "Traceback" not in r.stdout + r.stderr
+    r = _run("scripts/simulate.py", "--in-process", "--cluster", "local")
+    assert r.returncode == 2 and "--cluster needs party nodes" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
 
 
 def test_sweep_tiny_grid(tmp_path):
@@ -154,9 +157,13 @@ def test_sweep_tiny_grid(tmp_path):
     assert "f1_vs_st.png" in (tmp_path / "sw" / "report.md").read_text()
 
 
-def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_path):
+@pytest.mark.parametrize("cluster", [[], ["--cluster", "local"]], ids=["threads", "dask"])
+def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_path, cluster):
+    """The nodes compare on their kernel threads, or (``--cluster local``) each on an embedded
+    Dask cluster of its own: the oracle's groups either way."""
     r = _run(
         "scripts/simulate.py",
+        *cluster,
         "--target",
         "any",
         "--parties",
@@ -183,6 +190,9 @@ def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_p
     assert "identical_to_in_process: True" in r.stdout and "plaintext oracle" in r.stdout
     assert summary["oracle_groups"] == summary["groups"]
     assert summary["oracle_pairwise"] == summary["pairwise"]
+    logs = [p.read_text() for p in sorted((tmp_path / "any" / "network").glob("party-*.log"))]
+    assert len(logs) == 3
+    assert all(("compared on 2 Dask workers" in text) == bool(cluster) for text in logs)
 
 
 @pytest.mark.parametrize(
