@@ -28,7 +28,7 @@ import os
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -179,7 +179,7 @@ class ClusterPairs:
         self.received_bytes = 0
         self.mapped_bytes = 0  # of sent_bytes: in files
 
-    def __enter__(self) -> ClusterPairs:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
