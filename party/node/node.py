@@ -1141,8 +1141,13 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         await self._pause_hook(run, "compare")
         on_progress = comparing_progress(progress)
         compare: Callable[..., Any] = engine.compare
-        if self.config.cluster is not None and getattr(engine, "TARGET", None) == "any":
-            from party.cluster_pairs import compare_on_cluster  # the pairs on the party's cluster
+        target = getattr(engine, "TARGET", None)
+        if self.config.cluster is not None and target in ("any", "all"):
+            # the pairs of parties (any) or the fast blocks (all) on the party's cluster
+            if target == "any":
+                from party.cluster_pairs import compare_on_cluster
+            else:
+                from party.cluster_blocks import compare_on_cluster
 
             compare = functools.partial(
                 compare_on_cluster, engine, self.config.cluster, self.config.workers

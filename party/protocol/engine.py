@@ -36,6 +36,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from party.protocol._numba_blocks import (
 )
 from party.protocol._numba_ring import start_rows, step_rows
 from party.protocol._numba_segments import cut_segments
+from party.protocol.block_ranges import FastInputs, FastRange, RemoteBlocks, fast_ranges
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -103,7 +105,7 @@ from party.protocol.spill import (
     SpillFolder,
     count_at_most,
 )
-from party.protocol.threads import run_split
+from party.protocol.threads import run_split, split_running_sum
 
 logger = logging.getLogger(__name__)
 
@@ -452,13 +454,20 @@ class PartyEngine:
         self,
         progress: Callable[[int, int], None] | None = None,
         cancel: threading.Event | None = None,
+        remote: Any = None,
     ) -> ComparisonStats:
         """Enumerate and filter candidate sets on this party's segment; keep the survivors.
 
         ``progress(done, total)`` is called with candidate-set counts; setting ``cancel`` stops the
         comparison with ComparisonCancelled (nothing is kept; compare may be called again).
+        ``remote`` (a ``block_ranges.RemoteBlocks``; numba kernel only; typed Any for
+        ``PairEngine.compare``'s own kind): the fast blocks compared there in ranges
+        (``block_ranges.fast_range_rows``, every range submitted first, about ``remote.parts``
+        of them or the budget's batches if smaller) while the node compares the other blocks;
+        the same survivors and stats.
         """
         common = self._ready_to_compare()
+        ranges_at: RemoteBlocks | None = remote
         t0 = time.perf_counter()
         p = self.parties
         pseud, _, segs = self._party_columns()
@@ -566,13 +575,35 @@ class PartyEngine:
         try:
             # batches of consecutive blocks (the others have fast_sizes 0: the kernel skips them)
             cum = np.cumsum(fast_sets)
+            ranges = fast_ranges(cum, batch_sets)
+            if ranges_at is not None:  # remote.parts ranges of equal sets unless beyond a batch
+                if self.kernel != "numba":
+                    raise ProtocolError("comparing on other workers needs the numba kernel")
+                parts = max(1, ranges_at.parts)
+                if len(ranges) <= parts and ranges:
+                    ranges = split_running_sum(cum, 0, ranges[-1][1], parts)
+            remote_sets: list[int] = []
+            if ranges_at is not None:  # every range starts now; the node compares the other blocks
+                inputs = FastInputs(
+                    tuple(segs),
+                    tuple(seg_pops),
+                    tuple(pseud),
+                    np.array(join, dtype=np.int64),
+                    self.segment_bits,
+                    float(self.params.segment_threshold),
+                )
+                pieces = [FastRange.of(indices, blocks, lo, hi) for lo, hi in ranges]
+                ranges_at.submit(inputs, pieces)
+                remote_sets = [
+                    int(cum[hi - 1]) - (int(cum[lo - 1]) if lo else 0) for lo, hi in ranges
+                ]
+                del inputs, pieces
+                ranges = []
             fast = FastBlocks(cum, tuple(pseud), np.array(join, dtype=np.int64))
-            lo = 0
-            while lo < cum.size and int(cum[-1]) > (int(cum[lo - 1]) if lo else 0):
+            for lo, hi in ranges:
                 if cancel is not None and cancel.is_set():
                     raise ComparisonCancelled("comparison cancelled")
                 base = int(cum[lo - 1]) if lo else 0
-                hi = max(lo + 1, int(np.searchsorted(cum, base + batch_sets, side="right")))
                 if self.kernel == "numba":  # ring rows made on the threads
                     found = fast_block_rows(
                         segs,
@@ -589,7 +620,6 @@ class PartyEngine:
                     )
                     store.append(found)
                     tick(int(cum[hi - 1]) - base)
-                    lo = hi
                     continue
                 rows, c = compare_block_batch(
                     segs,
@@ -606,7 +636,6 @@ class PartyEngine:
                 )
                 keep(rows, c)
                 tick(int(cum[hi - 1]) - base)
-                lo = hi
 
             for sub, size in plan():
                 if size <= SMALL_BLOCK_SETS:
@@ -635,6 +664,12 @@ class PartyEngine:
                     keep(glob, c)
             if batch:
                 flush()
+            if ranges_at is not None:  # the ranges' rows in order
+                taken = ranges_at.results(cancel)
+                for (found, stage), sets in zip(taken, remote_sets, strict=True):
+                    store.append(found)
+                    counts.add(stage)
+                    tick(sets)
         except BaseException:
             store.close()  # cancelled or failed: nothing is kept
             raise
