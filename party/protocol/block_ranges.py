@@ -5,20 +5,20 @@ blocks; each range's ring rows (``kernel.fast_block_rows``) are independent of t
 survivor store sorts them and drops repeats, so a range can be computed anywhere. What a range
 reads: every party's segments, popcounts and pseudonyms and the ring columns (``FastInputs``,
 the same for every range) and the slice of every party's block index its blocks span, with
-which of them are fast (``FastRange``; the plan's arrays of the range follow from them). ``fast_range_rows`` is the task a worker runs; ``RemoteBlocks`` is where the
+which of them are fast (``FastIndex.range``: a ``FastRange``; the plan's arrays of the range
+follow from them). ``fast_range_rows`` is the task a worker runs; ``RemoteBlocks`` is where the
 engine sends the ranges (``party.cluster_blocks.ClusterBlocks``: the party's Dask workers).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
 
-from party.protocol.blocks import BlockIndex
 from party.protocol.kernel import BlockPlan, FastBlocks, StageCounts, fast_block_rows
 
 
@@ -41,20 +41,33 @@ class FastInputs:
 
 
 @dataclass(frozen=True)
+class FastIndex:
+    """Every party's block index (CSR: ``rows[j][starts[j][b]:starts[j][b + 1]]``, party j's
+    rows in block b) and which blocks are fast (``kernel.plan_blocks``): what ranges are cut
+    from."""
+
+    starts: tuple[np.ndarray, ...]
+    rows: tuple[np.ndarray, ...]
+    fast: np.ndarray  # (nb,) bool
+
+    def range(self, lo: int, hi: int) -> FastRange:
+        """Blocks [lo, hi) as a FastRange."""
+        first = [int(s[lo]) for s in self.starts]
+        starts = np.stack([s[lo : hi + 1] - a for s, a in zip(self.starts, first, strict=True)])
+        ends = [int(s[hi]) for s in self.starts]
+        rows = tuple(_narrow(r[a:e]) for r, a, e in zip(self.rows, first, ends, strict=True))
+        return FastRange(_narrow(starts), rows, np.ascontiguousarray(self.fast[lo:hi]))
+
+
+@dataclass(frozen=True)
 class FastRange:
-    """Blocks [lo, hi) of every party's block index (CSR, numbered from the range's first row:
-    ``rows[j][starts[j, b]:starts[j, b + 1]]``, block b of the range) and which of them are fast
-    (``kernel.plan_blocks``). Integers in 32 bits where they fit."""
+    """Blocks [lo, hi) of every party's block index, numbered from the range's first row
+    (``rows[j][starts[j, b]:starts[j, b + 1]]``: block lo + b) and which of them are fast.
+    Integers in 32 bits where they fit."""
 
     starts: np.ndarray  # (P, hi - lo + 1)
     rows: tuple[np.ndarray, ...]  # each party's rows (positions in its segments) of the blocks
     fast: np.ndarray  # (hi - lo,) bool
-
-    @classmethod
-    def of(cls, indices: Sequence[BlockIndex], plan: BlockPlan, lo: int, hi: int) -> FastRange:
-        starts = np.stack([ix.starts[lo : hi + 1] - ix.starts[lo] for ix in indices])
-        rows = tuple(_narrow(ix.rows[ix.starts[lo] : ix.starts[hi]]) for ix in indices)
-        return cls(_narrow(starts), rows, plan.fast_sets[lo:hi] > 0)
 
     def plan(self) -> BlockPlan:
         """The range's blocks as a plan of their own (every block fast or not compared)."""
@@ -111,8 +124,8 @@ class RemoteBlocks(Protocol):
         """How many ranges the fast blocks should be cut into (at most)."""
         ...
 
-    def submit(self, inputs: FastInputs, pieces: list[FastRange]) -> None:
-        """Start computing every range's rows."""
+    def submit(self, inputs: FastInputs, index: FastIndex, ranges: list[tuple[int, int]]) -> None:
+        """Start computing the rows of every range [lo, hi) of blocks (``index.range``)."""
 
     def results(
         self, cancel: threading.Event | None = None

@@ -48,7 +48,7 @@ from party.protocol._numba_blocks import (
 )
 from party.protocol._numba_ring import start_rows, step_rows
 from party.protocol._numba_segments import cut_segments
-from party.protocol.block_ranges import FastInputs, FastRange, RemoteBlocks, fast_ranges
+from party.protocol.block_ranges import FastIndex, FastInputs, RemoteBlocks, fast_ranges
 from party.protocol.blocks import (
     BlockStats,
     DigestLookup,
@@ -592,12 +592,16 @@ class PartyEngine:
                     self.segment_bits,
                     float(self.params.segment_threshold),
                 )
-                pieces = [FastRange.of(indices, blocks, lo, hi) for lo, hi in ranges]
-                ranges_at.submit(inputs, pieces)
+                index = FastIndex(
+                    tuple(ix.starts for ix in indices),
+                    tuple(ix.rows for ix in indices),
+                    blocks.fast_sets > 0,
+                )
+                ranges_at.submit(inputs, index, ranges)
                 remote_sets = [
                     int(cum[hi - 1]) - (int(cum[lo - 1]) if lo else 0) for lo, hi in ranges
                 ]
-                del inputs, pieces
+                del inputs, index
                 ranges = []
             fast = FastBlocks(cum, tuple(pseud), np.array(join, dtype=np.int64))
             for lo, hi in ranges:

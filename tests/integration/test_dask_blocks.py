@@ -12,9 +12,10 @@ import pytest
 
 from party.cluster import ClusterError, dask_client
 from party.cluster_blocks import ClusterBlocks
+from party.cluster_pairs import Mapped, forget_mapped
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
-from party.protocol.block_ranges import FastInputs, FastRange
+from party.protocol.block_ranges import FastIndex, FastInputs
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import ComparisonCancelled
 from proto import common_pb2
@@ -99,16 +100,27 @@ def _rows(engine: PartyEngine) -> np.ndarray:
         ("one big block", 3, None),
     ],
 )
-def test_blocks_on_local_workers_equal_the_threads(client, case: str, p: int, cap) -> None:  # type: ignore[no-untyped-def]
-    """The fast blocks in ranges on two workers (several ranges per worker): the same survivor
-    rows and the same stats (stage counts included) as one kernel thread; nothing is left on
-    the workers afterwards."""
+@pytest.mark.parametrize("inputs", ["through Dask", "mapped file", "no room for the file"])
+def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
+    client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
+) -> None:
+    """The fast blocks in ranges on two workers (several ranges per worker), the inputs sent
+    through Dask, in a file the workers map, or through Dask after the file found no room: the
+    same survivor rows and the same stats (stage counts included) as one kernel thread; nothing
+    is left on the workers afterwards (no data, no mapped file)."""
     tables = _tables(case, p)
     want = _engines(tables, cap)
     made: list[ClusterBlocks] = []
+    folder = None if inputs == "through Dask" else str(tmp_path)
+    if inputs == "no room for the file":
+
+        def full(*_args: Any) -> None:
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(Mapped, "write", full)
 
     def remote(_engine: PartyEngine) -> ClusterBlocks:
-        made.append(ClusterBlocks(client, ranges_per_worker=3))
+        made.append(ClusterBlocks(client, ranges_per_worker=3, folder=folder))
         return made[-1]
 
     got = _engines(tables, cap, remote)
@@ -130,6 +142,12 @@ def test_blocks_on_local_workers_equal_the_threads(client, case: str, p: int, ca
         assert blocks.tasks > len(blocks.workers), blocks.tasks
         assert blocks.sent_bytes > 0 and blocks.received_bytes > 0
     assert _workers_emptied(client)
+    files = sorted(x.name for x in tmp_path.iterdir())
+    if inputs == "mapped file":  # a file per engine, unmapped at the end
+        assert len(files) == p and all(x.startswith("blocks-") for x in files)
+        assert all(n == 0 for n in client.run(forget_mapped, folder).values())
+    else:
+        assert files == []
 
 
 def _fresh(tables: list[EncodedRecords]) -> PartyEngine:
@@ -170,10 +188,10 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
     segs = (np.zeros((4, 1), np.uint64),) * 2
     pops = (np.zeros(3, np.int64),) * 2  # one short
     inputs = FastInputs(segs, pops, keys, np.arange(2, dtype=np.int64), 64, 0.5)
-    rows = (np.arange(4, dtype=np.int32),) * 2
-    piece = FastRange(np.array([[0, 4], [0, 4]], np.int32), rows, np.ones(1, np.bool_))
+    starts = (np.array([0, 4], np.int64),) * 2
+    index = FastIndex(starts, (np.arange(4, dtype=np.int64),) * 2, np.ones(1, np.bool_))
     with ClusterBlocks(client) as blocks:
-        blocks.submit(inputs, [piece])
+        blocks.submit(inputs, index, [(0, 1)])
         with pytest.raises(ClusterError, match=r"range 0 of blocks failed on worker tls://") as err:
             list(blocks.results())
         assert "Error)" in str(err.value)

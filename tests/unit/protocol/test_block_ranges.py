@@ -10,7 +10,13 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from party.protocol.block_ranges import FastInputs, FastRange, fast_range_rows, fast_ranges
+from party.protocol.block_ranges import (
+    FastIndex,
+    FastInputs,
+    FastRange,
+    fast_range_rows,
+    fast_ranges,
+)
 from party.protocol.engine import PartyEngine
 from party.protocol.kernel import HAVE_NUMBA, StageCounts
 from tests.unit.protocol.helpers import linked_tables
@@ -25,7 +31,8 @@ class InProcess:
         self.sizes: list[int] = []
         self._jobs: list[tuple[FastInputs, FastRange]] = []
 
-    def submit(self, inputs: FastInputs, pieces: list[FastRange]) -> None:
+    def submit(self, inputs: FastInputs, index: FastIndex, ranges: list[tuple[int, int]]) -> None:
+        pieces = [index.range(lo, hi) for lo, hi in ranges]
         self.sizes = [int(piece.plan().fast_sets.sum()) for piece in pieces]
         self._jobs = [(inputs, piece) for piece in pieces]
 
