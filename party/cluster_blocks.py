@@ -17,8 +17,9 @@ the node's threads, compared while the workers run.
 Security: as ``party.cluster_pairs``: the same cluster and TLS as the encoding's; the segments
 reach only the party's own workers, live there only while the comparison runs (every future is
 cancelled and the file unmapped and removed when it ends or fails) and leave the party only
-through its node. No log or error
-names a segment, a pseudonym or a record.
+through its node. On the embedded cluster the file's bytes are reserved on the node's memory
+budget while it exists (through Dask when refused). No log or error names a segment, a
+pseudonym or a record.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from party.encoding.parallel import scratch_folder
 from party.protocol.block_ranges import FastIndex, FastInputs, fast_range_rows
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.kernel import StageCounts
+from party.protocol.spill import MemoryGauge
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +79,17 @@ class ClusterBlocks:
     ``results`` in order); a context manager that cancels every future it made when it exits."""
 
     def __init__(
-        self, client: Any, ranges_per_worker: int = RANGES_PER_WORKER, folder: str | None = None
+        self,
+        client: Any,
+        ranges_per_worker: int = RANGES_PER_WORKER,
+        folder: str | None = None,
+        memory: MemoryGauge | None = None,
     ) -> None:
         self.client = client
         self.folder = folder
+        self.memory = memory  # the file's bytes are reserved there while it exists
+        self._reserved = 0
+        self._file: Mapped | None = None
         self.workers = sorted(client.scheduler_info()["workers"])
         if not self.workers:
             raise ClusterError("cluster: the scheduler has no workers to compare on")
@@ -92,6 +101,7 @@ class ClusterBlocks:
         #: range's own; with ``folder``: the file written) and received
         self.sent_bytes = 0
         self.received_bytes = 0
+        self.mapped_bytes = 0  # of sent_bytes: in the file
 
     def __enter__(self) -> ClusterBlocks:
         return self
@@ -105,15 +115,22 @@ class ClusterBlocks:
         return len(self.workers) * self.ranges_per_worker
 
     def close(self) -> None:
-        """Cancel every future (the workers drop their copies of the inputs and rows) and have
-        the workers unmap the file."""
+        """Cancel every future (the workers drop their copies of the inputs and rows), have the
+        workers unmap the file, remove it and release its reservation."""
         futures, self._futures = self._futures, []
         self._jobs.clear()
         if futures:
             self.client.cancel(futures)
         if self.folder is not None:
+            if self._file is not None:  # freed now, not when the folder goes (the caller's)
+                with contextlib.suppress(OSError):
+                    os.unlink(self._file.path)
+                self._file = None
             with contextlib.suppress(Exception):  # a worker that died maps nothing any more
                 self.client.run(forget_mapped, self.folder)
+        if self.memory is not None and self._reserved:
+            self.memory.release(self._reserved)
+        self._reserved = 0
 
     def _scatter(self, data: Any, workers: list[str] | None = None) -> Any:
         """``data`` on the given workers (None: every worker), as a future."""
@@ -152,8 +169,9 @@ class ClusterBlocks:
             self._jobs.append((worker, future))
 
     def _write(self, inputs: FastInputs, index: FastIndex) -> Mapped | None:
-        """The inputs and the index (32-bit where they fit) in a file of ``folder``, or None
-        when tmpfs has no room for it (the file is removed)."""
+        """The inputs and the index (32-bit where they fit) in a file of ``folder``, its bytes
+        reserved on ``memory``; None when the budget refuses them or tmpfs has no room for it
+        (the file is removed)."""
         assert self.folder is not None
         arrays: dict[str, np.ndarray] = {"fast": index.fast}
         for k in range(len(inputs.segs)):
@@ -161,13 +179,21 @@ class ClusterBlocks:
             arrays |= {f"keys{k}": inputs.keys[k], f"starts{k}": compact(index.starts[k])}
             arrays[f"rows{k}"] = compact(index.rows[k])
         name = f"blocks-{next(_FILES)}"  # never a file a worker may still map
+        need = sum(int(x.nbytes) + 64 for x in arrays.values())
+        if self.memory is not None and not self.memory.try_reserve(need):
+            return None
         try:
             mapped = Mapped.write(self.folder, name, 0, arrays)
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(self.folder, name))
+            if self.memory is not None:
+                self.memory.release(need)
             return None
+        self._reserved += need if self.memory is not None else 0
+        self._file = mapped
         self.sent_bytes += mapped.nbytes
+        self.mapped_bytes += mapped.nbytes
         return mapped
 
     def results(
@@ -203,14 +229,17 @@ class ClusterBlocks:
 
 
 @contextlib.contextmanager
-def cluster_blocks(client: Any, embedded: bool) -> Iterator[ClusterBlocks]:
+def cluster_blocks(
+    client: Any, embedded: bool, memory: MemoryGauge | None = None
+) -> Iterator[ClusterBlocks]:
     """A ClusterBlocks on ``client``'s workers; an embedded cluster's (on this machine) map
-    their inputs from a file on tmpfs (``Mapped``), removed at the end."""
+    their inputs from a file on tmpfs (``Mapped``, its bytes reserved on ``memory``), removed
+    at the end."""
     with (
         scratch_folder(SCRATCH_MIN_BYTES, "pprl-compare-")
         if embedded
         else contextlib.nullcontext(None) as folder,
-        ClusterBlocks(client, folder=folder) as remote,
+        ClusterBlocks(client, folder=folder, memory=memory) as remote,
     ):
         yield remote
 
@@ -227,14 +256,16 @@ def compare_on_cluster(
     comparison and closed after it)."""
     with (
         dask_client(cluster, workers) as client,
-        cluster_blocks(client, cluster.embedded) as remote,
+        cluster_blocks(client, cluster.embedded, engine.memory) as remote,
     ):
         stats = engine.compare(progress, cancel, remote=remote)
         log.info(
-            "compared on %d Dask workers: %d tasks, %.1f MB sent, %.1f MB received",
+            "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
+            "workers map), %.1f MB received",
             len(remote.workers),
             remote.tasks,
             remote.sent_bytes / 1e6,
+            remote.mapped_bytes / 1e6,
             remote.received_bytes / 1e6,
         )
         return stats

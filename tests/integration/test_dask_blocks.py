@@ -18,6 +18,7 @@ from party.encoding.records import EncodedRecords
 from party.protocol.block_ranges import FastIndex, FastInputs
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import ComparisonCancelled
+from party.protocol.spill import LocalGauge
 from proto import common_pb2
 from tests.integration.conftest import expected_sets, network_sets, parameters, run_and_wait
 from tests.integration.test_dask_pairs import _workers_emptied
@@ -100,7 +101,9 @@ def _rows(engine: PartyEngine) -> np.ndarray:
         ("one big block", 3, None),
     ],
 )
-@pytest.mark.parametrize("inputs", ["through Dask", "mapped file", "no room for the file"])
+@pytest.mark.parametrize(
+    "inputs", ["through Dask", "mapped file", "no room for the file", "budget refuses the file"]
+)
 def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
     client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
 ) -> None:
@@ -112,6 +115,8 @@ def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-d
     want = _engines(tables, cap)
     made: list[ClusterBlocks] = []
     folder = None if inputs == "through Dask" else str(tmp_path)
+    # the file's bytes are reserved on the node's budget while it exists
+    budget = LocalGauge(0 if inputs == "budget refuses the file" else 1 << 40)
     if inputs == "no room for the file":
 
         def full(*_args: Any) -> None:
@@ -120,7 +125,7 @@ def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-d
         monkeypatch.setattr(Mapped, "write", full)
 
     def remote(_engine: PartyEngine) -> ClusterBlocks:
-        made.append(ClusterBlocks(client, ranges_per_worker=3, folder=folder))
+        made.append(ClusterBlocks(client, ranges_per_worker=3, folder=folder, memory=budget))
         return made[-1]
 
     got = _engines(tables, cap, remote)
@@ -142,12 +147,14 @@ def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-d
         assert blocks.tasks > len(blocks.workers), blocks.tasks
         assert blocks.sent_bytes > 0 and blocks.received_bytes > 0
     assert _workers_emptied(client)
-    files = sorted(x.name for x in tmp_path.iterdir())
-    if inputs == "mapped file":  # a file per engine, unmapped at the end
-        assert len(files) == p and all(x.startswith("blocks-") for x in files)
+    if inputs == "mapped file":  # a file per engine, mapped by the workers, then dropped
+        assert all(blocks.mapped_bytes > 0 for blocks in made)
+        assert budget.peak >= max(blocks.mapped_bytes for blocks in made)
         assert all(n == 0 for n in client.run(forget_mapped, folder).values())
     else:
-        assert files == []
+        assert all(blocks.mapped_bytes == 0 for blocks in made)
+    assert list(tmp_path.iterdir()) == []  # removed at the end
+    assert budget.held == 0
 
 
 def _fresh(tables: list[EncodedRecords]) -> PartyEngine:
