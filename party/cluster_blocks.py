@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 
@@ -76,7 +76,9 @@ def fast_rows_mapped(
 
 class ClusterBlocks:
     """Ranges of fast blocks compared on a Dask client's workers (``submit`` them all, then
-    ``results`` in order); a context manager that cancels every future it made when it exits."""
+    ``results`` in order; a task's worker is a preference: a lost worker's tasks on the mapped
+    file run again elsewhere, through Dask its lost ranges are a ClusterError); a context
+    manager that cancels every future it made when it exits."""
 
     def __init__(
         self,
@@ -103,7 +105,7 @@ class ClusterBlocks:
         self.received_bytes = 0
         self.mapped_bytes = 0  # of sent_bytes: in the file
 
-    def __enter__(self) -> ClusterBlocks:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -162,8 +164,10 @@ class ClusterBlocks:
             else:
                 what = (inputs.columns, inputs.seg_bits, inputs.threshold)
                 args = (fast_rows_mapped, mapped, lo, hi, *what)
+            # a preference: if the worker is lost, another one runs the task again (its inputs
+            # are a file's name, or data Dask still holds)
             future = self.client.submit(
-                *args, workers=[worker], allow_other_workers=False, pure=False
+                *args, workers=[worker], allow_other_workers=True, pure=False
             )
             self._futures.append(future)
             self._jobs.append((worker, future))
@@ -254,18 +258,24 @@ def compare_on_cluster(
     """``engine.compare(progress, cancel)`` with its fast blocks on the party's Dask cluster (a
     ``PartyEngine``; the embedded cluster: ``workers`` worker processes, started for this
     comparison and closed after it)."""
-    with (
-        dask_client(cluster, workers) as client,
-        cluster_blocks(client, cluster.embedded, engine.memory) as remote,
-    ):
-        stats = engine.compare(progress, cancel, remote=remote)
-        log.info(
-            "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
-            "workers map), %.1f MB received",
-            len(remote.workers),
-            remote.tasks,
-            remote.sent_bytes / 1e6,
-            remote.mapped_bytes / 1e6,
-            remote.received_bytes / 1e6,
-        )
-        return stats
+    try:
+        with (
+            dask_client(cluster, workers) as client,
+            cluster_blocks(client, cluster.embedded, engine.memory) as remote,
+        ):
+            stats = engine.compare(progress, cancel, remote=remote)
+    except ClusterError as exc:  # the party's own addresses and errors stay in its log
+        log.error("the comparison on the party's Dask cluster failed: %s", exc)
+        raise ClusterError(
+            "its comparison on the party's Dask cluster failed (the party's log says where)"
+        ) from None
+    log.info(
+        "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
+        "workers map), %.1f MB received",
+        len(remote.workers),
+        remote.tasks,
+        remote.sent_bytes / 1e6,
+        remote.mapped_bytes / 1e6,
+        remote.received_bytes / 1e6,
+    )
+    return stats

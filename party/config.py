@@ -39,8 +39,8 @@ File format (``examples/party.toml``; relative paths are relative to the TOML fi
     workers = 0                       # processes for encoding, threads for comparison
                                       #   (0: every core this node may use)
 
-    [cluster]                         # optional: encode (and compare, target any) on a Dask
-                                      #   cluster the party runs itself
+    [cluster]                         # optional: encode and compare on a Dask cluster the
+                                      #   party runs itself
     scheduler = "local"               # "local": an embedded Dask LocalCluster of `workers`
                                       #   processes (TLS with throw-away certificates), or the
                                       #   address of the party's own scheduler, "tls://host:8786"

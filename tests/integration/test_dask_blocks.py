@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import random
 import re
 import threading
@@ -240,3 +242,39 @@ def test_nodes_on_their_embedded_dask_clusters_equal_the_oracle(make_cluster) ->
     for name in cluster.parties:  # each node's fast blocks went to its workers
         text = cluster.log_text(name)
         assert re.search(r"compared on 2 Dask workers: [1-9]\d* tasks", text), name
+
+
+class _LosesAWorker(ClusterBlocks):
+    """ClusterBlocks whose first worker dies once every range is submitted, before any result."""
+
+    lost = False
+
+    def results(self, cancel=None):  # type: ignore[no-untyped-def]
+        if not self.lost:
+            self.lost = True
+            with contextlib.suppress(Exception):  # the worker dies before it answers
+                self.client.run(os._exit, 1, workers=[self.workers[0]])
+        return super().results(cancel)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mapped", [True, False])
+def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A worker killed after the ranges were sent: with the mapped file (the embedded cluster)
+    its tasks run again on the other worker and the rows equal the threads'; through Dask the
+    ranges it held are lost: a ClusterError, not a hang."""
+    tables = _tables("small blocks", 3)
+    want = _rows(_engines(tables, None)[0])
+    e = _fresh(tables)
+    with (
+        dask_client(ClusterConfig("local"), 2) as own,
+        _LosesAWorker(own, folder=str(tmp_path) if mapped else None) as blocks,
+    ):
+        if mapped:
+            e.compare(remote=blocks)
+            assert np.array_equal(_rows(e), want) and want.shape[0] > 0
+        else:
+            with pytest.raises(ClusterError, match="failed on worker"):
+                e.compare(remote=blocks)
+        assert blocks.lost
+    e.close()
