@@ -576,14 +576,13 @@ class PartyEngine:
             # batches of consecutive blocks (the others have fast_sizes 0: the kernel skips them)
             cum = np.cumsum(fast_sets)
             ranges = fast_ranges(cum, batch_sets)
-            if ranges_at is not None:  # remote.parts ranges of equal sets unless beyond a batch
+            remote_sets: list[int] = []
+            if ranges_at is not None:  # every range starts now; the node compares the other blocks
                 if self.kernel != "numba":
                     raise ProtocolError("comparing on other workers needs the numba kernel")
                 parts = max(1, ranges_at.parts)
-                if len(ranges) <= parts and ranges:
+                if ranges and len(ranges) <= parts:  # remote.parts of equal sets, none over a batch
                     ranges = split_running_sum(cum, 0, ranges[-1][1], parts)
-            remote_sets: list[int] = []
-            if ranges_at is not None:  # every range starts now; the node compares the other blocks
                 inputs = FastInputs(
                     tuple(segs),
                     tuple(seg_pops),
