@@ -413,6 +413,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     from party.cluster_pairs import cluster_pairs
     from party.config import ClusterConfig
     from party.protocol.blocks import row_block_indexes
+    from party.protocol.driver import exchange_in_process
     from party.protocol.kernel import threshold_table
     from party.protocol.pair_engine import PairEngine, party_pairs
     from party.protocol.pairwise import PairPlan, pair_sides
@@ -429,12 +430,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=2)
             for i, t in enumerate(tables)
         ]
-        common = engines[0].common_of([e.block_digests() for e in engines])
-        for e in engines:
-            e.set_common_blocks(common)
-        for e in engines:
-            for share in e.outgoing_shares():
-                engines[share.target].receive_share(share)
+        exchange_in_process(engines)
         for e in engines[1:]:
             e.close()
         return engines[0]

@@ -45,6 +45,16 @@ LOW = np.uint64(0xFFFFFFFF)
 
 
 @jit
+def _repeat(pos_a, r, i, x):  # type: ignore[no-untyped-def]
+    """Block x is also at an earlier position of a's row r than i (a row's blocks in any order:
+    a repeat counts once)."""
+    for e in range(i):  # noqa: SIM110 (a compiled loop: numba takes no generator to any())
+        if pos_a[r, e] == x:
+            return True
+    return False
+
+
+@jit
 def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-untyped-def]
     """out[r] = the candidate pairs of a's row r (r in [lo, hi)) with b, counted once per whole
     block (``check``: look ``whole`` up, else every block is whole); a row's blocks in any
@@ -59,15 +69,9 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
         total = 0
         for i in range(width):
             x = pos_a[r, i]
-            if x < 0 or (check and not whole[x]):
+            if x < 0 or (check and not whole[x]) or _repeat(pos_a, r, i, x):
                 continue
-            repeat = False
-            for e in range(i):  # a row's blocks in any order: a repeat counts once
-                if pos_a[r, e] == x:
-                    repeat = True
-                    break
-            if not repeat:
-                total += starts_b[x + 1] - starts_b[x]
+            total += starts_b[x + 1] - starts_b[x]
         out[r] = total
 
 
@@ -106,14 +110,7 @@ def emit_row_keys(pos_a, lo, hi, starts_b, rows_b, whole, check, out):  # type: 
         high = np.uint64(r) << np.uint64(32)
         for i in range(width):
             x = pos_a[r, i]
-            if x < 0 or (check and not whole[x]):
-                continue
-            repeat = False
-            for e in range(i):  # a row's blocks in any order: a repeat counts once
-                if pos_a[r, e] == x:
-                    repeat = True
-                    break
-            if repeat:
+            if x < 0 or (check and not whole[x]) or _repeat(pos_a, r, i, x):
                 continue
             z0 = starts_b[x]
             z1 = starts_b[x + 1]

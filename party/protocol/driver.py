@@ -87,15 +87,9 @@ def run_in_process(
         for i in range(p)
     ]
     try:
-        common = engines[0].common_of([e.block_digests() for e in engines])
-        metrics.block_stats = [e.set_common_blocks(common) for e in engines]
-        steps["blocks"] = time.perf_counter() - t0
-
-        t0 = time.perf_counter()
-        for e in engines:
-            for share in e.outgoing_shares():
-                engines[share.target].receive_share(share)
-        steps["segments"] = time.perf_counter() - t0
+        built = time.perf_counter() - t0  # counted with the blocks, as before
+        metrics.block_stats = exchange_in_process(engines, steps)
+        steps["blocks"] += built
 
         t0 = time.perf_counter()
         for e in engines:
@@ -133,6 +127,25 @@ def run_in_process(
         classification=classification,
         pseudonyms=pseudonyms,
     )
+
+
+def exchange_in_process(
+    engines: Sequence[PartyEngine], steps: dict[str, float] | None = None
+) -> list[BlockStats]:
+    """Steps 4-5 among in-process engines, ready to compare: the run's common blocks (each
+    engine's block stats returned), then every segment share delivered; their wall seconds in
+    ``steps`` ("blocks", "segments")."""
+    t0 = time.perf_counter()
+    common = engines[0].common_of([e.block_digests() for e in engines])
+    block_stats = [e.set_common_blocks(common) for e in engines]
+    t1 = time.perf_counter()
+    for e in engines:
+        for share in e.outgoing_shares():
+            engines[share.target].receive_share(share)
+    if steps is not None:
+        steps["blocks"] = t1 - t0
+        steps["segments"] = time.perf_counter() - t1
+    return block_stats
 
 
 def ring_in_process(engines: Sequence[PartyEngine]) -> tuple[int, int, int]:

@@ -17,6 +17,7 @@ from party.cluster import ClusterError, dask_client
 from party.cluster_pairs import ClusterPairs, Mapped, forget_mapped
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
+from party.protocol.driver import exchange_in_process
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.pair_engine import PairEngine
 from party.protocol.pairwise import PairSide, PairTarget
@@ -56,23 +57,24 @@ def _tables(case: str, p: int) -> list[EncodedRecords]:
 
 def _engines(tables: list[EncodedRecords], cap: int | None, remote: Any = None) -> list[PairEngine]:
     """Engines that exchanged segments and compared, on one kernel thread or on ``remote``."""
-    rng = random.Random(11)  # the same pseudonyms either way
-    prm = params(len(tables), segment_threshold=0.5, max_block_size=cap)
-    engines = [
-        PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
-    ]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
+    engines = _exchanged(tables, cap)
     for e in engines:
         if remote is None:
             e.compare()
         else:
             with remote(e) as pairs:
                 e.compare(remote=pairs)
+    return engines
+
+
+def _exchanged(tables: list[EncodedRecords], cap: int | None = None) -> list[PairEngine]:
+    """Engines after the segment exchange (the same pseudonyms every time), on one thread."""
+    rng = random.Random(11)
+    prm = params(len(tables), segment_threshold=0.5, max_block_size=cap)
+    engines = [
+        PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
+    ]
+    exchange_in_process(engines)
     return engines
 
 
@@ -170,17 +172,7 @@ def test_a_cancelled_comparison_stops_and_frees_the_workers(client) -> None:  # 
 
 def _fresh(tables: list[EncodedRecords]) -> PairEngine:
     """Party 0's engine after the exchange, before its comparison."""
-    rng = random.Random(11)
-    prm = params(len(tables), segment_threshold=0.5)
-    engines = [
-        PairEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
-    ]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
+    engines = _exchanged(tables)
     for e in engines[1:]:
         e.close()
     return engines[0]

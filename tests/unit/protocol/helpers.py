@@ -7,6 +7,7 @@ import numpy as np
 from party.encoding.bits import pack_rows
 from party.encoding.records import EncodedRecords
 from party.protocol.classify import Classification
+from party.protocol.driver import exchange_in_process
 from party.protocol.engine import PartyEngine
 from party.protocol.params import ProtocolParameters
 
@@ -82,12 +83,7 @@ def engines_after_compare(
 
     engine_class = PairEngine if params.target == "any" else PartyEngine
     engines = [engine_class(i, params, t, **kw) for i, t in enumerate(tables)]  # type: ignore[arg-type]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
+    exchange_in_process(engines)
     for e in engines:
         e.compare()
     return engines
