@@ -110,7 +110,9 @@ EMBEDDED_PRELOAD = (
     "party.encoding._numba_warm",
     "party.cluster_waves",
     "party.cluster",
+    "party.cluster_tasks",
     "party.cluster_pairs",
+    "party.cluster_blocks",
 )
 
 

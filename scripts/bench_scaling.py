@@ -410,7 +410,8 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     import random
 
     from party.cluster import dask_client, worker_usage
-    from party.cluster_pairs import cluster_pairs
+    from party.cluster_pairs import ClusterPairs
+    from party.cluster_tasks import cluster_tasks
     from party.config import ClusterConfig
     from party.protocol.blocks import row_block_indexes
     from party.protocol.driver import exchange_in_process
@@ -472,7 +473,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e = exchanged()
             before = client.run(worker_usage)
             c0, t0 = self_cpu(), time.perf_counter()
-            with cluster_pairs(client, embedded=True) as remote:
+            with cluster_tasks(ClusterPairs, client, True, None) as remote:
                 e.compare(remote=remote)
             wall, node = time.perf_counter() - t0, self_cpu() - c0
             after = client.run(worker_usage)

@@ -1144,13 +1144,13 @@ class PartyNode(party_pb2_grpc.PartyServicer):
         target = getattr(engine, "TARGET", None)
         if self.config.cluster is not None and target in ("any", "all"):
             # the pairs of parties (any) or the fast blocks (all) on the party's cluster
-            if target == "any":
-                from party.cluster_pairs import compare_on_cluster
-            else:
-                from party.cluster_blocks import compare_on_cluster
+            from party.cluster_blocks import ClusterBlocks
+            from party.cluster_pairs import ClusterPairs
+            from party.cluster_tasks import compare_on_cluster
 
+            kind = ClusterPairs if target == "any" else ClusterBlocks
             compare = functools.partial(
-                compare_on_cluster, engine, self.config.cluster, self.config.workers
+                compare_on_cluster, kind, engine, self.config.cluster, self.config.workers
             )
         run.comparison = await self._engine(run, compare, on_progress, run.cancel)
         run.event("compared").set()

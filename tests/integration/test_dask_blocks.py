@@ -14,7 +14,7 @@ import pytest
 
 from party.cluster import ClusterError, dask_client
 from party.cluster_blocks import ClusterBlocks
-from party.cluster_pairs import Mapped, forget_mapped
+from party.cluster_tasks import Mapped, forget_mapped
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
 from party.protocol.block_ranges import FastIndex, FastInputs

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from party.cluster import ClusterError, dask_client
-from party.cluster_pairs import ClusterPairs, Mapped, forget_mapped
+from party.cluster_pairs import ClusterPairs
+from party.cluster_tasks import Mapped, forget_mapped
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
 from party.protocol.driver import exchange_in_process
