@@ -223,3 +223,12 @@ def own_scheduler(tmp_path, request):
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Any]:
+    """An embedded Dask cluster of two worker processes (TLS), shared by a module's tests."""
+    from party.cluster import dask_client
+
+    with dask_client(ClusterConfig("local"), 2) as c:
+        yield c

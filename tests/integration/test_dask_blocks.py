@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import random
 import re
 import threading
-from typing import Any
 
 import numpy as np
 import pytest
 
 from party.cluster import ClusterError, dask_client
 from party.cluster_blocks import ClusterBlocks
-from party.cluster_tasks import Mapped, forget_mapped
-from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
 from party.protocol.block_ranges import FastIndex, FastInputs
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import ComparisonCancelled
-from party.protocol.spill import LocalGauge
 from proto import common_pb2
 from tests.integration.conftest import expected_sets, network_sets, parameters, run_and_wait
-from tests.integration.test_dask_pairs import _workers_emptied
+from tests.integration.dask_support import (
+    INPUTS,
+    check_inputs_after,
+    compare_losing_a_worker,
+    compared,
+    equal_engines,
+    exchanged,
+    inputs_case,
+    survivor_rows,
+    workers_emptied,
+)
 from tests.unit.protocol.helpers import linked_tables
 from tests.unit.protocol.test_any_target import params
 
@@ -43,13 +46,6 @@ STATS = (
 )
 
 
-@pytest.fixture(scope="module")
-def client() -> Any:
-    """An embedded cluster of two worker processes (TLS), shared by this module's tests."""
-    with dask_client(ClusterConfig("local"), 2) as c:
-        yield c
-
-
 def _tables(case: str, p: int) -> list[EncodedRecords]:
     """P parties' records, 70 entities at all of them (bit noise), three blocking passes of
     small blocks (a set found in several). "one big block": every record also in one block of
@@ -63,34 +59,9 @@ def _tables(case: str, p: int) -> list[EncodedRecords]:
     return tables
 
 
-def _engines(
-    tables: list[EncodedRecords], cap: int | None, remote: Any = None
-) -> list[PartyEngine]:
-    """Engines that exchanged segments and compared, on one kernel thread or on ``remote``."""
-    rng = random.Random(11)  # the same pseudonyms either way
+def _exchanged(tables: list[EncodedRecords], cap: int | None = None) -> list[PartyEngine]:
     prm = params(len(tables), target="all", segment_threshold=0.5, max_block_size=cap)
-    engines = [
-        PartyEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
-    ]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
-    for e in engines:
-        if remote is None:
-            e.compare()
-        else:
-            with remote(e) as blocks:
-                e.compare(remote=blocks)
-    return engines
-
-
-def _rows(engine: PartyEngine) -> np.ndarray:
-    assert engine._survivors is not None
-    parts = list(engine._survivors.chunks(1 << 16))
-    return np.concatenate(parts) if parts else np.zeros((0, engine.parties + 1), np.uint64)
+    return exchanged(PartyEngine, tables, prm)
 
 
 @pytest.mark.parametrize(
@@ -103,75 +74,37 @@ def _rows(engine: PartyEngine) -> np.ndarray:
         ("one big block", 3, None),
     ],
 )
-@pytest.mark.parametrize(
-    "inputs", ["through Dask", "mapped file", "no room for the file", "budget refuses the file"]
-)
+@pytest.mark.parametrize("inputs", INPUTS)
 def test_blocks_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
     client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
 ) -> None:
     """The fast blocks in ranges on two workers (several ranges per worker), the inputs sent
-    through Dask, in a file the workers map, or through Dask after the file found no room: the
-    same survivor rows and the same stats (stage counts included) as one kernel thread; nothing
-    is left on the workers afterwards (no data, no mapped file)."""
+    through Dask, in a file the workers map, or through Dask after the file found no room or
+    the budget refused it: the same survivor rows and the same stats (stage counts included) as
+    one kernel thread; nothing is left on the workers afterwards (no data, no mapped file, no
+    reservation)."""
     tables = _tables(case, p)
-    want = _engines(tables, cap)
+    want = compared(_exchanged(tables, cap))
+    folder, budget = inputs_case(inputs, tmp_path, monkeypatch)
     made: list[ClusterBlocks] = []
-    folder = None if inputs == "through Dask" else str(tmp_path)
-    # the file's bytes are reserved on the node's budget while it exists
-    budget = LocalGauge(0 if inputs == "budget refuses the file" else 1 << 40)
-    if inputs == "no room for the file":
-
-        def full(*_args: Any) -> None:
-            raise OSError(28, "No space left on device")
-
-        monkeypatch.setattr(Mapped, "write", full)
 
     def remote(_engine: PartyEngine) -> ClusterBlocks:
         made.append(ClusterBlocks(client, ranges_per_worker=3, folder=folder, memory=budget))
         return made[-1]
 
-    got = _engines(tables, cap, remote)
+    got = compared(_exchanged(tables, cap), remote)
     stats = [e.comparison_stats for e in want if e.comparison_stats is not None]
     if cap is not None:
         assert all(s.sub_blocked_blocks > 0 for s in stats)
     if case == "one big block":
         assert all(s.largest_block_sets > 4096 for s in stats)
-    for x, y in zip(want, got, strict=True):
-        rows = _rows(x)
-        assert rows.shape[0] > 0
-        assert np.array_equal(rows, _rows(y))
-        sx, sy = x.comparison_stats, y.comparison_stats
-        for field in STATS:
-            assert getattr(sx, field) == getattr(sy, field), field
-        x.close()
-        y.close()
-    for blocks in made:  # several ranges per engine, each one task
-        assert blocks.tasks > len(blocks.workers), blocks.tasks
-        assert blocks.sent_bytes > 0 and blocks.received_bytes > 0
-    assert _workers_emptied(client)
-    if inputs == "mapped file":  # a file per engine, mapped by the workers, then dropped
-        assert all(blocks.mapped_bytes > 0 for blocks in made)
-        assert budget.peak >= max(blocks.mapped_bytes for blocks in made)
-        assert all(n == 0 for n in client.run(forget_mapped, folder).values())
-    else:
-        assert all(blocks.mapped_bytes == 0 for blocks in made)
-    assert list(tmp_path.iterdir()) == []  # removed at the end
-    assert budget.held == 0
+    equal_engines(want, got, STATS)
+    check_inputs_after(inputs, list(made), client, tmp_path, budget)
 
 
 def _fresh(tables: list[EncodedRecords]) -> PartyEngine:
     """Party 0's engine after the exchange, before its comparison."""
-    rng = random.Random(11)
-    prm = params(len(tables), target="all", segment_threshold=0.5)
-    engines = [
-        PartyEngine(i, prm, t, random_bytes=rng.randbytes, workers=1) for i, t in enumerate(tables)
-    ]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for e in engines:
-        for share in e.outgoing_shares():
-            engines[share.target].receive_share(share)
+    engines = _exchanged(tables)
     for e in engines[1:]:
         e.close()
     return engines[0]
@@ -184,7 +117,7 @@ def test_a_cancelled_comparison_stops_and_frees_the_workers(client) -> None:  # 
     with ClusterBlocks(client) as blocks, pytest.raises(ComparisonCancelled):
         e.compare(cancel=cancel, remote=blocks)
     assert blocks.tasks > 0  # submitted before the cancel was seen
-    assert _workers_emptied(client)
+    assert workers_emptied(client)
     e.compare()  # a cancelled comparison may run again (here on the threads)
     assert e.comparison_stats is not None and e.comparison_stats.survivors > 0
     e.close()
@@ -204,21 +137,18 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
         with pytest.raises(ClusterError, match=r"range 0 of blocks failed on worker tls://") as err:
             list(blocks.results())
         assert "Error)" in str(err.value)
-    assert _workers_emptied(client)
+    assert workers_emptied(client)
 
 
 @pytest.mark.slow
 def test_the_partys_own_tls_scheduler_compares_like_the_threads(own_scheduler) -> None:  # type: ignore[no-untyped-def]
     """Workers started as processes of their own, with the party's CA: the same rows."""
     tables = _tables("small blocks", 3)
-    want = _engines(tables, None)
+    want = compared(_exchanged(tables))
     with dask_client(own_scheduler, connect_timeout=120) as own:
         own.wait_for_workers(2, timeout=120)
-        got = _engines(tables, None, lambda _e: ClusterBlocks(own))
-    for x, y in zip(want, got, strict=True):
-        assert np.array_equal(_rows(x), _rows(y)) and _rows(x).shape[0] > 0
-        x.close()
-        y.close()
+        got = compared(_exchanged(tables), lambda _e: ClusterBlocks(own))
+    equal_engines(want, got, STATS)
 
 
 def test_nodes_on_their_embedded_dask_clusters_equal_the_oracle(make_cluster) -> None:  # type: ignore[no-untyped-def]
@@ -244,19 +174,6 @@ def test_nodes_on_their_embedded_dask_clusters_equal_the_oracle(make_cluster) ->
         assert re.search(r"compared on 2 Dask workers: [1-9]\d* tasks", text), name
 
 
-class _LosesAWorker(ClusterBlocks):
-    """ClusterBlocks whose first worker dies once every range is submitted, before any result."""
-
-    lost = False
-
-    def results(self, cancel=None):  # type: ignore[no-untyped-def]
-        if not self.lost:
-            self.lost = True
-            with contextlib.suppress(Exception):  # the worker dies before it answers
-                self.client.run(os._exit, 1, workers=[self.workers[0]])
-        return super().results(cancel)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mapped", [True, False])
 def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
@@ -264,17 +181,6 @@ def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> N
     its tasks run again on the other worker and the rows equal the threads'; through Dask the
     ranges it held are lost: a ClusterError, not a hang."""
     tables = _tables("small blocks", 3)
-    want = _rows(_engines(tables, None)[0])
-    e = _fresh(tables)
-    with (
-        dask_client(ClusterConfig("local"), 2) as own,
-        _LosesAWorker(own, folder=str(tmp_path) if mapped else None) as blocks,
-    ):
-        if mapped:
-            e.compare(remote=blocks)
-            assert np.array_equal(_rows(e), want) and want.shape[0] > 0
-        else:
-            with pytest.raises(ClusterError, match="failed on worker"):
-                e.compare(remote=blocks)
-        assert blocks.lost
-    e.close()
+    want = survivor_rows(compared(_exchanged(tables))[0])
+    folder = str(tmp_path) if mapped else None
+    compare_losing_a_worker(ClusterBlocks, _fresh(tables), want, folder)
