@@ -14,11 +14,16 @@ memo tables of its lane (``party.encoding.first_sight``):
   at once as this machine has cores (``GatedLane``).
 - ``scheduler = "tls://host:port"``: the party's own scheduler. Only ``tls://`` is accepted, with
   the party's cluster CA and the node's client certificate and key, and ``require_encryption``;
-  workers must have this package installed (they import ``party.encoding``).
+  workers must have this package installed (they import ``party.encoding`` and
+  ``party.protocol``).
+
+The comparison goes to the same cluster (``party.cluster_tasks``: the pairs of parties of
+target any, ``party.cluster_pairs``; the fast blocks of target all, ``party.cluster_blocks``).
 
 What goes to a worker: the linkage schema, the linkage secret (each worker builds the same
-encoder) and batches of the party's own CSV; what comes back: filters and blocking digests. Both
-stay inside the party's infrastructure: the scheduler and workers are the party's own machines,
+encoder) and batches of the party's own CSV; what comes back: filters and blocking digests (for
+the comparison: segments, pseudonyms and block indexes in, kept rows out). Both stay inside the
+party's infrastructure: the scheduler and workers are the party's own machines,
 and nothing else. No co-party and no coordinator ever talks to them; encodings, segments and
 shares leave the party only through its node, over the protocol.
 """
