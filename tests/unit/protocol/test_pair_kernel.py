@@ -311,11 +311,10 @@ def test_with_a_cap_kept_with_duplicates_counts_whole_blocks_only(threads_always
         assert dup == want and want > rows.shape[0]
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_a_row_with_hundreds_of_partners_equals_the_oracle(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
-    """A row of a meeting more rows of b than the kernel's first buffer holds (several blocks of
-    a few hundred b rows each, many pairs in two of them): each kept pair once, duplicates right."""
-    rng = np.random.default_rng(21)
+def _hundreds_of_partners(seed: int):  # type: ignore[no-untyped-def]
+    """4 rows of a, 400 of b: every row of a in three blocks of a few hundred b rows each (many
+    pairs in two of them): (bits_a, bits_b, dig_a, dig_b, keys_a, keys_b)."""
+    rng = np.random.default_rng(seed)
     bits_a, dig_a = _party(rng, 4, 64, 3, 1)
     bits_b, dig_b = _party(rng, 400, 64, 3, 1)
     dig_a[:] = [1, 2, 3]
@@ -324,6 +323,14 @@ def test_a_row_with_hundreds_of_partners_equals_the_oracle(workers: int, threads
     dig_b[:, 2] = np.where(rng.random(400) < 0.3, 3, 0)
     keys_a = np.arange(1, 5, dtype=np.uint64)
     keys_b = np.arange(1, 401, dtype=np.uint64)
+    return bits_a, bits_b, dig_a, dig_b, keys_a, keys_b
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_row_with_hundreds_of_partners_equals_the_oracle(workers: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    """A row of a meeting more rows of b than the kernel's first buffer holds (several blocks of
+    a few hundred b rows each, many pairs in two of them): each kept pair once, duplicates right."""
+    bits_a, bits_b, dig_a, dig_b, keys_a, keys_b = _hundreds_of_partners(21)
     want, want_dup = _oracle(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, 0.3)
     plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, workers)
     rows, pairs, dup = _kept(plan, sides, 0.3, 64, 10**6, workers)
@@ -685,15 +692,7 @@ def test_kept_rows_of_row_ranges_equal_kept_pairs(seed: int, cap) -> None:  # ty
 def test_kept_rows_of_a_row_with_hundreds_of_partners_equals_kept_pairs() -> None:
     """A row's keys beyond ``SHORT_ROW`` are sorted by numba's sort, not by insertion: the same
     rows."""
-    rng = np.random.default_rng(22)
-    bits_a, dig_a = _party(rng, 4, 64, 3, 1)
-    bits_b, dig_b = _party(rng, 400, 64, 3, 1)
-    dig_a[:] = [1, 2, 3]
-    dig_b[:, 0] = 1
-    dig_b[:, 1] = np.where(rng.random(400) < 0.6, 2, 9)
-    dig_b[:, 2] = np.where(rng.random(400) < 0.3, 3, 0)
-    keys_a = np.arange(1, 5, dtype=np.uint64)
-    keys_b = np.arange(1, 401, dtype=np.uint64)
+    bits_a, bits_b, dig_a, dig_b, keys_a, keys_b = _hundreds_of_partners(22)
     plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, 1)
     want, want_pairs, want_dup = _kept(plan, sides, 0.3, 64, 10**6, 1)
     for max_pairs in (10, 300, 10**6):  # 10: every row alone, in a buffer of its own
