@@ -249,13 +249,15 @@ def compare_on_cluster(
     workers: int | None = None,
     progress: Any = None,
     cancel: threading.Event | None = None,
+    *,
+    connect_timeout: float = 60.0,
 ) -> Any:
     """``engine.compare(progress, cancel, remote=...)`` with a ``kind`` on the party's Dask
     cluster (the embedded cluster: ``workers`` worker processes, started for this comparison
-    and closed after it)."""
+    and closed after it; a scheduler address: reached within ``connect_timeout`` seconds)."""
     try:
         with (
-            dask_client(cluster, workers) as client,
+            dask_client(cluster, workers, connect_timeout=connect_timeout) as client,
             cluster_tasks(kind, client, cluster.embedded, engine.memory) as remote,
         ):
             stats = engine.compare(progress, cancel, remote=remote)

@@ -9,6 +9,7 @@ import pytest
 
 from party.cluster import ClusterError, dask_client
 from party.cluster_pairs import ClusterPairs
+from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.pair_engine import PairEngine
@@ -149,3 +150,27 @@ def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> N
     want = survivor_rows(compared(_exchanged(tables))[0])
     folder = str(tmp_path) if mapped else None
     compare_losing_a_worker(ClusterPairs, _fresh(tables), want, folder)
+
+
+def test_the_coordinator_gets_a_reason_without_the_partys_addresses(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]
+    """The comparison on an unreachable scheduler: the error the node reports names no
+    address; the party's log has the scheduler's."""
+    from party.cluster_tasks import compare_on_cluster
+    from party.synthetic.cluster import make_certs
+
+    certs = tmp_path / "certs"
+    make_certs(certs, ["node"])
+    cfg = ClusterConfig(
+        "tls://127.0.0.1:9", certs / "ca.pem", certs / "node.pem", certs / "node.key"
+    )
+    e = _fresh(_tables("many blocks", 2))
+    with (
+        caplog.at_level("ERROR", logger="party.cluster_tasks"),
+        pytest.raises(
+            ClusterError, match=r"^its comparison on the party's Dask cluster failed"
+        ) as err,
+    ):
+        compare_on_cluster(ClusterPairs, e, cfg, connect_timeout=2)
+    assert "127.0.0.1" not in str(err.value) and "tls://" not in str(err.value)
+    assert "cannot reach the scheduler tls://127.0.0.1:9" in caplog.text
+    e.close()
