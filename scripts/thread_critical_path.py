@@ -191,6 +191,7 @@ def compare_runs(records: int, target: str = "any") -> Callable[[int], Callable[
 
     import bench_scaling as bs
 
+    from party.protocol.driver import exchange_in_process
     from party.protocol.engine import PartyEngine
     from party.protocol.pair_engine import PairEngine
 
@@ -201,12 +202,7 @@ def compare_runs(records: int, target: str = "any") -> Callable[[int], Callable[
 
     def prepare(workers: int) -> Callable[[], Any]:
         engines = [engine_class(i, params, tables[i], workers=workers) for i in range(3)]
-        common = engines[0].common_of([e.block_digests() for e in engines])
-        for e in engines:
-            e.set_common_blocks(common)
-        # steps 4-5 up to the comparison, as run_in_process does them
-        for share in [s for e in engines for s in e.outgoing_shares()]:
-            engines[share.target].receive_share(share)
+        exchange_in_process(engines)  # steps 4-5 up to the comparison, as run_in_process
 
         def run() -> Any:
             # pseudonyms are fresh per engine: compare the counts (bench_scaling checks the sets)

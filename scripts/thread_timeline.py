@@ -182,6 +182,7 @@ def _tables(records: int) -> list[Any]:
 def _engines(tables: list[Any], workers: int) -> list[Any]:
     import bench_scaling as bs
 
+    from party.protocol.driver import exchange_in_process
     from party.protocol.pair_engine import PairEngine
 
     params = dataclasses.replace(bs.params("any"), one_to_one=False)
@@ -190,11 +191,7 @@ def _engines(tables: list[Any], workers: int) -> list[Any]:
         PairEngine(i, params, t, workers=workers, random_bytes=rng.randbytes)
         for i, t in enumerate(tables)
     ]
-    common = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(common)
-    for share in [s for e in engines for s in e.outgoing_shares()]:
-        engines[share.target].receive_share(share)
+    exchange_in_process(engines)
     return engines
 
 

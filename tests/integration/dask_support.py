@@ -47,6 +47,16 @@ def compared(engines: list[Any], remote: Callable[[Any], ClusterTasks] | None = 
     return engines
 
 
+def compared_on_own_scheduler(
+    cluster: ClusterConfig, engines: list[Any], kind: Callable[[Any], ClusterTasks]
+) -> list[Any]:
+    """The engines compared on the party's own ``tls://`` scheduler (``own_scheduler``: its
+    two workers started as processes), each on ``kind(client)``."""
+    with dask_client(cluster, connect_timeout=120) as own:
+        own.wait_for_workers(2, timeout=120)
+        return compared(engines, lambda _e: kind(own))
+
+
 def survivor_rows(engine: PartyEngine) -> np.ndarray:
     assert engine._survivors is not None
     parts = list(engine._survivors.chunks(1 << 16))

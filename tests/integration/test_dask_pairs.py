@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from party.cluster import ClusterError, dask_client
+from party.cluster import ClusterError
 from party.cluster_pairs import ClusterPairs
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
@@ -19,6 +19,7 @@ from tests.integration.dask_support import (
     check_inputs_after,
     compare_losing_a_worker,
     compared,
+    compared_on_own_scheduler,
     equal_engines,
     exchanged,
     inputs_case,
@@ -134,9 +135,7 @@ def test_the_partys_own_tls_scheduler_compares_like_the_threads(own_scheduler) -
     """Workers started as processes of their own, with the party's CA: the same rows."""
     tables = _tables("many blocks", 3)
     want = compared(_exchanged(tables))
-    with dask_client(own_scheduler, connect_timeout=120) as own:
-        own.wait_for_workers(2, timeout=120)
-        got = compared(_exchanged(tables), lambda _e: ClusterPairs(own))
+    got = compared_on_own_scheduler(own_scheduler, _exchanged(tables), ClusterPairs)
     equal_engines(want, got, STATS)
 
 

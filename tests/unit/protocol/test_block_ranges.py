@@ -17,6 +17,7 @@ from party.protocol.block_ranges import (
     fast_range_rows,
     fast_ranges,
 )
+from party.protocol.driver import exchange_in_process
 from party.protocol.engine import PartyEngine
 from party.protocol.kernel import HAVE_NUMBA, StageCounts
 from tests.unit.protocol.helpers import linked_tables
@@ -67,12 +68,7 @@ def test_ranges_elsewhere_equal_the_threads(p: int, cap: int | None, parts: int)
             PartyEngine(i, prm, t, random_bytes=r.randbytes, workers=2)
             for i, t in enumerate(tables)
         ]
-        common = engines[0].common_of([e.block_digests() for e in engines])
-        for e in engines:
-            e.set_common_blocks(common)
-        for e in engines:
-            for share in e.outgoing_shares():
-                engines[share.target].receive_share(share)
+        exchange_in_process(engines)
         engines[0].compare(remote=remote)
         store = engines[0]._survivors
         assert store is not None

@@ -10,7 +10,7 @@ import pytest
 from party.encoding.bits import pack_rows
 from party.encoding.records import EncodedRecords
 from party.protocol.any_driver import GroupRow, run_any_in_process
-from party.protocol.driver import run_in_process
+from party.protocol.driver import exchange_in_process, run_in_process
 from party.protocol.errors import ResultsError, RingError
 from party.protocol.oracle_any import oracle_groups, oracle_pairs
 from party.protocol.pair_engine import GroupResults
@@ -331,12 +331,7 @@ def test_survivors_merged_in_order_equal_the_sorted_store(p: int, tmp_path) -> N
             PairEngine(i, prm, t, random_bytes=rng.randbytes, spill_dir=tmp_path)
             for i, t in enumerate(tables)
         ]
-        common = es[0].common_of([e.block_digests() for e in es])
-        for e in es:
-            e.set_common_blocks(common)
-        for e in es:
-            for share in e.outgoing_shares():
-                es[share.target].receive_share(share)
+        exchange_in_process(es)
         for e in es:
             if refuse:
                 e._gauge = LocalGauge(0)  # grants nothing: every row spills
