@@ -34,9 +34,13 @@ from party.cluster_tasks import ClusterTasks, Mapped, compact
 from party.protocol.pairwise import PairSide, PairTarget, kept_rows_of, side_rows
 from party.protocol.threads import split_range
 
-#: what a task needs of a's side and of b (``Mapped`` files)
-SIDE_ARRAYS = ("keys", "segments", "pops", "positions")
-TARGET_ARRAYS = ("keys", "segments", "pops", "starts", "rows")
+#: a party's arrays in its files (``Mapped``): its rows (whichever role it has in a pair), its
+#: block positions (as a), its block index (as b, int32 where it fits)
+FILE_ARRAYS = {
+    "rows": ("keys", "segments", "pops"),
+    "positions": ("positions",),
+    "index": ("starts", "rows"),
+}
 
 
 def target_arrays(target: PairTarget) -> PairTarget:
@@ -45,32 +49,38 @@ def target_arrays(target: PairTarget) -> PairTarget:
 
 
 def kept_rows_mapped(
-    side: Mapped,
+    a_files: tuple[Mapped, Mapped],
     lo: int,
     hi: int,
-    target: Mapped,
+    b_files: tuple[Mapped, Mapped],
     whole: np.ndarray | None,
     table: np.ndarray,
     parties: int,
     max_pairs: int,
 ) -> tuple[list[np.ndarray], int, int]:
-    """``kept_rows_of`` of a's rows [lo, hi) (``side``'s file) and b (``target``'s file)."""
-    a, b = side.arrays(), target.arrays()
-    rows = PairSide(side.column, *(a[key] for key in SIDE_ARRAYS))
-    pair_target = PairTarget(target.column, *(b[key] for key in TARGET_ARRAYS))
-    return kept_rows_of(side_rows(rows, lo, hi), pair_target, whole, table, parties, max_pairs)
+    """``kept_rows_of`` of a's rows [lo, hi) (its rows and positions files) and b (its rows and
+    index files)."""
+    (a_rows, a_positions), (b_rows, b_index) = a_files, b_files
+    a, b = a_rows.arrays(), b_rows.arrays()
+    side = PairSide(a_rows.column, a["keys"], a["segments"], a["pops"], **a_positions.arrays())
+    index = b_index.arrays()
+    target = PairTarget(
+        b_rows.column, b["keys"], b["segments"], b["pops"], index["starts"], index["rows"]
+    )
+    return kept_rows_of(side_rows(side, lo, hi), target, whole, table, parties, max_pairs)
 
 
 class ClusterPairs(ClusterTasks):
     """The kept rows of pairs of parties computed on a Dask client's workers (``submit`` every
-    pair first, then ``kept_pairs`` of each in turn): b's inputs once per worker (a file per
-    party and role on the embedded cluster, else through Dask to every worker), a's rows per
-    task (its range of the file, else through Dask to the task's worker)."""
+    pair first, then ``kept_pairs`` of each in turn): b's inputs once per worker (on the embedded
+    cluster files each party's arrays are written to once, ``FILE_ARRAYS``; else through Dask
+    to every worker), a's rows per task (its range of the files, else through Dask to the
+    task's worker)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._targets: dict[int, Any] = {}  # b's column -> its inputs on every worker
-        self._mapped: dict[tuple[str, int], Mapped | None] = {}  # (side/target, column) -> file
+        self._mapped: dict[tuple[str, int], Mapped | None] = {}  # (kind, column) -> file
         self._jobs: dict[tuple[int, int], list[tuple[str, Any]]] = {}
 
     def close(self) -> None:
@@ -79,22 +89,29 @@ class ClusterPairs(ClusterTasks):
         self._mapped.clear()
         super().close()
 
-    def _inputs(self, side_a: PairSide, target: PairTarget) -> tuple[Mapped, Mapped] | None:
-        """a's and b's files (each written once per party), or None: without ``folder`` or if
-        either does not fit in it (then the pair's inputs go through Dask)."""
+    def _inputs(
+        self, side_a: PairSide, target: PairTarget
+    ) -> tuple[tuple[Mapped, Mapped], tuple[Mapped, Mapped]] | None:
+        """a's files (rows, positions) and b's (rows, index), each written once per party, or
+        None: without ``folder`` or if any does not fit in it (then the pair's inputs go
+        through Dask)."""
         if self.folder is None:
             return None
-        for column, kind, make in (
-            (side_a.column, "side", lambda: side_a),
-            (target.column, "target", lambda: target_arrays(target)),
-        ):
-            if (kind, column) not in self._mapped:
-                source = make()
-                keys = SIDE_ARRAYS if kind == "side" else TARGET_ARRAYS
-                arrays = {key: getattr(source, key) for key in keys}
-                self._mapped[(kind, column)] = self._write(f"{kind}-{column}", column, arrays)
-        a, b = self._mapped[("side", side_a.column)], self._mapped[("target", target.column)]
-        return None if a is None or b is None else (a, b)
+        a_rows, a_positions = self._file("rows", side_a), self._file("positions", side_a)
+        b_rows, b_index = self._file("rows", target), self._file("index", target)
+        if a_rows is None or a_positions is None or b_rows is None or b_index is None:
+            return None
+        return (a_rows, a_positions), (b_rows, b_index)
+
+    def _file(self, kind: str, source: PairSide | PairTarget) -> Mapped | None:
+        """The party's file of ``kind`` (``FILE_ARRAYS``), written at its first use."""
+        if (kind, source.column) not in self._mapped:
+            arrays = {key: getattr(source, key) for key in FILE_ARRAYS[kind]}
+            if kind == "index":
+                arrays = {key: compact(x) for key, x in arrays.items()}
+            name = f"{kind}-{source.column}"
+            self._mapped[(kind, source.column)] = self._write(name, source.column, arrays)
+        return self._mapped[(kind, source.column)]
 
     def _target(self, target: PairTarget) -> Any:
         """b's inputs on every worker, through Dask (once per party)."""
