@@ -21,6 +21,7 @@ from proto.transport import (
     add_health_and_reflection,
     add_service,
     bind,
+    quiet_caller_gone,
     set_serving,
     stop_on_signals,
     write_port_file,
@@ -56,6 +57,7 @@ async def serve(config: CoordinatorConfig, insecure: bool = False, grace: float 
     store = open_store(config)
     service = CoordinatorService(config, security, store)
     service.stalls.start()
+    quiet_caller_gone()
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_service(
         server, service, coordinator_pb2.DESCRIPTOR.services_by_name["Coordinator"], insecure

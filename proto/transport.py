@@ -14,7 +14,8 @@ import ``proto``). It owns:
 - channel options: a service config declaring retries on UNAVAILABLE only, keepalive, message limits
   and, under TLS, a target-name override so that the peer must present a certificate for the
   expected node name (authenticating the server side as well);
-- the standard health service and server reflection on every server.
+- the standard health service and server reflection on every server;
+- one warning line, not a traceback, when grpc cannot send a reply because the caller has gone.
 """
 
 from __future__ import annotations
@@ -400,6 +401,28 @@ def check_address(value: object, key: str, problems: list[str], allow_port_zero:
     if problem is not None:
         problems.append(f"{key}: {problem}")
     return value if isinstance(value, str) else ""
+
+
+class CallerGoneFilter(logging.Filter):
+    """Turns grpc's traceback for a reply it could not send (the caller had cancelled or closed the
+    call) into one warning line: the call is over and the node has nothing to repair."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from grpc._cython import cygrpc
+
+        if record.exc_info and isinstance(record.exc_info[1], cygrpc.ExecuteBatchError):
+            record.msg = f"{record.getMessage()} (the caller had closed the call before the reply)"
+            record.args = ()
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+        return True
+
+
+def quiet_caller_gone() -> None:
+    """Install CallerGoneFilter on grpc's server logger once (servers call it before starting)."""
+    logger = logging.getLogger("grpc._cython.cygrpc")
+    if not any(isinstance(f, CallerGoneFilter) for f in logger.filters):
+        logger.addFilter(CallerGoneFilter())
 
 
 def write_port_file(path: pathlib.Path | None, port: int) -> None:

@@ -22,6 +22,7 @@ from proto.transport import (
     add_health_and_reflection,
     add_service,
     bind,
+    quiet_caller_gone,
     set_serving,
     stop_on_signals,
     write_port_file,
@@ -129,6 +130,7 @@ async def serve(config: PartyConfig, insecure: bool = False, grace: float = 5.0)
             "run data to, or set PPRL_TRUST_PEERS)",
             config.name,
         )
+    quiet_caller_gone()
     server = grpc.aio.server(options=SERVER_OPTIONS)
     add_service(server, node, party_pb2.DESCRIPTOR.services_by_name["Party"], insecure)
     health = add_health_and_reflection(server, [PARTY_SERVICE])
