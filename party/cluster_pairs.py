@@ -1,22 +1,32 @@
-"""The comparison's pairs of parties on the party's Dask workers (target any): ranges of a's rows.
+"""The comparison's pairs of parties on the party's Dask workers (target any): keys in buckets.
 
 With a ``[cluster]`` table a node compares on its cluster as it encodes there
-(``cluster_tasks.compare_on_cluster``). The node still builds every party's inputs, block indexes and plans
-(``PairEngine.compare``); for each pair of parties (a, b) it cuts a's rows into ranges, and each
-range is one task (``pairwise.kept_rows_of``: row-driven, it reads only its rows' blocks of b's
-index) on one worker. What goes to a worker: b's pseudonyms, segments, popcounts and block index
-(``PairTarget``, once per worker for every pair b is in), and per task a's rows of its range
-(pseudonyms, segments, popcounts, block positions), plus the plan's per-block flags when the run
-has a block cap. What comes back: each range's kept rows (pseudonyms and common bits), which the
-node takes in range order: the rows of the thread path, in its order.
+(``cluster_tasks.compare_on_cluster``). The node still builds every party's inputs, block
+indexes and plans (``PairEngine.compare``). A pair of parties (a, b) is cut twice, as the kernel
+threads cut it (``PairPlan.kept_pairs``), with the sort moved to the second cut:
 
-How inputs reach the workers (through Dask, or files the embedded cluster's workers map), the
+1. ranges of blocks of about equal pairs (``PairPlan.block_ranges``): each range is a task that
+   writes its keys (row of a, row of b: each pair once per whole block it is in) to buckets of
+   consecutive rows of a (``pairwise.bucket_keys``), reading both block indexes in order;
+2. the buckets: each is a task that takes its bucket's keys from every range of blocks, sorts
+   them and keeps the pairs passing the segment filter, each once (``pairwise.kept_rows_of_keys``).
+
+The node takes the buckets' rows in bucket order: the rows of the thread path, in its order.
+A pair has ``ranges_per_worker`` ranges (and buckets) per worker, more when its keys would
+exceed ``max_pairs`` per range (at most ``MAX_BUCKETS``).
+
+What goes to a worker: each party's pseudonyms, segments, popcounts and block index
+(``IndexedSide``) once, and a plan's per-block flags when the run has a block cap. The keys go
+from the ranges to the buckets in files of the comparison's folder on the embedded cluster
+(written by the range's task, read by each bucket's, their bytes reserved on the node's budget
+and removed once the pair's rows are in), else from worker to worker through Dask. What comes
+back: each bucket's kept rows (pseudonyms and common bits). How inputs reach the workers, the
 results, lost workers, errors and cleanup: ``party.cluster_tasks``.
 
 Security: the same cluster and TLS as the encoding's (``party.cluster.dask_client``): the
 embedded cluster's throw-away certificates, or the party's own ``tls://`` scheduler with its CA
-and client certificate and ``require_encryption``. The segments are this party's own and those its
-peers sent it through the protocol; they reach only the party's own workers, live there only
+and client certificate and ``require_encryption``. The segments are this party's own and those
+its peers sent it through the protocol; they reach only the party's own workers, live there only
 while the comparison runs (every future is cancelled when it ends or fails) and leave the party
 only through its node. No log or error names a segment, a pseudonym or a record.
 """
@@ -24,146 +34,230 @@ only through its node. No log or error names a segment, a pseudonym or a record.
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
+import shutil
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from party.cluster_tasks import ClusterTasks, Mapped, compact
-from party.protocol.pairwise import PairSide, PairTarget, kept_rows_of, side_rows
-from party.protocol.threads import split_range
+from party.cluster_tasks import SCRATCH_MIN_BYTES, ClusterTasks, Mapped, compact
+from party.protocol.pairwise import IndexedSide, PairPlan, bucket_keys, kept_rows_of_keys
 
-#: a party's arrays in its files (``Mapped``): its rows (whichever role it has in a pair), its
-#: block positions (as a), its block index (as b, int32 where it fits)
-FILE_ARRAYS = {
-    "rows": ("keys", "segments", "pops"),
-    "positions": ("positions",),
-    "index": ("starts", "rows"),
-}
+#: a party's arrays in its two files (``Mapped``): its rows, its block index (int32 where it fits)
+FILE_ARRAYS = {"rows": ("keys", "segments", "pops"), "index": ("starts", "rows")}
+#: ranges of blocks (and buckets of a's rows) of a pair of parties at most
+MAX_BUCKETS = 256
+KEY_BYTES = 8
 
 
-def target_arrays(target: PairTarget) -> PairTarget:
-    """``target`` with its block index compacted (``compact``)."""
-    return dataclasses.replace(target, starts=compact(target.starts), rows=compact(target.rows))
+@dataclasses.dataclass(frozen=True)
+class MappedSide:
+    """A party's ``IndexedSide`` in its two files (``FILE_ARRAYS``)."""
+
+    rows: Mapped
+    index: Mapped
+
+    def side(self) -> IndexedSide:
+        rows, index = self.rows.arrays(), self.index.arrays()
+        return IndexedSide(
+            self.rows.column,
+            rows["keys"],
+            rows["segments"],
+            rows["pops"],
+            index["starts"],
+            index["rows"],
+        )
 
 
-def kept_rows_mapped(
-    a_files: tuple[Mapped, Mapped],
-    lo: int,
-    hi: int,
-    b_files: tuple[Mapped, Mapped],
+def _side(source: MappedSide | IndexedSide) -> IndexedSide:
+    return source.side() if isinstance(source, MappedSide) else source
+
+
+def range_keys(
+    source_a: MappedSide | IndexedSide,
+    source_b: MappedSide | IndexedSide,
     whole: np.ndarray | None,
+    x0: int,
+    x1: int,
+    count: int,
+    buckets: int,
+    path: str | None = None,
+) -> Any:
+    """Runs on a worker: ``bucket_keys`` of blocks x0..x1-1: (keys, offsets); with ``path``,
+    the keys go to that file (made here) and only the offsets come back."""
+    keys, offsets = bucket_keys(_side(source_a), _side(source_b), whole, x0, x1, count, buckets)
+    if path is None:
+        return keys, offsets
+    with open(path, "wb") as fh:  # a write, not a mapping: no room is an OSError, not SIGBUS
+        fh.write(keys.data)
+    return offsets
+
+
+def bucket_of(keys_offsets: tuple[np.ndarray, np.ndarray], bucket: int) -> np.ndarray:
+    """Runs on a worker: bucket ``bucket`` of a range's (keys, offsets)."""
+    keys, offsets = keys_offsets
+    return keys[int(offsets[bucket]) : int(offsets[bucket + 1])]
+
+
+def _read_keys(path: str, lo: int, out: np.ndarray) -> None:
+    """Keys lo.. of a range's file into ``out`` (all of it)."""
+    if not out.size:
+        return
+    with open(path, "rb") as fh:
+        fh.seek(lo * KEY_BYTES)
+        if fh.readinto(out) != out.nbytes:  # type: ignore[arg-type]
+            raise OSError("a range's key file is shorter than its offsets say")
+
+
+def kept_rows_of_bucket(
+    source_a: MappedSide | IndexedSide,
+    source_b: MappedSide | IndexedSide,
+    pieces: list[Any],
+    bucket: int,
     table: np.ndarray,
     parties: int,
-    max_pairs: int,
 ) -> tuple[list[np.ndarray], int, int]:
-    """``kept_rows_of`` of a's rows [lo, hi) (its rows and positions files) and b (its rows and
-    index files)."""
-    (a_rows, a_positions), (b_rows, b_index) = a_files, b_files
-    a, b = a_rows.arrays(), b_rows.arrays()
-    side = PairSide(a_rows.column, a["keys"], a["segments"], a["pops"], **a_positions.arrays())
-    index = b_index.arrays()
-    target = PairTarget(
-        b_rows.column, b["keys"], b["segments"], b["pops"], index["starts"], index["rows"]
-    )
-    return kept_rows_of(side_rows(side, lo, hi), target, whole, table, parties, max_pairs)
+    """Runs on a worker: ``kept_rows_of_keys`` of bucket ``bucket``, its keys from every range
+    of blocks (``pieces``: each the bucket's keys, or a range's (file, offsets))."""
+    sizes = []
+    for piece in pieces:
+        if isinstance(piece, tuple):
+            offsets = piece[1]
+            sizes.append(int(offsets[bucket + 1]) - int(offsets[bucket]))
+        else:
+            sizes.append(int(piece.shape[0]))
+    keys = np.empty(sum(sizes), dtype=np.uint64)
+    at = 0
+    for piece, size in zip(pieces, sizes, strict=True):
+        if isinstance(piece, tuple):
+            _read_keys(piece[0], int(piece[1][bucket]), keys[at : at + size])
+        else:
+            keys[at : at + size] = piece
+        at += size
+    return kept_rows_of_keys(_side(source_a), _side(source_b), keys, table, parties)
+
+
+@dataclasses.dataclass
+class _PairJobs:
+    """A submitted pair's bucket tasks, and what goes once its rows are in."""
+
+    buckets: list[tuple[str, Any]]
+    between: list[Any]  # the ranges' futures (and buckets through Dask)
+    paths: list[str]  # the ranges' key files
+    reserved: int  # their bytes on the budget
 
 
 class ClusterPairs(ClusterTasks):
     """The kept rows of pairs of parties computed on a Dask client's workers (``submit`` every
-    pair first, then ``kept_pairs`` of each in turn): b's inputs once per worker (on the embedded
-    cluster files each party's arrays are written to once, ``FILE_ARRAYS``; else through Dask
-    to every worker), a's rows per task (its range of the files, else through Dask to the
-    task's worker)."""
+    pair first, then ``kept_pairs`` of each in turn; module docstring)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._targets: dict[int, Any] = {}  # b's column -> its inputs on every worker
-        self._mapped: dict[tuple[str, int], Mapped | None] = {}  # (kind, column) -> file
-        self._jobs: dict[tuple[int, int], list[tuple[str, Any]]] = {}
+        self._sources: dict[int, Any] = {}  # a party's column -> its MappedSide or future
+        self._jobs: dict[tuple[int, int], _PairJobs] = {}
 
     def close(self) -> None:
         self._jobs.clear()
-        self._targets.clear()
-        self._mapped.clear()
+        self._sources.clear()
         super().close()
 
-    def _inputs(
-        self, side_a: PairSide, target: PairTarget
-    ) -> tuple[tuple[Mapped, Mapped], tuple[Mapped, Mapped]] | None:
-        """a's files (rows, positions) and b's (rows, index), each written once per party, or
-        None: without ``folder`` or if any does not fit in it (then the pair's inputs go
-        through Dask)."""
-        if self.folder is None:
-            return None
-        a_rows, a_positions = self._file("rows", side_a), self._file("positions", side_a)
-        b_rows, b_index = self._file("rows", target), self._file("index", target)
-        if a_rows is None or a_positions is None or b_rows is None or b_index is None:
-            return None
-        return (a_rows, a_positions), (b_rows, b_index)
+    def _source(self, side: IndexedSide) -> Any:
+        """The party's inputs on the workers, once per party: its two files (embedded cluster),
+        else through Dask to every worker."""
+        if side.column not in self._sources:
+            compacted = dataclasses.replace(
+                side, starts=compact(side.starts), rows=compact(side.rows)
+            )
+            files = [
+                self._write(
+                    f"{kind}-{side.column}",
+                    side.column,
+                    {key: getattr(compacted, key) for key in keys},
+                )
+                for kind, keys in FILE_ARRAYS.items()
+            ]
+            if files[0] is not None and files[1] is not None:
+                self._sources[side.column] = MappedSide(files[0], files[1])
+            else:
+                self._sources[side.column] = self._scatter(compacted)
+                self.sent_bytes += compacted.nbytes * len(self.workers)
+        return self._sources[side.column]
 
-    def _file(self, kind: str, source: PairSide | PairTarget) -> Mapped | None:
-        """The party's file of ``kind`` (``FILE_ARRAYS``), written at its first use."""
-        if (kind, source.column) not in self._mapped:
-            arrays = {key: getattr(source, key) for key in FILE_ARRAYS[kind]}
-            if kind == "index":
-                arrays = {key: compact(x) for key, x in arrays.items()}
-            name = f"{kind}-{source.column}"
-            self._mapped[(kind, source.column)] = self._write(name, source.column, arrays)
-        return self._mapped[(kind, source.column)]
-
-    def _target(self, target: PairTarget) -> Any:
-        """b's inputs on every worker, through Dask (once per party)."""
-        if target.column not in self._targets:
-            compacted = target_arrays(target)
-            self._targets[target.column] = self._scatter(compacted)
-            self.sent_bytes += compacted.nbytes * len(self.workers)
-        return self._targets[target.column]
+    def _key_files(self, pair: tuple[int, int], parts: int, nbytes: int) -> list[str] | None:
+        """Paths for a pair's ranges' key files, their bytes reserved; None (through Dask)
+        without a folder, when the budget refuses or tmpfs lacks the room."""
+        if self.folder is None or shutil.disk_usage(self.folder).free < nbytes + SCRATCH_MIN_BYTES:
+            return None
+        if not self._reserve(nbytes):
+            return None
+        paths = [os.path.join(self.folder, f"keys-{pair[0]}-{pair[1]}-{k}") for k in range(parts)]
+        self._paths.extend(paths)
+        return paths
 
     def submit(
         self,
         pair: tuple[int, int],
-        side_a: PairSide,
-        target: PairTarget,
-        whole: np.ndarray | None,
+        plan: PairPlan,
+        side_a: IndexedSide,
+        side_b: IndexedSide,
         table: np.ndarray,
         parties: int,
         max_pairs: int,
     ) -> None:
-        """Start the tasks of pair ``pair`` = (a, b): a's rows in ``len(workers) *
-        ranges_per_worker`` ranges, round robin over the workers; ``whole`` (the plan's flags,
-        None without a cap) to every worker with them."""
-        files = self._inputs(side_a, target)
-        b = self._target(target) if files is None else files[1]
-        flags = None if whole is None else self._scatter(np.ascontiguousarray(whole))
-        if whole is not None:
-            self.sent_bytes += int(whole.nbytes) * len(self.workers)
-        n = int(side_a.keys.shape[0])
-        jobs: list[tuple[str, Any]] = []
-        for lo, hi in split_range(n, len(self.workers) * self.ranges_per_worker):
-            if files is None:
-                rows = side_rows(side_a, lo, hi)
-                arrays = (rows.keys, rows.segments, rows.pops, rows.positions)
-                self.sent_bytes += sum(int(x.nbytes) for x in arrays)
-                head: tuple[Any, ...] = (
-                    kept_rows_of,
-                    self._scatter(rows, [self.next_worker()]),
-                )
+        """Start the tasks of pair ``pair`` = (a, b): its ranges of blocks, then its buckets,
+        round robin over the workers (``plan``: the pair's plan, for its ranges and, with a
+        cap, its per-block flags)."""
+        total = int(plan.whole_pairs)
+        if total == 0 or int(side_a.keys.shape[0]) == 0:
+            self._jobs[pair] = _PairJobs([], [], [], 0)
+            return
+        parts = len(self.workers) * self.ranges_per_worker
+        parts = min(MAX_BUCKETS, max(parts, math.ceil(total / max(1, int(max_pairs)))))
+        cuts, offsets = plan.block_ranges(parts)
+        a, b = self._source(side_a), self._source(side_b)
+        flags = None
+        if plan.check:
+            flags = self._scatter(np.ascontiguousarray(plan.whole))
+            self.sent_bytes += int(plan.whole.nbytes) * len(self.workers)
+        nbytes = total * KEY_BYTES
+        paths = self._key_files(pair, parts, nbytes)
+        between = []
+        for k in range(parts):
+            head = (range_keys, a, b, flags, int(cuts[k]), int(cuts[k + 1]))
+            path = None if paths is None else paths[k]
+            between.append(self._submit(*head, int(offsets[k + 1] - offsets[k]), parts, path)[1])
+        buckets = []
+        for j in range(parts):
+            if paths is None:
+                pieces: list[Any] = [
+                    self.client.submit(bucket_of, r, j, pure=False) for r in between[:parts]
+                ]
+                between.extend(pieces)
             else:
-                head = (kept_rows_mapped, files[0], lo, hi)
-            jobs.append(self._submit(*head, b, flags, table, parties, max_pairs))
-        self._jobs[pair] = jobs
+                pieces = list(zip(paths, between, strict=True))
+            buckets.append(self._submit(kept_rows_of_bucket, a, b, pieces, j, table, parties))
+        self._futures.extend(between[parts:])
+        self.shuffled_bytes += nbytes
+        self._jobs[pair] = _PairJobs(buckets, between, paths or [], 0 if paths is None else nbytes)
 
     def kept_pairs(
         self, pair: tuple[int, int], cancel: threading.Event | None = None
     ) -> Iterator[tuple[list[np.ndarray], int, int]]:
-        """The submitted pair's ranges in order, as ``PairPlan.kept_pairs`` yields its pieces:
+        """The submitted pair's buckets in order, as ``PairPlan.kept_pairs`` yields its pieces:
         (kept rows, pairs counted once per whole block, kept pairs counted once per whole
-        block)."""
+        block); then the pair's keys are dropped."""
         a, b = pair
-        for worker, future in self._jobs.pop(pair, []):
+        jobs = self._jobs.pop(pair, None)
+        if jobs is None:
+            return
+        for worker, future in jobs.buckets:
             what = f"the comparison of parties {a} and {b}"
             found, pairs, kept = self._result(what, worker, future, cancel)
             self.received_bytes += sum(int(rows.nbytes) for rows in found)
             yield found, pairs, kept
+        if jobs.between:
+            self.client.cancel(jobs.between)
+        self._remove(jobs.paths, jobs.reserved)

@@ -1,7 +1,7 @@
 """One comparison's tasks on the party's Dask workers: inputs sent or mapped, results in order, cleanup.
 
-The common part of ``party.cluster_pairs`` (target any: pairs of parties in ranges of a's rows)
-and ``party.cluster_blocks`` (target all: ranges of fast blocks). Inputs reach the workers
+The common part of ``party.cluster_pairs`` (target any: pairs of parties in ranges of blocks and
+buckets of a's rows) and ``party.cluster_blocks`` (target all: ranges of fast blocks). Inputs reach the workers
 through Dask (``client.scatter``) or, on the embedded cluster (its workers run on the node's
 machine), in files of a private tmpfs folder that they map read-only (``Mapped``), their bytes
 reserved on the node's memory budget while they exist (through Dask when it refuses them or
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 RANGES_PER_WORKER = 2
 #: seconds between looks at the cancel event while a range's rows are awaited
 POLL_S = 0.5
+#: seconds a comparison waits for a worker when the scheduler has none (one restarting)
+WORKERS_WAIT_S = 30
 #: tmpfs room below which the embedded cluster's inputs go through Dask (a file that does not
 #: fit falls back to Dask too)
 SCRATCH_MIN_BYTES = 1 << 26
@@ -120,13 +122,17 @@ class ClusterTasks:
     ) -> None:
         self.client = client
         self.workers = sorted(client.scheduler_info()["workers"])
+        if not self.workers:  # a worker restarting (its nanny starts it again): wait for one
+            with contextlib.suppress(OSError, TimeoutError):
+                client.wait_for_workers(1, timeout=WORKERS_WAIT_S)
+            self.workers = sorted(client.scheduler_info()["workers"])
         if not self.workers:
             raise ClusterError("cluster: the scheduler has no workers to compare on")
         self.ranges_per_worker = max(1, int(ranges_per_worker))
         self.folder = folder
         self.memory = memory  # the files' bytes are reserved there while they exist
         self._reserved = 0
-        self._files: list[Mapped] = []
+        self._paths: list[str] = []  # files of ``folder`` made for this comparison
         self._futures: list[Any] = []  # every future made, cancelled on exit
         self.tasks = 0  # tasks made (the next one's worker: round robin)
         #: bytes sent to the workers (through Dask: what every worker gets times the workers,
@@ -134,6 +140,7 @@ class ClusterTasks:
         self.sent_bytes = 0
         self.received_bytes = 0
         self.mapped_bytes = 0  # of sent_bytes: in files
+        self.shuffled_bytes = 0  # from task to task (files or Dask)
 
     def __enter__(self) -> Self:
         return self
@@ -148,15 +155,33 @@ class ClusterTasks:
         if futures:
             self.client.cancel(futures)
         if self.folder is not None:
-            for mapped in self._files:  # freed now, not when the folder goes (the caller's)
-                with contextlib.suppress(OSError):
-                    os.unlink(mapped.path)
-            self._files.clear()
+            self._remove(self._paths, 0)  # freed now, not when the folder goes (the caller's)
             with contextlib.suppress(Exception):  # a worker that died maps nothing any more
                 self.client.run(forget_mapped, self.folder)
         if self.memory is not None and self._reserved:
             self.memory.release(self._reserved)
         self._reserved = 0
+
+    def _reserve(self, nbytes: int) -> bool:
+        """Reserve ``nbytes`` of files on ``memory`` (True without a budget), held until
+        ``_remove`` or ``close``."""
+        if self.memory is not None:
+            if not self.memory.try_reserve(nbytes):
+                return False
+            self._reserved += nbytes
+        return True
+
+    def _remove(self, paths: list[str], nbytes: int) -> None:
+        """Remove the files ``paths`` (gone already: nothing to do) and release ``nbytes`` of
+        their reservation."""
+        for path in paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        gone = set(paths)
+        self._paths = [path for path in self._paths if path not in gone]
+        if self.memory is not None and nbytes:
+            self.memory.release(nbytes)
+            self._reserved -= nbytes
 
     def _scatter(self, data: Any, workers: list[str] | None = None) -> Any:
         """``data`` on the given workers (None: every worker), as a future."""
@@ -173,18 +198,15 @@ class ClusterTasks:
         if self.folder is None:
             return None
         need = sum(int(x.nbytes) + 64 for x in arrays.values())
-        if self.memory is not None and not self.memory.try_reserve(need):
+        if not self._reserve(need):
             return None
+        path = os.path.join(self.folder, name)
+        self._paths.append(path)
         try:
             mapped = Mapped.write(self.folder, name, column, arrays)
         except OSError:
-            with contextlib.suppress(OSError):
-                os.unlink(os.path.join(self.folder, name))
-            if self.memory is not None:
-                self.memory.release(need)
+            self._remove([path], need)
             return None
-        self._reserved += need if self.memory is not None else 0
-        self._files.append(mapped)
         self.sent_bytes += mapped.nbytes
         self.mapped_bytes += mapped.nbytes
         return mapped
@@ -268,11 +290,12 @@ def compare_on_cluster(
         ) from None
     log.info(
         "compared on %d Dask workers: %d tasks, %.1f MB sent (%.1f MB of them in files the "
-        "workers map), %.1f MB received",
+        "workers map), %.1f MB from task to task, %.1f MB received",
         len(remote.workers),
         remote.tasks,
         remote.sent_bytes / 1e6,
         remote.mapped_bytes / 1e6,
+        remote.shuffled_bytes / 1e6,
         remote.received_bytes / 1e6,
     )
     return stats

@@ -48,10 +48,11 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   encoder loaded, whose CPU is printed too: paid once per node process) and from its start to
   the end of the encoding (the nannies that start and watch the workers run in this process,
   counted in its CPU). With ``--comparison-only``: party 0's comparison (target any) on the
-  cluster's workers (``party.cluster_pairs``: every pair of parties in ranges of a's rows), each
-  worker's task CPU against a k-th of the pair kernel's CPU on one thread for the same pairs
-  (measured before each cluster run), the node's CPU and wall, the bytes sent and received, and
-  whether the survivors equal the threads' (the engine's comparison on 2 threads, once).
+  cluster's workers (``party.cluster_pairs``: every pair of parties in ranges of blocks and
+  buckets of a's rows), each worker's task CPU against a k-th of the pair kernel's CPU on one
+  thread for the same pairs (measured before each cluster run), the node's CPU and wall, the
+  bytes sent, moved from task to task and received, and whether the survivors equal the
+  threads' (the engine's comparison on 2 threads, once).
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -496,8 +497,8 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
         print(
             f"run {n}: {k}-worker LocalCluster: {wall:.2f}s wall, node (this process: indexes, "
             f"plans, sending, receiving, merge, store) {node:.2f} CPU-s; {remote.tasks} tasks, "
-            f"{remote.sent_bytes / 1e6:.0f} MB sent ({how}), {remote.received_bytes / 1e6:.0f} "
-            f"MB received; survivors identical to the threads: {same}\n"
+            f"{remote.sent_bytes / 1e6:.0f} MB sent ({how}), {remote.shuffled_bytes / 1e6:.0f} "
+            f"MB of keys from task to task, {remote.received_bytes / 1e6:.0f} MB received; survivors identical to the threads: {same}\n"
             f"  CPU per worker in its tasks {', '.join(f'{c:.2f}' for c in tasks)} s: worst / "
             f"ideal {tasks[0] / ideal:.2f}, worst / mean {tasks[0] * len(tasks) / sum(tasks):.2f},"
             f" total / one thread {sum(tasks) / one:.2f}; whole worker processes "

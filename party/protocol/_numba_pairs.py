@@ -19,6 +19,8 @@ the other party columns, c in the last) in order of (ra, rb): with rows in pseud
 occur in whole blocks altogether (what enumerating every block would have kept, duplicates
 included). Every loop is ``nogil`` (ranges run on the kernel threads). ``row_visits`` gives each
 row of a its candidate pairs counted once per block, to cut a's rows into pieces of bounded size.
+On Dask workers a range of blocks' keys go to buckets of a's rows (``bucket_rows``) instead of
+being sorted, and each bucket is sorted and filtered on its own (``pairwise.bucket_keys``).
 
 Speed: the index walk and the sort read and write memory in order; the random reads left are one
 segment row and popcount of b per distinct pair, asked for (prefetch) ``AHEAD`` keys before use.
@@ -38,8 +40,6 @@ from party.protocol._numba_kernel import _popcnt64, _prefetch_row
 PREFETCH_ROWS = 4
 #: keys ahead whose b segment row and popcount ``kept_of_runs`` prefetches
 AHEAD = 32
-#: a row's keys ``emit_row_keys`` sorts by insertion (more: numba's sort)
-SHORT_ROW = 48
 #: a key's low 32 bits: the row of b
 LOW = np.uint64(0xFFFFFFFF)
 
@@ -76,60 +76,21 @@ def row_visits(pos_a, starts_b, whole, check, lo, hi, out):  # type: ignore[no-u
 
 
 @jit
-def emit_row_keys(pos_a, lo, hi, starts_b, rows_b, whole, check, out):  # type: ignore[no-untyped-def]
-    """Write ``r << 32 | rb`` for a's rows r from ``lo`` on (below ``hi``) and b row rb of each
-    distinct whole block of row r (its positions ``pos_a[r]``, -1: none; ``check``: look
-    ``whole`` up, else every block is whole) to ``out``, row by row, each row's keys sorted, for
-    as many whole rows as ``out`` holds: returns (the first row not written, keys written). The
-    keys of a's rows in order, each pair once per whole block it shares (``emit_keys``' keys of
-    those rows over every block, sorted); a row with more keys than ``out`` holds is not
-    written (``row_visits`` counts it).
-
-    Row-driven: a range of a's rows reads only its own blocks of b's index (random reads, asked
-    for ``PREFETCH_ROWS`` and twice that rows ahead), where ``emit_keys`` walks every block of a
-    range of blocks. For a task that holds a slice of a's rows and all of b
-    (``pairwise.kept_rows_of``)."""
-    width = pos_a.shape[1]
-    room = out.shape[0]
-    k = 0
-    far = 2 * PREFETCH_ROWS
-    for r in range(lo, hi):
-        # two steps ahead: the block's start in b's index, then (that start read, cached by
-        # now) the block's first row of b
-        if r + far < hi:
-            for i in range(width):
-                x = pos_a[r + far, i]
-                if x >= 0:
-                    _prefetch_row(starts_b, x)  # type: ignore[call-arg]
-        if r + PREFETCH_ROWS < hi:
-            for i in range(width):
-                x = pos_a[r + PREFETCH_ROWS, i]
-                if x >= 0 and starts_b[x] < starts_b[x + 1]:
-                    _prefetch_row(rows_b, starts_b[x])  # type: ignore[call-arg]
-        first = k
-        high = np.uint64(r) << np.uint64(32)
-        for i in range(width):
-            x = pos_a[r, i]
-            if x < 0 or (check and not whole[x]) or _repeat(pos_a, r, i, x):
-                continue
-            z0 = starts_b[x]
-            z1 = starts_b[x + 1]
-            if k + (z1 - z0) > room:  # the row does not fit: it starts the next call
-                return r, first
-            for z in range(z0, z1):
-                out[k] = high | np.uint64(rows_b[z])
-                k += 1
-        if k - first > SHORT_ROW:
-            out[first:k].sort()
-            continue
-        for j in range(first + 1, k):  # insertion sort: a row has a few keys
-            key = out[j]
-            m = j - 1
-            while m >= first and out[m] > key:
-                out[m + 1] = out[m]
-                m -= 1
-            out[m + 1] = key
-    return hi, k
+def bucket_rows(keys, step, buckets, out):  # type: ignore[no-untyped-def]
+    """Copy ``keys`` to ``out`` grouped by bucket (a key's row of a, its high 32 bits, // step;
+    each below ``buckets``), in their order within a bucket: returns offsets ((buckets + 1,)
+    int64), bucket j is out[offsets[j]:offsets[j + 1]]. Two passes in order (count, place)."""
+    offsets = np.zeros(buckets + 1, dtype=np.int64)
+    for i in range(keys.shape[0]):
+        offsets[(keys[i] >> np.uint64(32)) // step + 1] += 1
+    for j in range(buckets):
+        offsets[j + 1] += offsets[j]
+    at = offsets[:-1].copy()
+    for i in range(keys.shape[0]):
+        j = (keys[i] >> np.uint64(32)) // step
+        out[at[j]] = keys[i]
+        at[j] += 1
+    return offsets
 
 
 @jit

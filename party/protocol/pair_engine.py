@@ -52,8 +52,8 @@ from party.protocol.errors import (
 )
 from party.protocol.kernel import threshold_table
 from party.protocol.pairwise import (
+    IndexedSide,
     PairPlan,
-    PairTarget,
     RemotePairs,
     pair_sides,
     segment_pair_counts,
@@ -198,7 +198,7 @@ class PairEngine(PartyEngine):
         """Enumerate the candidate pairs of every pair of parties on this party's segment and keep
         those passing the segment filter (rows as in the module docstring, spilled beyond the
         budget). ``progress``/``cancel`` as PartyEngine.compare. ``remote``: the whole blocks'
-        pairs computed there (ranges of a's rows, every pair of parties submitted first), not on
+        pairs computed there (buckets of a's rows, every pair of parties submitted first), not on
         the kernel threads; the same rows, stats and order."""
         common = self._ready_to_compare()
         t0 = time.perf_counter()
@@ -247,11 +247,10 @@ class PairEngine(PartyEngine):
             by_pair = dict(zip(every, made, strict=True))
             for a in range(p - 2, -1, -1):
                 for b in range(a + 1, p):
-                    plan = by_pair[(a, b)]
-                    target = PairTarget.of(sides[b], indexes[b])
-                    whole = plan.whole if plan.check else None
-                    remote.submit((a, b), sides[a], target, whole, table, p, piece)
-            del by_pair, target
+                    side_a = IndexedSide.of(sides[a], indexes[a])
+                    side_b = IndexedSide.of(sides[b], indexes[b])
+                    remote.submit((a, b), by_pair[(a, b)], side_a, side_b, table, p, piece)
+            del by_pair, side_a, side_b
             if cap is None:  # the remote has what the pairs need: the indexes can go now
                 plans.clear()
                 indexes.clear()

@@ -26,9 +26,9 @@ import numpy as np
 from party.encoding.bits import popcount_rows
 from party.protocol._numba_pairs import (
     block_cuts,
+    bucket_rows,
     count_keys,
     emit_keys,
-    emit_row_keys,
     kept_of_runs,
     plan_ranges,
     row_popcounts,
@@ -67,10 +67,10 @@ class PairSide:
 
 
 @dataclass(frozen=True)
-class PairTarget:
-    """Party b's inputs to the tasks of a's row ranges (``kept_rows_of``): a ``PairSide`` without
-    its block positions, with its block index over the run's blocks (``rows[starts[x]:starts[x +
-    1]]``: b's rows in block x)."""
+class IndexedSide:
+    """A party's rows (pseudonyms, segments, popcounts) and its block index over the run's blocks
+    (``rows[starts[x]:starts[x + 1]]``: its rows in block x): what the tasks of a pair of parties
+    on other processes read (``bucket_keys`` and ``kept_rows_of_keys``)."""
 
     column: int
     keys: np.ndarray
@@ -80,7 +80,7 @@ class PairTarget:
     rows: np.ndarray
 
     @classmethod
-    def of(cls, side: PairSide, index: BlockIndex) -> PairTarget:
+    def of(cls, side: PairSide, index: BlockIndex) -> IndexedSide:
         return cls(side.column, side.keys, side.segments, side.pops, index.starts, index.rows)
 
     @property
@@ -89,23 +89,17 @@ class PairTarget:
         return sum(int(x.nbytes) for x in arrays)
 
 
-def side_rows(side: PairSide, lo: int, hi: int) -> PairSide:
-    """a's rows [lo, hi) as a PairSide of their own (views; a task's rows numbered from 0)."""
-    return PairSide(
-        side.column, side.keys[lo:hi], side.segments[lo:hi], side.pops[lo:hi], side.positions[lo:hi]
-    )
-
-
 class RemotePairs(Protocol):
-    """Where a pair of parties' kept rows are computed instead of the kernel threads, as ranges
-    of a's rows (``kept_rows_of``; ``party.cluster_pairs.ClusterPairs``: Dask workers)."""
+    """Where a pair of parties' kept rows are computed instead of the kernel threads
+    (``party.cluster_pairs.ClusterPairs``: Dask workers): keys of ranges of blocks put in buckets
+    of a's rows (``bucket_keys``), each bucket's pairs kept (``kept_rows_of_keys``)."""
 
     def submit(
         self,
         pair: tuple[int, int],
-        side_a: PairSide,
-        target: PairTarget,
-        whole: np.ndarray | None,
+        plan: PairPlan,
+        side_a: IndexedSide,
+        side_b: IndexedSide,
         table: np.ndarray,
         parties: int,
         max_pairs: int,
@@ -260,7 +254,7 @@ class PairPlan:
         self.index_a, self.index_b = index_a, index_b
         blocks = int(index_a.starts.shape[0]) - 1
         # ranges of blocks (several per thread); their whole blocks' pairs also cut the pair
-        # kernel's block ranges (``_block_ranges``)
+        # kernel's block ranges (``block_ranges``)
         self._ranges = task_ranges(workers, blocks, PLAN_RANGES_PER_THREAD) or [(0, 0)]
         # without a cap every block is whole: no per-block flags (the kernels do not read them)
         self._whole = np.empty(0 if cap is None else blocks, dtype=np.bool_)
@@ -365,7 +359,7 @@ class PairPlan:
         fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops)
         fixed += (table, side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
         parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
-        cuts, offsets = self._block_ranges(parts)
+        cuts, offsets = self.block_ranges(parts)
         for lo, hi, pairs in pieces:
             if cancel is not None and cancel.is_set():
                 raise ComparisonCancelled("comparison cancelled")
@@ -374,7 +368,7 @@ class PairPlan:
             found = [o[0] for o in outs if o[0].shape[0]]
             yield found, pairs, sum(int(o[1]) for o in outs)
 
-    def _block_ranges(self, parts: int) -> tuple[np.ndarray, np.ndarray]:
+    def block_ranges(self, parts: int) -> tuple[np.ndarray, np.ndarray]:
         """The pair kernel's ``parts`` ranges of blocks, of about equal pairs of whole blocks (all
         of a's rows): (cuts, offsets) as ``block_cuts`` gives them, cut at the plan's range
         boundaries nearest to equal shares (no pass over the blocks) when the plan has at least
@@ -503,54 +497,63 @@ class PairPlan:
         yield from self.sub_block_pairs()
 
 
-def kept_rows_of(
-    side_a: PairSide,
-    target: PairTarget,
-    whole: np.ndarray | None,
-    table: np.ndarray,
-    parties: int,
-    max_pairs: int,
-) -> tuple[list[np.ndarray], int, int]:
-    """``PairPlan.kept_pairs``' rows of the rows of ``side_a`` (a range of a's rows, as
-    ``side_rows`` cuts them) with b: (kept rows in order, pairs counted once per
-    whole block, kept pairs counted once per whole block). ``whole``: the plan's flags (None:
-    every block is whole). The rows of consecutive ranges, concatenated, are ``kept_pairs``' rows.
+def bucket_step(rows_a: int, buckets: int) -> int:
+    """a's rows per bucket when its ``rows_a`` rows are cut into ``buckets`` ranges (a key's
+    bucket: its row of a // step; the last bucket may hold fewer rows)."""
+    return max(1, -(-int(rows_a) // max(1, int(buckets))))
 
-    Row-driven (``emit_row_keys``): the range's keys are written row by row from a's block
-    positions into b's index, so a task reads only the blocks of its rows; at most
-    ``max_pairs`` keys are held at once (a row with more: alone). What a Dask worker runs
-    (``party.cluster_pairs``); pure and single-threaded."""
-    n = int(side_a.keys.shape[0])
-    if max(n, int(target.keys.shape[0])) > MAX_PAIR_ROWS:
-        raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
+
+def bucket_keys(
+    side_a: IndexedSide,
+    side_b: IndexedSide,
+    whole: np.ndarray | None,
+    x0: int,
+    x1: int,
+    count: int,
+    buckets: int,
+    out: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The ``count`` keys (``emit_keys``: every row of a, each pair once per whole block; ``count``
+    as the plan's ``block_ranges`` give it) of blocks x0..x1-1, put in ``buckets`` buckets of
+    consecutive rows of a (``bucket_step``), unsorted: (keys, offsets), bucket j is
+    keys[offsets[j]:offsets[j + 1]]. ``out``: where the keys go (e.g. a mapped file), else a
+    new array. ``whole``: the plan's flags (None: every block is whole). Pure and
+    single-threaded: what a Dask worker runs for a range of blocks (``party.cluster_pairs``)."""
     check = whole is not None
     flags = whole if whole is not None else np.ones(0, dtype=np.bool_)
-    fixed: tuple[Any, ...] = (side_a.segments, target.segments, side_a.pops, target.pops, table)
-    fixed += (side_a.keys, target.keys, side_a.column, target.column, parties)
-    # untouched beyond what is written (numpy's large arrays: pages mapped on first write)
-    room = max(1, int(max_pairs))
-    keys = np.empty(room, dtype=np.uint64)
-    found: list[np.ndarray] = []
-    total = kept_total = 0
-    lo = 0
-    while lo < n:
-        args = (target.starts, target.rows, flags, check, keys)
-        hi, count = emit_row_keys(side_a.positions, lo, n, *args)
-        if hi == lo:  # row lo alone has more keys than a piece: a buffer of its own
-            need = np.empty(1, dtype=np.int64)
-            row_visits(side_a.positions[lo : lo + 1], target.starts, flags, check, 0, 1, need)
-            keys = np.empty(int(need[0]), dtype=np.uint64)
-            continue
-        if count:
-            out = np.empty((count, parties + 1), dtype=np.uint64)
-            ends = np.array([count], dtype=np.int64)
-            written, repeats, _ = kept_of_runs(keys, ends - count, ends, *fixed, out)
-            if written:
-                found.append(out[:written].copy() if written < count else out)
-            kept_total += int(repeats)
-            total += count
-        lo = hi
-    return found, total, kept_total
+    emitted = np.empty(int(count), dtype=np.uint64)
+    args = (side_a.starts, side_a.rows, side_b.starts, side_b.rows, flags, check, emitted)
+    if emit_keys(x0, x1, 0, int(side_a.keys.shape[0]), *args) != emitted.size:
+        raise ProtocolError("a range of blocks holds another number of pairs than its plan says")
+    keys = np.empty_like(emitted) if out is None else out
+    step = bucket_step(int(side_a.keys.shape[0]), buckets)
+    offsets = bucket_rows(emitted, np.uint64(step), int(buckets), keys)
+    return keys, offsets
+
+
+def kept_rows_of_keys(
+    side_a: IndexedSide, side_b: IndexedSide, keys: np.ndarray, table: np.ndarray, parties: int
+) -> tuple[list[np.ndarray], int, int]:
+    """``PairPlan.kept_pairs``' rows of a bucket of a's rows: ``keys`` are the bucket's keys from
+    every range of blocks (``bucket_keys``), sorted here in place. Returns (kept rows in order,
+    pairs counted once per whole block, kept pairs counted once per whole block); the buckets'
+    rows in bucket order are ``kept_pairs``' rows. Pure and single-threaded (a Dask worker's
+    task)."""
+    if max(int(side_a.keys.shape[0]), int(side_b.keys.shape[0])) > MAX_PAIR_ROWS:
+        raise ProtocolError(f"a party of a pair has more than {MAX_PAIR_ROWS} rows")
+    count = int(keys.shape[0])
+    if count == 0:
+        return [], 0, 0
+    keys.sort()
+    # a row per key at most: untouched beyond the rows written
+    out = np.empty((count, parties + 1), dtype=np.uint64)
+    ends = np.array([count], dtype=np.int64)
+    fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
+    fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
+    written, repeats, _ = kept_of_runs(keys, ends - count, ends, *fixed, out)
+    if not written:
+        return [], count, 0
+    return [out[:written].copy() if written < count else out], count, int(repeats)
 
 
 def _run_bounds(keys: np.ndarray, at: np.ndarray, parts: int) -> np.ndarray:

@@ -139,15 +139,15 @@ class LosesAWorker:
 
 
 def compare_losing_a_worker(
-    kind: type[ClusterTasks], engine: Any, want: np.ndarray, folder: str | None
+    kind: type[ClusterTasks], engine: Any, want: np.ndarray, folder: str | None, recovers: bool
 ) -> None:
     """``engine`` compared on a fresh 2-worker embedded cluster whose first worker dies after
-    the tasks were sent: with mapped files (``folder``) its tasks run again on the other worker
-    and the rows are ``want``; through Dask the ranges it held are lost: a ClusterError, not a
-    hang. The engine is closed after."""
+    the tasks were sent: when it ``recovers`` (its tasks run again on the other worker) the
+    rows are ``want``, else (inputs Dask held only there are lost) a ClusterError, not a hang.
+    The engine is closed after."""
     losing = type("Losing", (LosesAWorker, kind), {})
     with dask_client(ClusterConfig("local"), 2) as own, losing(own, folder=folder) as tasks:
-        if folder is not None:
+        if recovers:
             engine.compare(remote=tasks)
             assert np.array_equal(survivor_rows(engine), want) and want.shape[0] > 0
         else:

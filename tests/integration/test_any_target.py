@@ -221,7 +221,8 @@ def test_nodes_on_their_embedded_dask_clusters_equal_the_oracle(
     make_cluster: Callable[..., Cluster], tmp_path: pathlib.Path
 ) -> None:
     """Every node with ``[cluster] scheduler = "local"``: it encodes and compares (the pairs of
-    parties in ranges of a's rows) on Dask workers of its own; the groups equal the oracle's."""
+    parties in ranges of blocks and buckets of a's rows) on Dask workers of its own; the groups
+    equal the oracle's."""
     cluster = make_cluster(3, 0, start=False, csvs=subset_csvs(tmp_path / "data", 3, 150, seed=3))
     for name in cluster.parties:
         cluster.nodes[name].env["PPRL_CLUSTER_SCHEDULER"] = "local"

@@ -182,4 +182,4 @@ def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> N
     tables = _tables("small blocks", 3)
     want = survivor_rows(compared(_exchanged(tables))[0])
     folder = str(tmp_path) if mapped else None
-    compare_losing_a_worker(ClusterBlocks, _fresh(tables), want, folder)
+    compare_losing_a_worker(ClusterBlocks, _fresh(tables), want, folder, recovers=mapped)

@@ -11,9 +11,10 @@ from party.cluster import ClusterError
 from party.cluster_pairs import ClusterPairs
 from party.config import ClusterConfig
 from party.encoding.records import EncodedRecords
+from party.protocol.blocks import BlockIndex
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.pair_engine import PairEngine
-from party.protocol.pairwise import PairSide, PairTarget
+from party.protocol.pairwise import IndexedSide, PairPlan
 from tests.integration.dask_support import (
     INPUTS,
     check_inputs_after,
@@ -40,7 +41,7 @@ STATS = (
 def _tables(case: str, p: int) -> list[EncodedRecords]:
     """Entities at random subsets of the parties. "many blocks": an entity's own block (one row
     of each party) beside three coarse ones (many pairs, found in several blocks); "one block":
-    every record in one block, which every range of a's rows visits."""
+    every record in one block, whose keys go to every bucket of a's rows."""
     out = []
     for t in subset_tables(60 + p, p, 200, 0.05):
         dig = t.block_digests.copy()
@@ -79,8 +80,8 @@ def _fresh(tables: list[EncodedRecords]) -> PairEngine:
 def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-def]
     client, case: str, p: int, cap, inputs: str, tmp_path, monkeypatch
 ) -> None:
-    """Every pair of parties in ranges of a's rows on two workers (several ranges per worker),
-    the inputs sent through Dask, in files the workers map, or through Dask after the files
+    """Every pair of parties in ranges of blocks and buckets of a's rows on two workers (several
+    per worker), the inputs sent through Dask, in files the workers map, or through Dask after the files
     found no room or the budget refused them: the same survivor rows in the same order and the
     same stats as one kernel thread; nothing is left on the workers afterwards (no data, no
     mapped file, no reservation)."""
@@ -118,12 +119,12 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
     with the worker's address and the error's type only, and frees the workers."""
     keys = np.arange(1, 5, dtype=np.uint64)
     segments, pops = np.zeros((4, 2), np.uint64), np.zeros(4, np.int64)
-    side = PairSide(0, keys, segments, pops, np.zeros((4, 1), np.int32))
-    index = (np.array([0, 4], np.int64), np.arange(4, dtype=np.int64))
-    target = PairTarget(1, keys, segments, pops, *index)
+    index = BlockIndex(np.array([0, 4], np.int64), np.arange(4, dtype=np.int64))
+    side = IndexedSide(0, keys, segments, pops, index.starts, index.rows)
+    plan = PairPlan.from_indexes(index, index, None)
     with ClusterPairs(client) as pairs:
         table = np.zeros(300, np.int64)
-        pairs.submit((0, 1), side, target, None, table, "three", 100)  # type: ignore[arg-type]
+        pairs.submit((0, 1), plan, side, side, table, "three", 100)  # type: ignore[arg-type]
         with pytest.raises(ClusterError, match=r"parties 0 and 1 failed on worker tls://") as err:
             list(pairs.kept_pairs((0, 1)))
         assert "three" not in str(err.value) and "Error)" in str(err.value)
@@ -142,13 +143,13 @@ def test_the_partys_own_tls_scheduler_compares_like_the_threads(own_scheduler) -
 @pytest.mark.slow
 @pytest.mark.parametrize("mapped", [True, False])
 def test_a_lost_worker_is_replaced_or_a_clear_error(mapped: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
-    """A worker killed after the tasks were sent: with mapped files (the embedded cluster) its
-    tasks run again on the other worker and the rows equal the threads'; through Dask the ranges
-    it held are lost: a ClusterError, not a hang."""
+    """A worker killed after the tasks were sent: its tasks run again on the other worker and
+    the rows equal the threads', with the inputs and keys in files (the embedded cluster) or
+    through Dask (every party's inputs are on every worker)."""
     tables = _tables("many blocks", 3)
     want = survivor_rows(compared(_exchanged(tables))[0])
     folder = str(tmp_path) if mapped else None
-    compare_losing_a_worker(ClusterPairs, _fresh(tables), want, folder)
+    compare_losing_a_worker(ClusterPairs, _fresh(tables), want, folder, recovers=True)
 
 
 def test_the_coordinator_gets_a_reason_without_the_partys_addresses(tmp_path, caplog) -> None:  # type: ignore[no-untyped-def]

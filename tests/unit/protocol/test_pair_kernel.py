@@ -9,6 +9,7 @@ from party.encoding.bits import pack_rows
 from party.protocol import kernel as kernel_module
 from party.protocol import pairwise as pairwise_module
 from party.protocol import threads as threads_module
+from party.protocol._numba_pairs import bucket_rows
 from party.protocol.blocks import (
     DigestLookup,
     block_counts,
@@ -18,12 +19,12 @@ from party.protocol.blocks import (
 )
 from party.protocol.kernel import threshold_table
 from party.protocol.pairwise import (
+    IndexedSide,
     PairPlan,
-    PairTarget,
-    kept_rows_of,
+    bucket_keys,
+    kept_rows_of_keys,
     pair_side,
     segment_pair_counts,
-    side_rows,
 )
 
 
@@ -538,7 +539,7 @@ def test_plan_on_threads_equals_one_thread(cap, blocks: int, threads_always) -> 
         assert plan.check == (not whole.all())
         assert plan.total == plans[0].total
         for parts in (1, 2, 3):
-            cuts, offsets = plan._block_ranges(parts)
+            cuts, offsets = plan.block_ranges(parts)
             assert cuts.shape == offsets.shape == (parts + 1,)
             assert cuts[0] == 0 and cuts[-1] == blocks and np.all(np.diff(cuts) >= 0)
             running = np.concatenate([[0], np.cumsum(np.where(whole, pairs, 0))])
@@ -646,16 +647,22 @@ def test_pair_sides_equal_pair_side_of_each_party(threads_always) -> None:  # ty
     assert pair_sides([], [], [], 2) == []
 
 
-def _kept_of_ranges(plan, sides, index_b, threshold, bits, ranges, max_pairs):  # type: ignore[no-untyped-def]
-    """``kept_rows_of`` over a's row ranges [lo, hi) in order (what Dask workers run)."""
+def _kept_of_buckets(plan, sides, threshold, bits, parts):  # type: ignore[no-untyped-def]
+    """``bucket_keys`` of ``parts`` ranges of blocks, then ``kept_rows_of_keys`` of each bucket
+    of a's rows in order, its keys from every range (what Dask workers run)."""
     table = threshold_table(2, float(threshold), 2 * bits)
-    target = PairTarget.of(sides[1], index_b)
+    a = IndexedSide.of(sides[0], plan.index_a)
+    b = IndexedSide.of(sides[1], plan.index_b)
     whole = plan.whole if plan.check else None
+    cuts, offsets = plan.block_ranges(parts)
+    ranges = [
+        bucket_keys(a, b, whole, cuts[k], cuts[k + 1], offsets[k + 1] - offsets[k], parts)
+        for k in range(parts)
+    ]
     rows, pairs, with_duplicates = [], 0, 0
-    for lo, hi in ranges:
-        found, n, kept = kept_rows_of(
-            side_rows(sides[0], lo, hi), target, whole, table, 3, max_pairs
-        )
+    for j in range(parts):
+        keys = np.concatenate([keys[at[j] : at[j + 1]] for keys, at in ranges])
+        found, n, kept = kept_rows_of_keys(a, b, keys, table, 3)
         rows.extend(found)
         pairs += n
         with_duplicates += kept
@@ -665,9 +672,10 @@ def _kept_of_ranges(plan, sides, index_b, threshold, bits, ranges, max_pairs):  
 
 @pytest.mark.parametrize("seed", range(8))
 @pytest.mark.parametrize("cap", [None, 3])
-def test_kept_rows_of_row_ranges_equal_kept_pairs(seed: int, cap) -> None:  # type: ignore[no-untyped-def]
-    """The row-driven ranges of a's rows (any cut, any piece size; a digest repeated in a row;
-    with a cap, the whole blocks only) give kept_pairs' rows, in its order, and its counts."""
+def test_buckets_of_block_ranges_equal_kept_pairs(seed: int, cap) -> None:  # type: ignore[no-untyped-def]
+    """Ranges of blocks put in buckets of a's rows, each bucket sorted and filtered (any number
+    of ranges, more than a's rows too; a digest repeated in a row; with a cap, the whole blocks
+    only) give kept_pairs' rows, in its order, and its counts."""
     rng = np.random.default_rng(300 + seed)
     bits = [64, 128][seed % 2]
     na, nb = int(rng.integers(1, 80)), int(rng.integers(1, 80))
@@ -679,24 +687,34 @@ def test_kept_rows_of_row_ranges_equal_kept_pairs(seed: int, cap) -> None:  # ty
     plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, 1)
     want, want_pairs, want_dup = _kept(plan, sides, 0.5, bits, 10**6, 1)
     assert want.shape[0] > 0 and (cap is None or plan.check)
-    for parts in (1, 2, 5, na):
-        for max_pairs in (1, 7, 10**6):
-            ranges = [(na * k // parts, na * (k + 1) // parts) for k in range(parts)]
-            got, pairs, dup = _kept_of_ranges(
-                plan, sides, plan.index_b, 0.5, bits, ranges, max_pairs
-            )
-            assert got.tobytes() == want.tobytes()
-            assert (pairs, dup) == (want_pairs, want_dup)
+    for parts in (1, 2, 5, na, na + 3):
+        got, pairs, dup = _kept_of_buckets(plan, sides, 0.5, bits, parts)
+        assert got.tobytes() == want.tobytes(), parts
+        assert (pairs, dup) == (want_pairs, want_dup)
 
 
-def test_kept_rows_of_a_row_with_hundreds_of_partners_equals_kept_pairs() -> None:
-    """A row's keys beyond ``SHORT_ROW`` are sorted by numba's sort, not by insertion: the same
-    rows."""
+def test_buckets_of_a_row_with_hundreds_of_partners_equal_kept_pairs() -> None:
     bits_a, bits_b, dig_a, dig_b, keys_a, keys_b = _hundreds_of_partners(22)
     plan, sides, _ = _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, None, 1)
     want, want_pairs, want_dup = _kept(plan, sides, 0.3, 64, 10**6, 1)
-    for max_pairs in (10, 300, 10**6):  # 10: every row alone, in a buffer of its own
-        ranges = [(0, 2), (2, 4)]
-        got, pairs, dup = _kept_of_ranges(plan, sides, plan.index_b, 0.3, 64, ranges, max_pairs)
+    for parts in (1, 2, 3):
+        got, pairs, dup = _kept_of_buckets(plan, sides, 0.3, 64, parts)
         assert got.tobytes() == want.tobytes() and (pairs, dup) == (want_pairs, want_dup)
     assert want.shape[0] > 256 and dup > want.shape[0]
+
+
+@pytest.mark.parametrize("step", [1, 3, 1000])
+def test_bucket_rows_groups_keys_by_row_range_in_their_order(step: int) -> None:
+    """Each bucket holds the keys whose row of a (high 32 bits) // step is its number, in their
+    order (a plain stable sort by bucket), including empty buckets and the last row."""
+    rng = np.random.default_rng(step)
+    rows = rng.integers(0, 40, 500).astype(np.uint64)
+    rows[:3] = [0, 39, 39]
+    keys = rows << np.uint64(32) | rng.integers(0, 2**32, 500).astype(np.uint64)
+    buckets = 39 // step + 2  # one empty bucket at the end
+    out = np.empty_like(keys)
+    offsets = bucket_rows(keys, np.uint64(step), buckets, out)
+    which = (keys >> np.uint64(32)) // np.uint64(step)
+    assert offsets.tolist() == [0, *np.cumsum(np.bincount(which, minlength=buckets)).tolist()]
+    assert np.array_equal(out, keys[np.argsort(which, kind="stable")])
+    assert offsets[-1] == offsets[-2] == keys.size
