@@ -118,12 +118,14 @@ EMBEDDED_PRELOAD = (
     "party.cluster_tasks",
     "party.cluster_pairs",
     "party.cluster_blocks",
+    "party.cluster_warm",
 )
 
 
 def _forkserver() -> bool:
     """Start (once per process) the forkserver that the embedded cluster's workers are forked
-    from, with Dask and the encoder imported and the encoder's numba loops loaded: a worker then
+    from, with Dask and the encoder imported and the encoder's and the comparison tasks' numba
+    loops loaded (``_numba_warm``, ``cluster_warm``): a worker then
     starts without importing them (spawned, each paid 1.5-2.3 CPU-s of start-up per encoding),
     and the server's imports are paid once per node process. The server is shared with the
     encoding pool's lanes (``parallel.process_pool``); if they started it first, it has the

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from party.cluster_tasks import SCRATCH_MIN_BYTES, ClusterTasks, Mapped, compact
+from party.cluster_tasks import SCRATCH_MIN_BYTES, ClusterTasks, Mapped, compact, forget_mapped
 from party.protocol.pairwise import IndexedSide, PairPlan, bucket_keys, kept_rows_of_keys
 
 #: a party's arrays in its two files (``Mapped``): its rows, its block index (int32 where it fits)
@@ -138,6 +138,39 @@ def kept_rows_of_bucket(
             keys[at : at + size] = piece
         at += size
     return kept_rows_of_keys(_side(source_a), _side(source_b), keys, table, parties)
+
+
+def warm_up() -> None:
+    """Run a range's and a bucket's tasks once on a tiny pair of parties, in files and in
+    memory: loads (or compiles) their numba loops for the types a worker meets (mapped arrays
+    are read-only), so workers forked after this (the embedded cluster's forkserver) start with
+    them ready instead of loading them in their first comparison's tasks."""
+    import tempfile
+
+    from party.protocol.kernel import threshold_table
+
+    keys = np.arange(1, 5, dtype=np.uint64)
+    side = IndexedSide(
+        0,
+        keys,
+        np.zeros((4, 1), dtype=np.uint64),
+        np.zeros(4, dtype=np.int64),
+        compact(np.array([0, 4], dtype=np.int64)),
+        compact(np.arange(4, dtype=np.int64)),
+    )
+    table = threshold_table(2, 0.5, 128).copy()
+    got = range_keys(side, side, None, 0, 1, 16, 2)
+    kept_rows_of_bucket(side, side, [bucket_of(got, 0)], 0, table, 3)
+    with tempfile.TemporaryDirectory(prefix="pprl-warm-") as folder:
+        files = [
+            Mapped.write(folder, kind, 0, {key: getattr(side, key) for key in keys})
+            for kind, keys in FILE_ARRAYS.items()
+        ]
+        mapped = MappedSide(files[0], files[1])
+        path = os.path.join(folder, "keys")
+        offsets = range_keys(mapped, mapped, None, 0, 1, 16, 2, path)
+        kept_rows_of_bucket(mapped, mapped, [(path, offsets)], 0, table, 3)
+        forget_mapped(folder)
 
 
 @dataclasses.dataclass

@@ -60,23 +60,28 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     assert stats.first_sight_seconds > 0  # values both workers met: computed by one (waves)
 
 
-def _origin() -> tuple[int, bool, bool]:
+def _origin() -> tuple[int, bool, bool, int]:
     """In a worker: its parent process, whether the encoder's numba loops were loaded before
-    it started (only the forkserver's preload imports ``_numba_warm``), and Dask's."""
+    it started (only the forkserver's preload imports ``_numba_warm``), and Dask's, and how
+    many variants of the comparison tasks' filter loop it has loaded (``cluster_warm``: for
+    mapped, read-only arrays and for arrays in memory)."""
     import os
 
-    return os.getppid(), "party.encoding._numba_warm" in sys.modules, "distributed" in sys.modules
+    from party.protocol._numba_pairs import kept_of_runs
+
+    encoder = "party.encoding._numba_warm" in sys.modules
+    return os.getppid(), encoder, "distributed" in sys.modules, len(kept_of_runs.signatures)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
-def test_embedded_workers_are_forked_with_the_encoder_loaded() -> None:
+def test_embedded_workers_are_forked_with_the_encoder_and_comparison_loaded() -> None:
     from multiprocessing import forkserver
 
     with dask_client(ClusterConfig("local"), 2) as client:
         server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
         origins = client.run(_origin)
     assert len(origins) == 2 and server is not None
-    assert all(o == (server, True, True) for o in origins.values()), (server, origins)
+    assert all(o[:3] == (server, True, True) and o[3] >= 2 for o in origins.values()), origins
 
 
 def _heartbeat_ms(dask_worker: Any) -> float:
