@@ -420,7 +420,10 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     from party.protocol.pair_engine import PairEngine, party_pairs
     from party.protocol.pairwise import PairPlan, pair_sides
 
+    from party.cluster import _forkserver
+
     k = args.cluster_workers
+    _forkserver()  # started with the cluster's preload, as a node with [cluster] starts it
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
         tables = [encode(p, 2)[0] for p in make_data(Path(d), args.records)]
     prm = params("any")
