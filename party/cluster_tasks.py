@@ -1,15 +1,15 @@
 """One comparison's tasks on the party's Dask workers: inputs sent or mapped, results in order, cleanup.
 
 The common part of ``party.cluster_pairs`` (target any: pairs of parties in ranges of blocks and
-buckets of a's rows) and ``party.cluster_blocks`` (target all: ranges of fast blocks). Inputs reach the workers
-through Dask (``client.scatter``) or, on the embedded cluster (its workers run on the node's
-machine), in files of a private tmpfs folder that they map read-only (``Mapped``), their bytes
-reserved on the node's memory budget while they exist (through Dask when it refuses them or
+buckets of a's rows) and ``party.cluster_blocks`` (target all: ranges of fast blocks). Inputs reach
+the workers through Dask (``client.scatter``) or, on the embedded cluster (its workers run on the
+node's machine), in files of a private tmpfs folder that they map read-only (``Mapped``), their
+bytes reserved on the node's memory budget while they exist (through Dask when it refuses them or
 tmpfs has no room). A task's worker is a preference: if it is lost, another worker runs the task
-again from the files (inputs Dask held only there are lost: a ClusterError). Results are taken
-in submission order with the node's cancel event looked at every ``POLL_S`` seconds; every future
-is cancelled, every file unmapped by the workers and removed, and every reservation released when
-the comparison ends or fails. Errors name the worker and the error's type only, never data; the
+again from the files (inputs Dask held only there are lost: a ClusterError). Results are taken in
+submission order with the node's cancel event looked at every ``POLL_S`` seconds; every future is
+cancelled, every file unmapped by the workers and removed, and every reservation released when the
+comparison ends or fails. Errors name the worker and the error's type only, never data; the
 coordinator gets a reason without the party's addresses (``compare_on_cluster``).
 """
 
