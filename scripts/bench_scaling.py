@@ -410,7 +410,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     kernel on one thread (the ideal: a k-th of its CPU), alternated ``args.repeat`` times."""
     import random
 
-    from party.cluster import dask_client, worker_usage
+    from party.cluster import _forkserver, dask_client, worker_usage
     from party.cluster_pairs import ClusterPairs
     from party.cluster_tasks import cluster_tasks
     from party.config import ClusterConfig
@@ -419,8 +419,6 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     from party.protocol.kernel import threshold_table
     from party.protocol.pair_engine import PairEngine, party_pairs
     from party.protocol.pairwise import PairPlan, pair_sides
-
-    from party.cluster import _forkserver
 
     k = args.cluster_workers
     _forkserver()  # started with the cluster's preload, as a node with [cluster] starts it
