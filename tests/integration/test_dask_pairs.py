@@ -10,11 +10,14 @@ import pytest
 from party.cluster import ClusterError
 from party.cluster_pairs import ClusterPairs
 from party.config import ClusterConfig
+from party.encoding.bits import popcount_rows
 from party.encoding.records import EncodedRecords
 from party.protocol.blocks import BlockIndex
 from party.protocol.errors import ComparisonCancelled
+from party.protocol.kernel import threshold_table
 from party.protocol.pair_engine import PairEngine
 from party.protocol.pairwise import IndexedSide, PairPlan
+from party.protocol.spill import LocalGauge
 from tests.integration.dask_support import (
     INPUTS,
     check_inputs_after,
@@ -129,6 +132,38 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
             list(pairs.kept_pairs((0, 1)))
         assert "three" not in str(err.value) and "Error)" in str(err.value)
     assert workers_emptied(client)
+
+
+@pytest.mark.parametrize("files", [True, False])
+def test_a_pairs_keys_are_dropped_once_its_rows_are_in(client, files: bool, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With two pairs submitted, taking the first pair's rows releases its keys (its ranges'
+    futures cancelled; with files, the files removed and their reservation released) while the
+    second pair's stay until its own rows are in (threshold 0: every pair of the two blocks
+    is kept; 100 pairs a piece: 8 ranges, more than the workers' 2 x 2)."""
+    rng = np.random.default_rng(5)
+    keys = np.arange(1, 41, dtype=np.uint64)
+    segments = rng.integers(0, 2**63, (40, 2)).astype(np.uint64)
+    pops = popcount_rows(segments).astype(np.int64)
+    index = BlockIndex(np.array([0, 20, 40], np.int64), np.arange(40, dtype=np.int64))
+    sides = [IndexedSide(c, keys, segments, pops, index.starts, index.rows) for c in range(3)]
+    plan = PairPlan.from_indexes(index, index, None)
+    table = threshold_table(2, 0.0, 256)  # keeps every pair: 2 blocks of 20 x 20
+    budget = LocalGauge(1 << 30)
+    folder = str(tmp_path) if files else None
+    with ClusterPairs(client, folder=folder, memory=budget) as pairs:
+        for pair in ((0, 1), (0, 2)):
+            pairs.submit(pair, plan, sides[pair[0]], sides[pair[1]], table, 3, 100)
+        first, second = (pairs._jobs[pair].between for pair in ((0, 1), (0, 2)))
+        held = budget.held  # the inputs' files and both pairs' keys (files)
+        rows = [r for found, _, _ in pairs.kept_pairs((0, 1)) for r in found]
+        assert sum(r.shape[0] for r in rows) == 800
+        assert all(f.status == "cancelled" for f in first)
+        assert not any(f.status == "cancelled" for f in second)
+        assert not list(tmp_path.glob("keys-0-1-*"))
+        assert budget.held == held - (800 * 8 if files else 0)
+        list(pairs.kept_pairs((0, 2)))
+        assert not list(tmp_path.glob("keys-*"))
+    assert budget.held == 0 and workers_emptied(client)
 
 
 @pytest.mark.slow
