@@ -257,22 +257,21 @@ class ClusterPairs(ClusterTasks):
             self.sent_bytes += int(plan.whole.nbytes) * len(self.workers)
         nbytes = total * KEY_BYTES
         paths = self._key_files(pair, parts, nbytes)
-        between = []
+        ranges = []
         for k in range(parts):
             head = (range_keys, a, b, flags, int(cuts[k]), int(cuts[k + 1]))
             path = None if paths is None else paths[k]
-            between.append(self._submit(*head, int(offsets[k + 1] - offsets[k]), parts, path)[1])
+            ranges.append(self._submit(*head, int(offsets[k + 1] - offsets[k]), parts, path)[1])
+        between = list(ranges)  # and, through Dask, each bucket's piece of each range
+        files = None if paths is None else list(zip(paths, ranges, strict=True))
         buckets = []
         for j in range(parts):
-            if paths is None:
-                pieces: list[Any] = [
-                    self.client.submit(bucket_of, r, j, pure=False) for r in between[:parts]
-                ]
+            pieces: list[Any] | None = files
+            if pieces is None:
+                pieces = [self.client.submit(bucket_of, r, j, pure=False) for r in ranges]
+                self._futures.extend(pieces)
                 between.extend(pieces)
-            else:
-                pieces = list(zip(paths, between, strict=True))
             buckets.append(self._submit(kept_rows_of_bucket, a, b, pieces, j, table, parties))
-        self._futures.extend(between[parts:])
         self.shuffled_bytes += nbytes
         self._jobs[pair] = _PairJobs(buckets, between, paths or [], 0 if paths is None else nbytes)
 

@@ -84,15 +84,20 @@ def _plan_and_sides(bits_a, bits_b, dig_a, dig_b, keys_a, keys_b, cap, workers, 
     return plan, sides, (seg_a, seg_b)
 
 
-def _kept(plan, sides, threshold, bits, max_pairs, workers):  # type: ignore[no-untyped-def]
-    table = threshold_table(2, float(threshold), 2 * bits)
+def _joined(pieces):  # type: ignore[no-untyped-def]
+    """(kept rows, pairs, with duplicates) of ``kept_pairs``-style pieces, joined."""
     rows, pairs, with_duplicates = [], 0, 0
-    for found, n, kept in plan.kept_pairs(*sides, 3, table, max_pairs, workers):
+    for found, n, kept in pieces:
         rows.extend(found)
         pairs += n
         with_duplicates += kept
     out = np.concatenate(rows) if rows else np.zeros((0, 4), np.uint64)
     return out, pairs, with_duplicates
+
+
+def _kept(plan, sides, threshold, bits, max_pairs, workers):  # type: ignore[no-untyped-def]
+    table = threshold_table(2, float(threshold), 2 * bits)
+    return _joined(plan.kept_pairs(*sides, 3, table, max_pairs, workers))
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -659,15 +664,12 @@ def _kept_of_buckets(plan, sides, threshold, bits, parts):  # type: ignore[no-un
         bucket_keys(a, b, whole, cuts[k], cuts[k + 1], offsets[k + 1] - offsets[k], parts)
         for k in range(parts)
     ]
-    rows, pairs, with_duplicates = [], 0, 0
-    for j in range(parts):
-        keys = np.concatenate([keys[at[j] : at[j + 1]] for keys, at in ranges])
-        found, n, kept = kept_rows_of_keys(a, b, keys, table, 3)
-        rows.extend(found)
-        pairs += n
-        with_duplicates += kept
-    out = np.concatenate(rows) if rows else np.zeros((0, 4), np.uint64)
-    return out, pairs, with_duplicates
+    return _joined(
+        kept_rows_of_keys(
+            a, b, np.concatenate([k[at[j] : at[j + 1]] for k, at in ranges]), table, 3
+        )
+        for j in range(parts)
+    )
 
 
 @pytest.mark.parametrize("seed", range(8))
