@@ -6,7 +6,11 @@ the workers through Dask (``client.scatter``) or, on the embedded cluster (its w
 node's machine), in files of a private tmpfs folder that they map read-only (``Mapped``), their
 bytes reserved on the node's memory budget while they exist (through Dask when it refuses them or
 tmpfs has no room). A task's worker is a preference: if it is lost, another worker runs the task
-again from the files (inputs Dask held only there are lost: a ClusterError). Results are taken in
+again from the files (inputs Dask held only there are lost: a ClusterError). On the embedded
+cluster with more workers than the machine has cores, a task first takes one of ``slots`` slots
+(``gated``: a lock on one of the folder's slot files), so no more tasks run at once than the cores
+(4 workers on 2 cores would otherwise time-slice, each task's CPU growing with the switching);
+a scheduler address is not gated. Results are taken in
 submission order with the node's cancel event looked at every ``POLL_S`` seconds; every future is
 cancelled, every file unmapped by the workers and removed, and every reservation released when the
 comparison ends or fails. Errors name the worker and the error's type only, never data; the
@@ -16,10 +20,12 @@ coordinator gets a reason without the party's addresses (``compare_on_cluster``)
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import mmap
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Self
@@ -28,7 +34,7 @@ import numpy as np
 
 from party.cluster import ClusterError, dask_client
 from party.config import ClusterConfig
-from party.encoding.parallel import scratch_folder
+from party.encoding.parallel import available_cores, scratch_folder
 from party.protocol.errors import ComparisonCancelled
 from party.protocol.spill import MemoryGauge
 
@@ -43,6 +49,8 @@ WORKERS_WAIT_S = 30
 #: tmpfs room below which the embedded cluster's inputs go through Dask (a file that does not
 #: fit falls back to Dask too)
 SCRATCH_MIN_BYTES = 1 << 26
+#: seconds between a waiting task's looks for a free slot (``gated``; tasks take 30 ms and more)
+SLOT_POLL_S = 0.002
 
 
 def compact(x: np.ndarray) -> np.ndarray:
@@ -109,6 +117,43 @@ def forget_mapped(folder: str) -> int:
     return len(gone)
 
 
+@contextlib.contextmanager
+def core_slot(folder: str, slots: int) -> Iterator[int]:
+    """Hold one of ``slots`` slots (an exclusive ``flock`` on one of the files ``slot-<i>`` of
+    ``folder``, which every worker on the machine sees) until the block ends; waits, polling
+    every ``SLOT_POLL_S`` seconds, while all are held. A dead holder's lock goes with its
+    process. Yields the slot's number."""
+    fds = [
+        os.open(os.path.join(folder, f"slot-{i}"), os.O_RDWR | os.O_CREAT, 0o600)
+        for i in range(slots)
+    ]
+    held = -1
+    try:
+        first = os.getpid() % slots  # workers try the slots in different orders
+        while held < 0:
+            for i in (*range(first, slots), *range(first)):
+                try:
+                    fcntl.flock(fds[i], fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                held = i
+                break
+            else:
+                time.sleep(SLOT_POLL_S)
+        yield held
+    finally:
+        for fd in fds:
+            os.close(fd)  # the lock goes with its file's last descriptor
+
+
+def gated(folder: str, slots: int, fn: Callable[..., Any], *args: Any) -> Any:
+    """Runs on a worker: ``fn(*args)`` while holding one of the slots (``core_slot``). Dask
+    starts a task only once its inputs are done, so a task never holds a slot while it waits
+    for another task: the wait cannot deadlock."""
+    with core_slot(folder, slots):
+        return fn(*args)
+
+
 class ClusterTasks:
     """A comparison's tasks on a Dask client's workers (module docstring); a context manager
     that cancels every future it made, and removes its files, when it exits."""
@@ -119,6 +164,7 @@ class ClusterTasks:
         ranges_per_worker: int = RANGES_PER_WORKER,
         folder: str | None = None,
         memory: MemoryGauge | None = None,
+        slots: int | None = None,
     ) -> None:
         self.client = client
         self.workers = sorted(client.scheduler_info()["workers"])
@@ -131,6 +177,15 @@ class ClusterTasks:
         self.ranges_per_worker = max(1, int(ranges_per_worker))
         self.folder = folder
         self.memory = memory  # the files' bytes are reserved there while they exist
+        if slots is None and folder is not None:  # the embedded cluster: this machine's cores
+            slots = available_cores()
+        #: tasks at once at most (``gated``), None: not gated (a scheduler address, or no more
+        #: workers than slots)
+        self.slots = (
+            slots
+            if folder is not None and slots is not None and slots < len(self.workers)
+            else None
+        )
         self._reserved = 0
         self._paths: list[str] = []  # files of ``folder`` made for this comparison
         self._futures: list[Any] = []  # every future made, cancelled on exit
@@ -156,6 +211,9 @@ class ClusterTasks:
             self.client.cancel(futures)
         if self.folder is not None:
             self._remove(self._paths, 0)  # freed now, not when the folder goes (the caller's)
+            for i in range(self.slots or 0):  # a task still waiting holds them open: harmless
+                with contextlib.suppress(OSError):
+                    os.unlink(os.path.join(self.folder, f"slot-{i}"))
             with contextlib.suppress(Exception):  # a worker that died maps nothing any more
                 self.client.run(forget_mapped, self.folder)
         if self.memory is not None and self._reserved:
@@ -217,6 +275,8 @@ class ClusterTasks:
         file's name, or data Dask still holds)."""
         worker = self.workers[self.tasks % len(self.workers)]
         self.tasks += 1
+        if self.slots is not None:
+            fn, args = gated, (self.folder, self.slots, fn, *args)
         future = self.client.submit(
             fn, *args, workers=[worker], allow_other_workers=True, pure=False
         )

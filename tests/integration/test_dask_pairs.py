@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -94,7 +95,11 @@ def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-de
     made: list[ClusterPairs] = []
 
     def remote(_engine: PairEngine) -> ClusterPairs:
-        made.append(ClusterPairs(client, ranges_per_worker=3, folder=folder, memory=budget))
+        # with mapped files, one task at a time (``gated``: as 4 workers on 2 cores would be)
+        slots = 1 if inputs == "mapped files" else None
+        made.append(
+            ClusterPairs(client, ranges_per_worker=3, folder=folder, memory=budget, slots=slots)
+        )
         return made[-1]
 
     got = compared(_exchanged(tables, cap), remote)
@@ -105,6 +110,26 @@ def test_pairs_on_local_workers_equal_the_threads(  # type: ignore[no-untyped-de
         )
     equal_engines(want, got, STATS)
     check_inputs_after(inputs, list(made), client, tmp_path, budget)
+
+
+def _window(seconds: float) -> tuple[float, float]:
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time()
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+def test_tasks_on_an_embedded_cluster_take_slots(client, slots: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """With fewer slots than workers (the embedded cluster on fewer cores), the tasks of two
+    workers run one at a time; with as many, at once (``slots`` is None: not gated); the slot
+    files go with the comparison."""
+    with ClusterPairs(client, folder=str(tmp_path), slots=slots) as tasks:
+        assert tasks.slots == (1 if slots == 1 else None)
+        futures = [tasks._submit(_window, 0.4)[1] for _ in range(2)]
+        (s0, e0), (s1, e1) = sorted(f.result(timeout=30) for f in futures)
+    overlap = e0 > s1
+    assert overlap == (slots == 2)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_a_cancelled_comparison_stops_and_frees_the_workers(client) -> None:  # type: ignore[no-untyped-def]

@@ -1,14 +1,20 @@
-"""``party.cluster.GatedLane``: lanes sharing a gate run at most its number of tasks at once."""
+"""Gates of the embedded cluster: lanes sharing a ``party.cluster.GatedLane`` gate, and worker
+processes sharing ``party.cluster_tasks.core_slot``'s slot files, run at most their number of
+tasks at once."""
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import threading
 import time
 from concurrent.futures import CancelledError, ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
 from party.cluster import GatedLane
+from party.cluster_tasks import core_slot, gated
 
 
 class _Running:
@@ -86,3 +92,65 @@ def test_a_failed_or_cancelled_task_gives_its_slot_back() -> None:
         release.set()
         busy.result()
         assert lane.gate.acquire(blocking=False) and lane.gate.acquire(blocking=False)
+
+
+def _in_a_slot(folder: str, slots: int, start: Any, running: Any, most: Any, held: Any) -> None:
+    """A worker process: wait for the others, then hold a slot for 0.3 s, counting the
+    processes inside at once and the slots they hold."""
+    start.wait(10)
+
+    def inside() -> None:
+        with running.get_lock():
+            running.value += 1
+            most.value = max(most.value, running.value)
+        time.sleep(0.3)
+        with running.get_lock():
+            running.value -= 1
+
+    with core_slot(folder, slots) as slot:
+        held[slot] += 1
+        inside()
+
+
+@pytest.mark.parametrize("slots", [1, 2, 3])
+def test_worker_processes_sharing_slot_files_run_at_most_that_many_tasks(
+    slots: int, tmp_path
+) -> None:
+    """Five processes (as the embedded cluster's workers) started together: at most ``slots``
+    are inside at once, each slot is taken, and every process gets its turn."""
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Barrier(5)
+    running, most = ctx.Value("i", 0), ctx.Value("i", 0)
+    held = ctx.Array("i", slots)
+    procs = [
+        ctx.Process(target=_in_a_slot, args=(str(tmp_path), slots, start, running, most, held))
+        for _ in range(5)
+    ]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(20)
+    assert [p.exitcode for p in procs] == [0] * 5
+    assert most.value == slots
+    assert sum(held) == 5 and min(held) >= 1
+
+
+def _hold_and_die(folder: str) -> None:
+    with core_slot(folder, 1):
+        os._exit(0)  # no clean-up: the lock goes with the process
+
+
+def test_a_dead_holders_slot_is_free_and_a_gated_task_returns_its_result(tmp_path) -> None:
+    ctx = multiprocessing.get_context("fork")
+    p = ctx.Process(target=_hold_and_die, args=(str(tmp_path),))
+    p.start()
+    p.join(10)
+    assert p.exitcode == 0
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        assert pool.submit(gated, str(tmp_path), 1, divmod, 17, 5).result(timeout=5) == (3, 2)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with core_slot(str(tmp_path), 1):
+            waiting = pool.submit(gated, str(tmp_path), 1, divmod, 9, 4)  # the slot is held
+            time.sleep(0.1)
+            assert not waiting.done()
+        assert waiting.result(timeout=5) == (2, 1)  # given back when the block ended
