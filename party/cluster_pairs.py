@@ -214,7 +214,12 @@ class ClusterPairs(ClusterTasks):
             ]
             if files[0] is not None and files[1] is not None:
                 self._sources[side.column] = MappedSide(files[0], files[1])
-            else:
+            else:  # both through Dask: a file written alone would only hold room
+                for mapped in files:
+                    if mapped is not None:
+                        self.sent_bytes -= mapped.nbytes
+                        self.mapped_bytes -= mapped.nbytes
+                        self._unwrite(mapped.path)
                 self._sources[side.column] = self._scatter(compacted)
                 self.sent_bytes += compacted.nbytes * len(self.workers)
         return self._sources[side.column]

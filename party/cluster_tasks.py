@@ -188,6 +188,7 @@ class ClusterTasks:
         )
         self._reserved = 0
         self._paths: list[str] = []  # files of ``folder`` made for this comparison
+        self._file_bytes: dict[str, int] = {}  # what ``_write`` reserved for each of its files
         self._futures: list[Any] = []  # every future made, cancelled on exit
         self.tasks = 0  # tasks made (the next one's worker: round robin)
         #: bytes sent to the workers (through Dask: what every worker gets times the workers,
@@ -260,14 +261,19 @@ class ClusterTasks:
             return None
         path = os.path.join(self.folder, name)
         self._paths.append(path)
+        self._file_bytes[path] = need
         try:
             mapped = Mapped.write(self.folder, name, column, arrays)
         except OSError:
-            self._remove([path], need)
+            self._unwrite(path)
             return None
         self.sent_bytes += mapped.nbytes
         self.mapped_bytes += mapped.nbytes
         return mapped
+
+    def _unwrite(self, path: str) -> None:
+        """Remove a file of ``_write`` and release its reservation (inputs sent otherwise)."""
+        self._remove([path], self._file_bytes.pop(path, 0))
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
         """``fn(*args)`` on the next worker (round robin): (the worker, the future). The worker

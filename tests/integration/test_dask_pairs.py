@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from party.cluster import ClusterError
-from party.cluster_pairs import ClusterPairs
+from party.cluster_pairs import ClusterPairs, MappedSide
+from party.cluster_tasks import Mapped
 from party.config import ClusterConfig
 from party.encoding.bits import popcount_rows
 from party.encoding.records import EncodedRecords
@@ -157,6 +158,34 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
             list(pairs.kept_pairs((0, 1)))
         assert "three" not in str(err.value) and "Error)" in str(err.value)
     assert workers_emptied(client)
+
+
+@pytest.mark.parametrize("refused", ["rows", "index"])
+def test_a_party_whose_second_file_finds_no_room_keeps_no_file(  # type: ignore[no-untyped-def]
+    client, refused: str, tmp_path, monkeypatch
+) -> None:
+    """One of a party's two files (rows, index) finds no room: its inputs go through Dask and
+    the other file is removed with its reservation, not held until the comparison ends."""
+    write = Mapped.write
+
+    def no_room_for(cls: type, folder: str, name: str, *args: object) -> Mapped:
+        if name.startswith(refused):
+            raise OSError(28, "No space left on device")
+        return write(folder, name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Mapped, "write", classmethod(no_room_for))
+    keys = np.arange(1, 9, dtype=np.uint64)
+    segments = np.ones((8, 2), dtype=np.uint64)
+    index = BlockIndex(np.array([0, 8], np.int64), np.arange(8, dtype=np.int64))
+    side = IndexedSide(
+        0, keys, segments, popcount_rows(segments).astype(np.int64), index.starts, index.rows
+    )
+    budget = LocalGauge(1 << 30)
+    with ClusterPairs(client, folder=str(tmp_path), memory=budget) as pairs:
+        source = pairs._source(side)
+        assert not isinstance(source, MappedSide)
+        assert list(tmp_path.iterdir()) == [] and budget.held == 0
+        assert pairs.mapped_bytes == 0
 
 
 @pytest.mark.parametrize("files", [True, False])
