@@ -19,7 +19,8 @@ What goes to a worker: each party's pseudonyms, segments, popcounts and block in
 (``IndexedSide``) once, and a plan's per-block flags when the run has a block cap. The keys go
 from the ranges to the buckets in files of the comparison's folder on the embedded cluster
 (written by the range's task, read by each bucket's, their bytes reserved on the node's budget
-and removed once the pair's rows are in), else from worker to worker through Dask. What comes
+and removed once the pair's rows are in; a range whose file cannot be written returns its keys
+instead), else from worker to worker through Dask. What comes
 back: each bucket's kept rows (pseudonyms and common bits). How inputs reach the workers, the
 results, lost workers, errors and cleanup: ``party.cluster_tasks``.
 
@@ -33,6 +34,7 @@ only through its node. No log or error names a segment, a pseudonym or a record.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
@@ -87,12 +89,19 @@ def range_keys(
     path: str | None = None,
 ) -> Any:
     """Runs on a worker: ``bucket_keys`` of blocks x0..x1-1: (keys, offsets); with ``path``,
-    the keys go to that file (made here) and only the offsets come back."""
+    the keys go to that file (made here) and only the offsets come back, unless the file
+    cannot be written (tmpfs full since the room was checked): then (keys, offsets) go through
+    Dask."""
     keys, offsets = bucket_keys(_side(source_a), _side(source_b), whole, x0, x1, count, buckets)
     if path is None:
         return keys, offsets
-    with open(path, "wb") as fh:  # a write, not a mapping: no room is an OSError, not SIGBUS
-        fh.write(keys.data)
+    try:
+        with open(path, "wb") as fh:  # a write, not a mapping: no room is an OSError, not SIGBUS
+            fh.write(keys.data)
+    except OSError:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        return keys, offsets
     return offsets
 
 
@@ -121,21 +130,26 @@ def kept_rows_of_bucket(
     parties: int,
 ) -> tuple[list[np.ndarray], int, int]:
     """Runs on a worker: ``kept_rows_of_keys`` of bucket ``bucket``, its keys from every range
-    of blocks (``pieces``: each the bucket's keys, or a range's (file, offsets))."""
-    sizes = []
+    of blocks (``pieces``: each the bucket's keys, or (a range's file, what its task returned:
+    the offsets, or the keys and offsets when the file could not be written))."""
+    sources: list[Any] = []  # the bucket's keys in memory, or (a file, first, end)
     for piece in pieces:
         if isinstance(piece, tuple):
-            offsets = piece[1]
-            sizes.append(int(offsets[bucket + 1]) - int(offsets[bucket]))
-        else:
-            sizes.append(int(piece.shape[0]))
+            path, got = piece
+            piece = (
+                bucket_of(got, bucket)
+                if isinstance(got, tuple)
+                else (path, *got[bucket : bucket + 2])
+            )
+        sources.append(piece)
+    sizes = [int(x[2] - x[1]) if isinstance(x, tuple) else int(x.shape[0]) for x in sources]
     keys = np.empty(sum(sizes), dtype=np.uint64)
     at = 0
-    for piece, size in zip(pieces, sizes, strict=True):
-        if isinstance(piece, tuple):
-            _read_keys(piece[0], int(piece[1][bucket]), keys[at : at + size])
+    for source, size in zip(sources, sizes, strict=True):
+        if isinstance(source, tuple):
+            _read_keys(source[0], int(source[1]), keys[at : at + size])
         else:
-            keys[at : at + size] = piece
+            keys[at : at + size] = source
         at += size
     return kept_rows_of_keys(_side(source_a), _side(source_b), keys, table, parties)
 

@@ -160,6 +160,24 @@ def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client)
     assert workers_emptied(client)
 
 
+def test_a_range_whose_key_file_cannot_be_written_sends_its_keys_through_dask(  # type: ignore[no-untyped-def]
+    client, tmp_path
+) -> None:
+    """tmpfs fills after the room was checked: the ranges whose key files cannot be made (a
+    folder in the way, as no room would) return their keys, and the buckets take them beside
+    the other ranges' files: the rows of the threads."""
+    tables = _tables("many blocks", 3)
+    want = compared(_exchanged(tables))
+    for k in range(0, 6, 2):  # every other range of the pair (0, 1): 2 workers x 3
+        (tmp_path / f"keys-0-1-{k}").mkdir()
+
+    def remote(_engine: PairEngine) -> ClusterPairs:
+        return ClusterPairs(client, ranges_per_worker=3, folder=str(tmp_path))
+
+    equal_engines(want, compared(_exchanged(tables), remote), STATS)
+    assert workers_emptied(client)
+
+
 @pytest.mark.parametrize("refused", ["rows", "index"])
 def test_a_party_whose_second_file_finds_no_room_keeps_no_file(  # type: ignore[no-untyped-def]
     client, refused: str, tmp_path, monkeypatch
