@@ -567,6 +567,28 @@ def _key_below(rows: np.ndarray, i: int, bounds: np.ndarray, j: int, key_columns
 
 
 @jit
+def rows_at_most(rows: np.ndarray, bound: np.ndarray) -> int:
+    """How many leading rows of ``rows`` (sorted by their first ``bound.size`` columns) are at
+    most ``bound`` on those columns: a binary search."""
+    k = bound.shape[0]
+    lo = 0
+    hi = rows.shape[0]
+    while lo < hi:
+        mid = (lo + hi) // 2
+        above = False
+        for c in range(k):
+            x, y = rows[mid, c], bound[c]
+            if x != y:
+                above = x > y
+                break
+        if above:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@jit
 def _key_range(rows: np.ndarray, i: int, splitters: np.ndarray, key_columns: int) -> int:
     """The key range of row i: how many of the sorted ``splitters`` are at most its key."""
     lo = 0

@@ -61,6 +61,7 @@ from party.protocol._numba_blocks import (
     gather_rows,
     keys_strictly_increasing,
     merge_unique_runs,
+    rows_at_most,
 )
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.ring import intersect_sorted_rows, sort_rows
@@ -199,16 +200,11 @@ def sort_bytes_per_row(width: int) -> int:
 
 
 def count_at_most(rows: np.ndarray, bound: np.ndarray) -> int:
-    """How many leading rows of ``rows`` (sorted by their first len(bound) columns) are <= bound."""
+    """How many leading rows of ``rows`` (sorted by their first len(bound) columns) are <= bound
+    (a compiled binary search: the merge and the ring's cursor ask it of every block)."""
     if rows.shape[0] == 0:
         return 0
-    less = np.zeros(rows.shape[0], dtype=bool)
-    equal = np.ones(rows.shape[0], dtype=bool)
-    for c in range(bound.shape[0]):
-        col = rows[:, c]
-        less |= equal & (col < bound[c])
-        equal &= col == bound[c]
-    return int(np.count_nonzero(less | equal))
+    return int(rows_at_most(rows, np.ascontiguousarray(bound, dtype=np.uint64)))
 
 
 def _smallest_row(rows: np.ndarray) -> np.ndarray:

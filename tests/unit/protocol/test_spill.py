@@ -15,7 +15,7 @@ from party.protocol.driver import InProcessRun, run_in_process
 from party.protocol.engine import PartyEngine
 from party.protocol.errors import MemoryBudgetError
 from party.protocol.params import ProtocolParameters
-from party.protocol.spill import LocalGauge, RowStore, SortedCursor, SpillFolder
+from party.protocol.spill import LocalGauge, RowStore, SortedCursor, SpillFolder, count_at_most
 from tests.unit.protocol.helpers import linked_tables
 from tests.unit.protocol.test_oracle_equivalence import oracle_sets, run_sets
 
@@ -292,3 +292,28 @@ def test_a_store_told_keys_rarely_repeat_still_drops_repeats(
     np.testing.assert_array_equal(got, _plain_sorted_unique(rows, 3))
     store.close()
     folder.close()
+
+
+@pytest.mark.parametrize("key_columns", [1, 2, 3])
+def test_count_at_most_is_a_plain_count_of_rows_at_most_the_bound(key_columns: int) -> None:
+    """The binary search against a row-by-row tuple comparison (written here, not the code's):
+    sorted rows with many ties, rows wider than the key, bounds equal to rows, between them,
+    below and above all, at 0 and 2**64 - 1, and views that start inside another array."""
+    rng = np.random.default_rng(key_columns)
+    top = np.iinfo(np.uint64).max
+    for n in (0, 1, 2, 7, 64, 301):
+        keys = rng.choice(np.array([0, 1, 2, 5, top], dtype=np.uint64), (n, 4))
+        rows = keys[np.lexsort(keys[:, :key_columns].T[::-1])] if n else keys
+        bounds = [rows[i, :key_columns] for i in range(n)]
+        bounds += [np.zeros(key_columns, np.uint64), np.full(key_columns, top, np.uint64)]
+        bounds += [
+            rng.choice(np.array([0, 1, 3, top], dtype=np.uint64), key_columns) for _ in range(20)
+        ]
+        for start in (0, n // 3):
+            view = rows[start:]
+            for bound in bounds:
+                want = sum(
+                    tuple(int(x) for x in row[:key_columns]) <= tuple(int(x) for x in bound)
+                    for row in view
+                )
+                assert count_at_most(view, bound) == want
