@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from party.encoding.bits import popcount_rows
-from party.protocol._numba_pairs import merge_partner_range, partner_cuts
+from party.protocol._numba_pairs import merge_partner_range, merge_partner_rows, partner_cuts
 from party.protocol._numba_ring import own_counts, pair_ends
 from party.protocol.any_driver import GroupRow
 from party.protocol.blocks import row_block_indexes, shared_blocks
@@ -133,6 +133,57 @@ def _merged(runs: list[list[np.ndarray]], a: int, workers: int = 1) -> list[np.n
     return [out]
 
 
+#: rows a partner's spilled run is read back by while it merges (``_merged_from_stores``)
+MERGE_BLOCK_ROWS = 1 << 16
+
+
+def _merged_from_stores(
+    stores: list[RowStore], a: int, block_rows: int = MERGE_BLOCK_ROWS
+) -> Iterator[np.ndarray]:
+    """``_merged`` of party a's kept rows with its partners when they waited in stores (each a
+    sequential store of one partner's rows, in order, spilled beyond the gauge): read back
+    ``block_rows`` at a time and merged a block at a time, each step the rows of every partner
+    whose pseudonym of a (column ``a``, non-decreasing in each partner's rows) is below the
+    smallest one a partner still being read ends its block with; the same rows in the same
+    order, in increasing pieces."""
+    readers = [store.finish().chunks(block_rows) for store in stores]
+    width = stores[0].width if stores else 0
+    bufs = [np.zeros((0, width), dtype=np.uint64) for _ in stores]
+    more = [True] * len(stores)
+
+    def read(k: int) -> None:  # the next block of partner k behind what it holds
+        got = next(readers[k], None)
+        if got is None:
+            more[k] = False
+        else:
+            bufs[k] = np.concatenate([bufs[k], got]) if bufs[k].shape[0] else got
+
+    while True:
+        for k in range(len(stores)):
+            while more[k] and bufs[k].shape[0] == 0:
+                read(k)
+        being_read = [k for k in range(len(stores)) if more[k]]
+        if being_read:
+            bound = min(bufs[k][-1, a] for k in being_read)
+            cuts = [int(np.searchsorted(buf[:, a], bound, side="left")) for buf in bufs]
+            if not any(cuts):  # every row held is at the bound or above: read on where it ends
+                for k in being_read:
+                    if bufs[k][-1, a] == bound:
+                        read(k)
+                continue
+        else:
+            cuts = [buf.shape[0] for buf in bufs]
+            if not any(cuts):
+                return
+        parts = [buf[:cut] for buf, cut in zip(bufs, cuts, strict=True)]
+        bufs = [buf[cut:] for buf, cut in zip(bufs, cuts, strict=True)]
+        if sum(1 for part in parts if part.shape[0]) == 1:
+            yield next(part for part in parts if part.shape[0])
+            continue
+        at = np.concatenate([[0], np.cumsum([part.shape[0] for part in parts])]).astype(np.int64)
+        yield merge_partner_rows(np.concatenate(parts), at, a)
+
+
 def _joined(pieces: list[np.ndarray], workers: int = 1) -> np.ndarray:
     """``np.concatenate(pieces)`` (row arrays of one width), the pieces copied into place on the
     kernel threads (numpy's copies release the GIL) when there is enough to copy; empties
@@ -189,6 +240,11 @@ class PairEngine(PartyEngine):
         return shared_blocks(digest_sets)
 
     # ----------------------------------------------------------------- comparison
+    def _partner_store(self) -> RowStore:
+        """A store of one partner's kept rows of a party, in order, waiting for their merge
+        (sequential: held within the gauge, spilled beyond it by appending)."""
+        return RowStore(self.parties + 1, gauge=self._gauge, folder=self._folder, name="partner")
+
     def compare(
         self,
         progress: Callable[[int, int], None] | None = None,
@@ -263,8 +319,11 @@ class PairEngine(PartyEngine):
         # (``merge_partner_rows``), a's partners' rows are in the store's order, and with the
         # parties a from last to first (a row whose first pseudonym is in a later column sorts
         # first) every append continues that order: the store keeps them without a sort. The
-        # rows wait for the merge on the memory gauge; refused (or with sub-blocks, whose pairs
-        # may repeat a whole block's), they go to the store as they come, which sorts them.
+        # rows wait for the merge on the memory gauge; refused, each partner's rows wait in a
+        # store of their own that spills in order, and are merged from there a block at a time
+        # (``_merged_from_stores``): the survivor store still needs no sort. With sub-blocks
+        # (whose pairs may repeat a whole block's) they go to the store as they come, which
+        # sorts them.
         # Every party's pseudonyms are distinct and not 0 (drawn so, or checked by
         # ``validate_share``) and in increasing order (``_party_columns``): the kept rows of a pair
         # of parties (distinct (row of a, row of b) in order) and their partner merge have
@@ -272,11 +331,16 @@ class PairEngine(PartyEngine):
         # starts (``RowStore.append(increasing=True)``), not every row.
         merging = cap is None
         waiting = 0  # gauge bytes of the rows waiting for their merge
+        # once the gauge refuses a's rows their wait, each partner's rows wait in a store of
+        # their own that spills in order, and are merged from there (the store stays ordered)
+        stores: list[RowStore] = []
         try:
             for a in range(p - 2, -1, -1):
                 runs: list[list[np.ndarray]] = []  # a's kept rows per partner, b increasing
                 for b in range(a + 1, p):
                     runs.append([])
+                    if stores:
+                        stores.append(self._partner_store())
                     # the plan: for the kernel threads, or the sub-blocks (with a cap)
                     pair_plan: PairPlan | None = None
                     if remote is None or cap is not None:
@@ -290,18 +354,24 @@ class PairEngine(PartyEngine):
                         kept_rows = remote.kept_pairs((a, b), cancel)
                     for found, pairs, kept in kept_rows:
                         for rows in found:
+                            if stores:
+                                stores[-1].append(rows)
+                                continue
                             # the rows and their merged copy
                             if merging and self._gauge.try_reserve(2 * int(rows.nbytes)):
                                 waiting += 2 * int(rows.nbytes)
                                 runs[-1].append(rows)
                                 continue
-                            if merging:  # no room to wait: the store sorts
-                                merging = False
-                                for part in (r for run in runs for r in run):
-                                    store.append(part, increasing=True)
-                                runs = [[]]
+                            if merging:  # no room to wait in memory: in stores, in order
                                 self._gauge.release(waiting)
                                 waiting = 0
+                                stores = [self._partner_store() for _ in runs]
+                                for partner, run in zip(stores, runs, strict=True):
+                                    for part in run:
+                                        partner.append(part)
+                                runs = [[] for _ in runs]
+                                stores[-1].append(rows)
+                                continue
                             store.append(rows, increasing=True)
                         kept_total += kept
                         done += pairs
@@ -324,7 +394,13 @@ class PairEngine(PartyEngine):
                         done += int(keep.size)
                         if progress is not None:
                             progress(done, total)
-                if merging:
+                if stores:
+                    for rows in _merged_from_stores(stores, a):
+                        store.append(rows, increasing=True)
+                    for partner in stores:
+                        partner.close()
+                    stores = []
+                elif merging:
                     merged = _merged(runs, a, self.workers)
                     self._gauge.release(waiting)  # the store reserves what it keeps
                     waiting = 0
@@ -333,6 +409,8 @@ class PairEngine(PartyEngine):
                     del merged
         except BaseException:
             self._gauge.release(waiting)
+            for partner in stores:
+                partner.close()
             store.close()
             raise
         stats.survivors_with_duplicates = kept_total

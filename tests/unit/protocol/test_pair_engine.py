@@ -313,19 +313,35 @@ def _survivor_rows(engine) -> np.ndarray:  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("p", [2, 4])
-def test_survivors_merged_in_order_equal_the_sorted_store(p: int, tmp_path) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 0.6, 4.0])
+def test_survivors_merged_in_order_whatever_the_gauge_grants(  # type: ignore[no-untyped-def]
+    p: int, fraction: float, tmp_path, monkeypatch
+) -> None:
     """The kept rows of each party with its partners, merged into the store's order (no sort at
-    the end), equal the rows the store sorts when the merge gets no memory to wait in (the gauge
-    refuses everything: rows appended as they come, spilled, merged from disk)."""
+    the end), are the same rows in the same order when the gauge grants only ``fraction`` of
+    their bytes: refused their wait in memory from the start (0) or part of the way through
+    (the rows held so far move to stores of each partner's rows, spilled in order and merged
+    back a row at a time, ties of a's pseudonym across the steps); the survivor store stays
+    ordered (no sort) either way."""
     import random
 
+    import party.protocol.pair_engine as pair_engine
     from party.protocol.pair_engine import PairEngine
-    from party.protocol.spill import LocalGauge
+    from party.protocol.spill import LocalGauge, RowStore
 
+    waited: list[int] = []  # rows appended to the partners' stores
+
+    class Counted(RowStore):
+        def append(self, rows: np.ndarray, *, increasing: bool = False) -> None:
+            waited.append(int(rows.shape[0]))
+            super().append(rows, increasing=increasing)
+
+    monkeypatch.setattr(pair_engine, "MERGE_BLOCK_ROWS", 1)
+    monkeypatch.setattr(pair_engine, "RowStore", Counted)
     tables = subset_tables(21 + p, p, 200, 0.05)
     prm = params(p, segment_threshold=0.5)
 
-    def engines(refuse: bool) -> list[PairEngine]:
+    def engines(grant: int | None) -> list[PairEngine]:
         rng = random.Random(5)  # the same pseudonyms in both runs
         es = [
             PairEngine(i, prm, t, random_bytes=rng.randbytes, spill_dir=tmp_path)
@@ -333,17 +349,21 @@ def test_survivors_merged_in_order_equal_the_sorted_store(p: int, tmp_path) -> N
         ]
         exchange_in_process(es)
         for e in es:
-            if refuse:
-                e._gauge = LocalGauge(0)  # grants nothing: every row spills
+            if grant is not None:
+                e._gauge = LocalGauge(grant)  # grants up to that many bytes, then refuses
             e.compare()
         return es
 
-    merged, sorted_ = engines(False), engines(True)
-    for x, y in zip(merged, sorted_, strict=True):
+    merged = engines(None)
+    need = max(_survivor_rows(x).nbytes for x in merged)
+    assert not waited
+    refused = engines(int(fraction * need))
+    assert bool(waited) == (fraction < 1)
+    for x, y in zip(merged, refused, strict=True):
         rows = _survivor_rows(x)
         assert x._survivors is not None and y._survivors is not None
         assert x._survivors.ordered and not x._survivors.spilled  # kept without a sort
-        assert y._survivors.spilled
+        assert y._survivors.ordered  # appended in order, spilled or not: no sort
         assert rows.shape[0] > 0 and np.array_equal(rows, _survivor_rows(y))
         assert [tuple(r) for r in rows[:, :p].tolist()] == sorted(
             {tuple(r) for r in rows[:, :p].tolist()}
@@ -589,3 +609,41 @@ def test_a_keeper_failure_fails_the_ring_and_close_ends_the_thread(
     assert len(calls) >= 2
     initiator = cast("pair_engine.PairEngine", es[0])
     assert initiator._keeper is None and initiator._keeping is None
+
+
+@pytest.mark.parametrize("block_rows", [1, 2, 3, 64])
+@pytest.mark.parametrize("held", [0, 96, 1 << 20])
+def test_partner_rows_merged_from_stores_in_lexicographic_order(
+    block_rows: int, held: int, tmp_path
+) -> None:
+    """Party 0's kept rows with partners 1, 2 and 3, each partner's in key order in a store
+    (``held`` bytes in memory, the rest spilled), merged a few rows at a time: the rows sorted
+    by their pseudonym columns (written here as a plain sort), a's pseudonyms repeating within a
+    partner and across partners, on both sides of every block's end."""
+    from party.protocol.pair_engine import _merged_from_stores
+    from party.protocol.spill import LocalGauge, RowStore, SpillFolder
+
+    rng = np.random.default_rng(block_rows + held)
+    p = 4
+    runs = []
+    for b in (1, 2, 3):
+        a_col = np.sort(rng.integers(1, 12, 40)).astype(np.uint64)  # many repeats of a's
+        rows = np.zeros((40, p + 1), dtype=np.uint64)
+        rows[:, 0] = a_col
+        rows[:, b] = rng.permutation(np.arange(1, 41, dtype=np.uint64))
+        rows[:, p] = rng.integers(0, 99, 40).astype(np.uint64)
+        order = sorted(range(40), key=lambda i: (int(rows[i, 0]), int(rows[i, b])))
+        runs.append(rows[order])
+    folder = SpillFolder(tmp_path)
+    stores = []
+    for run in runs:
+        store = RowStore(p + 1, gauge=LocalGauge(held), folder=folder, name="partner")
+        for piece in np.array_split(run, 5):
+            store.append(piece)
+        stores.append(store)
+    got = np.concatenate(list(_merged_from_stores(stores, 0, block_rows)))
+    want = sorted((tuple(int(x) for x in r) for run in runs for r in run), key=lambda r: r[:p])
+    assert [tuple(int(x) for x in r) for r in got] == want
+    for store in stores:
+        store.close()
+    folder.close()
