@@ -584,6 +584,8 @@ def main() -> int:
         help="cores: measure the encoding, not the comparison",
     )
     args = ap.parse_args()
+    if args.budget_mib < 64:
+        ap.error(f"--budget-mib must be at least 64 (got {args.budget_mib})")
     if args.what == "one":
         print(json.dumps(run_one(args.records, args.workers)))
     elif args.what == "cluster" and args.comparison_only:
