@@ -121,12 +121,12 @@ def forget_mapped(folder: str) -> int:
 def core_slot(folder: str, slots: int) -> Iterator[int]:
     """Hold one of ``slots`` slots (an exclusive ``flock`` on one of the files ``slot-<i>`` of
     ``folder``, which every worker on the machine sees) until the block ends; waits, polling
-    every ``SLOT_POLL_S`` seconds, while all are held. A dead holder's lock goes with its
-    process. Yields the slot's number."""
-    fds = [
-        os.open(os.path.join(folder, f"slot-{i}"), os.O_RDWR | os.O_CREAT, 0o600)
-        for i in range(slots)
-    ]
+    every ``SLOT_POLL_S`` seconds, while all are held, and gives up (FileNotFoundError) once
+    the files are gone: the comparison ended (``ClusterTasks.close`` removes them) and a task
+    still waiting would only run for nothing. A dead holder's lock goes with its process.
+    Yields the slot's number."""
+    paths = [os.path.join(folder, f"slot-{i}") for i in range(slots)]
+    fds = [os.open(path, os.O_RDWR | os.O_CREAT, 0o600) for path in paths]
     held = -1
     try:
         first = os.getpid() % slots  # workers try the slots in different orders
@@ -139,6 +139,8 @@ def core_slot(folder: str, slots: int) -> Iterator[int]:
                 held = i
                 break
             else:
+                if not os.path.exists(paths[0]):
+                    raise FileNotFoundError("the comparison's slot files are gone (it ended)")
                 time.sleep(SLOT_POLL_S)
         yield held
     finally:

@@ -155,3 +155,18 @@ def test_a_dead_holders_slot_is_free_and_a_gated_task_returns_its_result(tmp_pat
             time.sleep(0.1)
             assert not waiting.done()
         assert waiting.result(timeout=5) == (2, 1)  # given back when the block ended
+
+
+def test_a_task_waiting_for_a_slot_gives_up_when_the_comparison_ends(tmp_path) -> None:
+    """The slot files removed (``ClusterTasks.close``) while a task waits: it raises instead of
+    running its work for a comparison that is over."""
+    ran: list[int] = []
+    with ThreadPoolExecutor(max_workers=1) as pool, core_slot(str(tmp_path), 1):
+        waiting = pool.submit(gated, str(tmp_path), 1, ran.append, 1)
+        time.sleep(0.05)
+        assert not waiting.done()
+        for path in tmp_path.iterdir():
+            path.unlink()
+        with pytest.raises(FileNotFoundError, match="slot files are gone"):
+            waiting.result(timeout=5)
+    assert ran == []
