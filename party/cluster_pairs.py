@@ -231,9 +231,7 @@ class ClusterPairs(ClusterTasks):
             else:  # both through Dask: a file written alone would only hold room
                 for mapped in files:
                     if mapped is not None:
-                        self.sent_bytes -= mapped.nbytes
-                        self.mapped_bytes -= mapped.nbytes
-                        self._unwrite(mapped.path)
+                        self._drop(mapped)
                 self._sources[side.column] = self._scatter(compacted)
                 self.sent_bytes += compacted.nbytes * len(self.workers)
         return self._sources[side.column]

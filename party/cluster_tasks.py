@@ -277,6 +277,12 @@ class ClusterTasks:
         """Remove a file of ``_write`` and release its reservation (inputs sent otherwise)."""
         self._remove([path], self._file_bytes.pop(path, 0))
 
+    def _drop(self, mapped: Mapped) -> None:
+        """``_unwrite`` a file ``_write`` made, and no longer count it as sent."""
+        self.sent_bytes -= mapped.nbytes
+        self.mapped_bytes -= mapped.nbytes
+        self._unwrite(mapped.path)
+
     def _submit(self, fn: Callable[..., Any], *args: Any) -> tuple[str, Any]:
         """``fn(*args)`` on the next worker (round robin): (the worker, the future). The worker
         is a preference: if it is lost, another one runs the task again (its inputs are a
