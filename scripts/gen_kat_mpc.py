@@ -52,6 +52,7 @@ OUT = pathlib.Path(__file__).resolve().parents[1] / "tests" / "data" / "kat_mpc.
 P = 3
 L_BITS = 20
 S_T = 0.5
+BATCHES_IN_FLIGHT = 4  # batches whose rounds interleave (party.mpc.flight)
 MASK64 = (1 << 64) - 1
 KEYS = [bytes(range(16)), bytes(range(16, 32)), bytes(range(32, 48))]
 # one common block (digest 7); two records per party, pseudonyms ascending
@@ -106,6 +107,16 @@ def hexrows(values: list[int], nbits: int) -> list[str]:
 
 
 # ------------------------------------------------------------------ the three compute parties
+def in_flight_order(sent: list[list[tuple[int, int, str]]]) -> list[list[str]]:
+    """Each CP's payloads in the order it sends them: batches in windows of BATCHES_IN_FLIGHT
+    consecutive batch numbers; within a window round r of every batch (in batch order) before
+    round r + 1 of any."""
+    return [
+        [h for _, _, h in sorted(cp, key=lambda t: (t[0] // BATCHES_IN_FLIGHT, t[1], t[0]))]
+        for cp in sent
+    ]
+
+
 def keystream(key: bytes, batch: int, number: int, nbytes: int) -> bytes:
     block = batch.to_bytes(4, "big") + number.to_bytes(4, "big") + bytes(8)
     enc = Cipher(algorithms.AES(key), modes.CTR(block)).encryptor()
@@ -118,7 +129,7 @@ class Sim:
     def __init__(self) -> None:
         self.batch = 0
         self.number = 0
-        self.sent: list[list[str]] = [[], [], []]
+        self.sent: list[list[tuple[int, int, str]]] = [[], [], []]  # (batch, round, hex)
 
     def and_layer(self, gates: list[tuple[list[int], list[int]]], bits: int) -> list[list[int]]:
         """AND of each (x, y) gate; payload = z_i of all gates concatenated (each bits/8 bytes)."""
@@ -140,14 +151,17 @@ class Sim:
             ]
             out.append(z)
         for i in range(3):
-            self.sent[i].append(b"".join(z[i].to_bytes(bits // 8, "little") for z in out).hex())
+            payload = b"".join(z[i].to_bytes(bits // 8, "little") for z in out)
+            self.sent[i].append((self.batch, self.number, payload.hex()))
         self.number += 1
         return out
 
     def open(self, x: list[int], nbytes: int) -> int:
         """Each CP sends its second share x_{i+1}."""
         for i in range(3):
-            self.sent[i].append(x[(i + 1) % 3].to_bytes(nbytes, "little").hex())
+            self.sent[i].append(
+                (self.batch, self.number, x[(i + 1) % 3].to_bytes(nbytes, "little").hex())
+            )
         self.number += 1
         return x[0] ^ x[1] ^ x[2]
 
@@ -290,8 +304,8 @@ def run_circuit(
 
     payload = [b"".join(value(i, r).to_bytes(8, "little") for r in matched) for i in range(3)]
     for i in range(3):
-        sim.sent[i].append(payload[(i + 1) % 3].hex())
-    return {"sets": sets, "matched": matched, "sent": sim.sent, "value": value}
+        sim.sent[i].append((sim.batch, sim.number, payload[(i + 1) % 3].hex()))
+    return {"sets": sets, "matched": matched, "sent": in_flight_order(sim.sent), "value": value}
 
 
 def build_any() -> dict[str, Any]:
@@ -335,7 +349,7 @@ def build_any() -> dict[str, Any]:
     return {
         "parameters": {"numerator": n_num, "denominator": d_den, "width": w},
         "shares": vectors,
-        "sent_hex": sim.sent,
+        "sent_hex": in_flight_order(sim.sent),
         "matched_pairs": matched,
     }
 

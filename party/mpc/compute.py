@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -49,6 +49,16 @@ from party.encoding.bits import words_for
 from party.mpc._numba_gates import and_word_major, lanes_to_values_range, rows_to_lanes_range
 from party.mpc.candidates import candidate_sets
 from party.mpc.errors import MpcCancelled, MpcError
+from party.mpc.flight import (
+    BATCHES_IN_FLIGHT,
+    BatchJob,
+    BatchResult,
+    Circuits,
+    GateCounts,
+    LocalCircuits,
+    run_window,
+    windows,
+)
 from party.mpc.gates import Gates, Pair, Round
 from party.mpc.inputs import InputShare, validate_input_share
 from party.mpc.keys import ComputeKeys, ZeroShares
@@ -58,16 +68,29 @@ from party.protocol.errors import MemoryBudgetError
 from party.protocol.params import ProtocolParameters
 from party.protocol.threads import run_split
 
-__all__ = ["BATCH_BYTES", "ComputeParty", "MpcOutcome", "MpcStats", "Round", "batch_sets_for"]
+#: Makes what evaluates a compute party's batches: ``circuits(party, inputs)``.
+CircuitsFactory = Callable[["ComputeParty", list[InputShare]], Circuits]
 
-#: Working memory one batch is sized for (a function of P and l only, so all CPs cut alike).
+__all__ = [
+    "BATCH_BYTES",
+    "CircuitsFactory",
+    "ComputeParty",
+    "MpcOutcome",
+    "MpcStats",
+    "Round",
+    "batch_sets_for",
+]
+
+#: Working memory the batches of one window (``party.mpc.flight``) are sized for (a function of
+#: P and l only, so all CPs cut alike).
 BATCH_BYTES = 128 * 2**20
 
 
 def batch_sets_for(parties: int, filter_bits: int) -> int:
-    """Candidate sets per batch: a multiple of 64 that fits BATCH_BYTES (depends on P and l only)."""
+    """Candidate sets per batch: a multiple of 64 such that ``BATCHES_IN_FLIGHT`` batches fit
+    BATCH_BYTES (depends on P and l only)."""
     per_set = batch_bytes_per_set(parties, filter_bits)
-    return max(64, (BATCH_BYTES // per_set) // 64 * 64)
+    return max(64, (BATCH_BYTES // BATCHES_IN_FLIGHT // per_set) // 64 * 64)
 
 
 def batch_bytes_per_set(parties: int, filter_bits: int) -> int:
@@ -104,7 +127,9 @@ class ComputeParty:
     ``batch_sets`` overrides the batch size (a positive multiple of 64; all three CPs must use the
     same value); ``memory_budget_bytes`` (default: the parameters') bounds the candidate list and a
     batch's working memory; ``workers`` threads share every layer of the circuit (the node's
-    ``[limits] workers``): the same payloads and outcome as one thread.
+    ``[limits] workers``): the same payloads and outcome as one thread. ``circuits(party,
+    inputs)`` makes what evaluates the batches of a window (``party.mpc.flight``; default
+    ``LocalCircuits``: this process), the same payloads and outcome wherever they run.
     """
 
     def __init__(
@@ -116,6 +141,7 @@ class ComputeParty:
         memory_budget_bytes: int | None = None,
         batch_sets: int | None = None,
         workers: int = 1,
+        circuits: CircuitsFactory | None = None,
     ) -> None:
         if isinstance(index, bool) or index not in (0, 1, 2):
             raise MpcError(f"compute party index must be 0, 1 or 2, got {index!r}")
@@ -142,7 +168,10 @@ class ComputeParty:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise MpcError(f"workers must be a positive integer, got {workers!r}")
         self.workers = workers
-        self._gates = Gates(index, ZeroShares(keys, workers), workers)
+        self.keys = keys
+        self._zero = ZeroShares(keys, workers)
+        self._circuits = circuits
+        self._counts = GateCounts()
         self._inputs: dict[int, InputShare] = {}
         self._digest_width: int | None = None
         self._ran = False
@@ -188,23 +217,57 @@ class ComputeParty:
         matched_rows: list[np.ndarray] = []
         matched_c: list[np.ndarray] = []
         matched_x: list[np.ndarray] = []
-        batches = 0
+        batches = done = 0
         if progress is not None:
             progress(0, total)
-        for batch, lo in enumerate(range(0, total, self.batch_sets)):
-            if cancel is not None and cancel.is_set():
-                raise MpcCancelled("computation cancelled")
-            rows = sets[lo : lo + self.batch_sets]
-            self._gates.start_batch(batch)
-            hit, c, x = yield from self._batch(inputs, rows)
-            matched_rows.append(rows[hit])
-            matched_c.append(c)
-            matched_x.append(x)
+        sources = tuple(range(self.parties))
+        jobs = (
+            BatchJob(batch, sources, sets[lo : lo + self.batch_sets])
+            for batch, lo in enumerate(range(0, total, self.batch_sets))
+        )
+
+        def take(job: BatchJob, result: BatchResult) -> None:
+            nonlocal batches, done
+            matched_rows.append(job.rows[result.hit])
+            matched_c.append(result.common)
+            matched_x.append(result.total)
             batches += 1
+            done += job.rows.shape[0]
             if progress is not None:
-                progress(lo + rows.shape[0], total)
+                progress(done, total)
+
+        yield from self._evaluate(inputs, jobs, take, cancel)
         classification = self._classify(inputs, matched_rows, matched_c, matched_x, total)
         return MpcOutcome(classification, self._stats(total, batches, t0))
+
+    def _evaluate(
+        self,
+        inputs: list[InputShare],
+        jobs: Iterable[BatchJob],
+        take: Callable[[BatchJob, BatchResult], None],
+        cancel: threading.Event | None,
+    ) -> Generator[Round, bytes, None]:
+        """Every job's circuit, window by window (``party.mpc.flight``); ``take(job, result)``
+        in batch order as each window ends."""
+        circuits = (
+            LocalCircuits(self, inputs) if self._circuits is None else self._circuits(self, inputs)
+        )
+        try:
+            for window in windows(jobs, BATCHES_IN_FLIGHT):
+                if cancel is not None and cancel.is_set():
+                    raise MpcCancelled("computation cancelled")
+                results = yield from run_window(circuits, window)
+                for job, result in zip(window, results, strict=True):
+                    self._counts += result.counts
+                    take(job, result)
+        finally:
+            circuits.close()
+
+    def new_gates(self, batch: int) -> Gates:
+        """The gates of one batch of this compute party (sharing its zero-share source)."""
+        gates = Gates(self.index, self._zero, self.workers)
+        gates.start_batch(batch)
+        return gates
 
     def _take_inputs(self) -> list[InputShare]:
         """Start the run: every data party's input share, by source (the CP keeps none of them)."""
@@ -219,19 +282,23 @@ class ComputeParty:
         return inputs
 
     def _check_budget(self, candidate_bytes: int, total: int) -> None:
-        """MemoryBudgetError unless the candidate list and one batch fit the memory budget."""
-        per_batch = min(self.batch_sets, -(-total // 64) * 64)
+        """MemoryBudgetError unless the candidate list and one window of batches in flight fit
+        the memory budget."""
+        window = sum(
+            -(-min(self.batch_sets, total - lo) // 64) * 64
+            for lo in range(0, min(total, BATCHES_IN_FLIGHT * self.batch_sets), self.batch_sets)
+        )
         per_set = batch_bytes_per_set(self.test.parties, self.params.filter_bits)
-        need = candidate_bytes + per_batch * per_set
+        need = candidate_bytes + window * per_set
         if need > self.budget:
             raise MemoryBudgetError(
-                f"compute party {self.index}: {total} candidates and a batch need about "
+                f"compute party {self.index}: {total} candidates and the batches in flight need about "
                 f"{need // 2**20 + 1} MiB, more than memory_budget_bytes={self.budget}; set "
                 "max_block_size, use finer blocking, or raise the budget"
             )
 
     def _stats(self, total: int, batches: int, t0: float) -> MpcStats:
-        g = self._gates
+        g = self._counts
         return MpcStats(
             candidate_sets=total,
             batches=batches,
@@ -244,10 +311,11 @@ class ComputeParty:
         )
 
     # ----------------------------------------------------------------- one batch
-    def _batch(
-        self, inputs: list[InputShare], rows: np.ndarray
+    def batch_circuit(
+        self, inputs: list[InputShare], rows: np.ndarray, g: Gates
     ) -> Generator[Round, bytes, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        g = self._gates
+        """One batch's circuit on ``rows`` of ``inputs`` with gates ``g`` (module docstring,
+        steps 1-4): the match bits of its sets, c and x of the matched ones."""
         test = self.test
         n = rows.shape[0]
         padded = -(-n // 64) * 64

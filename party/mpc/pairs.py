@@ -24,7 +24,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +32,8 @@ import numpy as np
 
 from party.mpc.compute import ComputeParty, MpcStats
 from party.mpc.driver import compute_in_process, run_keys
-from party.mpc.errors import MpcCancelled, MpcError
+from party.mpc.errors import MpcError
+from party.mpc.flight import BatchJob, BatchResult
 from party.mpc.gates import Round
 from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
@@ -177,45 +178,48 @@ class PairComputeParty(ComputeParty):
         total = sum(int(r.shape[0]) for _, _, r in work)
         ends: list[np.ndarray] = []
         sims: list[np.ndarray] = []
-        matched = batch = done = 0
+        matched = batches = done = 0
         if progress is not None:
             progress(0, total)
-        while work:
-            a, b, rows = work.pop(0)
-            keys_a, keys_b = inputs[a].pseudonyms, inputs[b].pseudonyms
-            for lo in range(0, rows.shape[0], self.batch_sets):
-                if cancel is not None and cancel.is_set():
-                    raise MpcCancelled("computation cancelled")
-                part = rows[lo : lo + self.batch_sets]
-                self._gates.start_batch(batch)
-                hit, c, x = yield from self._batch([inputs[a], inputs[b]], part)
-                similarity = dice(2, c, x)
-                if np.any(similarity < self.params.match_threshold):
-                    raise MpcError(
-                        "a matched pair has Dice below s_t: the computation is inconsistent"
-                    )
-                found = part[hit]
-                matched += int(found.shape[0])
-                if held + MATCHED_PAIR_BYTES * matched > self.budget:
-                    raise MemoryBudgetError(
-                        f"compute party {self.index}: the candidate pairs and more than "
-                        f"{matched} matched pairs exceed memory_budget_bytes={self.budget}; raise "
-                        "the budget (or s_t)"
-                    )
-                rows_out = np.empty((found.shape[0], 4), dtype=np.uint64)
-                rows_out[:, 0], rows_out[:, 2] = a, b
-                rows_out[:, 1] = keys_a[found[:, 0]]
-                rows_out[:, 3] = keys_b[found[:, 1]]
-                ends.append(rows_out)
-                sims.append(similarity)
-                batch += 1
-                done += int(part.shape[0])
-                if progress is not None:
-                    progress(done, total)
+
+        def jobs() -> Iterator[BatchJob]:
+            batch = 0
+            while work:
+                a, b, rows = work.pop(0)
+                for lo in range(0, rows.shape[0], self.batch_sets):
+                    yield BatchJob(batch, (a, b), rows[lo : lo + self.batch_sets])
+                    batch += 1
+
+        def take(job: BatchJob, result: BatchResult) -> None:
+            nonlocal matched, batches, done
+            a, b = job.sources
+            similarity = dice(2, result.common, result.total)
+            if np.any(similarity < self.params.match_threshold):
+                raise MpcError("a matched pair has Dice below s_t: the computation is inconsistent")
+            found = job.rows[result.hit]
+            matched += int(found.shape[0])
+            if held + MATCHED_PAIR_BYTES * matched > self.budget:
+                raise MemoryBudgetError(
+                    f"compute party {self.index}: the candidate pairs and more than "
+                    f"{matched} matched pairs exceed memory_budget_bytes={self.budget}; raise "
+                    "the budget (or s_t)"
+                )
+            rows_out = np.empty((found.shape[0], 4), dtype=np.uint64)
+            rows_out[:, 0], rows_out[:, 2] = a, b
+            rows_out[:, 1] = inputs[a].pseudonyms[found[:, 0]]
+            rows_out[:, 3] = inputs[b].pseudonyms[found[:, 1]]
+            ends.append(rows_out)
+            sims.append(similarity)
+            batches += 1
+            done += int(job.rows.shape[0])
+            if progress is not None:
+                progress(done, total)
+
+        yield from self._evaluate(inputs, jobs(), take, cancel)
         return PairOutcome(
             np.concatenate(ends) if ends else np.zeros((0, 4), dtype=np.uint64),
             np.concatenate(sims) if sims else np.zeros(0, dtype=np.float64),
-            self._stats(total, batch, t0),
+            self._stats(total, batches, t0),
         )
 
 

@@ -29,6 +29,8 @@ done), summing (results). A helper compute node (P = 2) holds no data and does s
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -36,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from party.cluster import ClusterError
 from party.node import mpc_wire
 from party.node.errors import AlreadyExists, Forbidden, Malformed, RunAborted, RunFailed
 from proto import common_pb2, party_pb2
@@ -301,13 +304,60 @@ async def _compute(
     assert st.key_in is not None
     enter(S.STAGE_COMPARING)
     await node._pause_hook(run, "circuit")
-    cp = compute_party_class(run.params)(
-        i,
-        run.params,
-        ComputeKeys(own=own_key, received=st.key_in),
-        memory_budget_bytes=run.params.memory_budget_bytes,
-        workers=resolve_workers(node.config.workers),
+    # the party's Dask cluster, when it has one: entered and closed in one context (the
+    # client's context variable), each time in a thread
+    cluster = contextlib.ExitStack()
+    context = contextvars.copy_context()
+    loop = asyncio.get_running_loop()
+    try:
+        circuits = None
+        if node.config.cluster is not None:  # the batches on the party's Dask workers
+            circuits = await loop.run_in_executor(
+                None, context.run, _circuits_on_cluster, node, run, cluster
+            )
+        cp = compute_party_class(run.params)(
+            i,
+            run.params,
+            ComputeKeys(own=own_key, received=st.key_in),
+            memory_budget_bytes=run.params.memory_budget_bytes,
+            workers=resolve_workers(node.config.workers),
+            circuits=circuits,
+        )
+        return await _circuit(node, run, st, cp, progress)
+    except ClusterError as exc:  # the party's own addresses and errors stay in its log
+        log.error("the circuit on the party's Dask cluster failed: %s", exc)
+        raise ClusterError(
+            "its circuit on the party's Dask cluster failed (the party's log says where)"
+        ) from None
+    finally:
+        await loop.run_in_executor(None, context.run, cluster.close)
+
+
+def _circuits_on_cluster(node: PartyNode, run: Run, stack: contextlib.ExitStack) -> Any:
+    """The compute party's ``ClusterCircuits`` for this run, closed with ``stack``; the shares'
+    files on the party's cluster reserved against the run's memory budget."""
+    from party.cluster_mpc import circuits_on_cluster
+    from party.protocol.spill import LocalGauge
+
+    assert node.config.cluster is not None
+    return stack.enter_context(
+        circuits_on_cluster(
+            node.config.cluster,
+            node.config.workers,
+            LocalGauge(run.params.memory_budget_bytes),
+            run.cancel,
+        )
     )
+
+
+async def _circuit(
+    node: PartyNode, run: Run, st: Mpc3State, cp: Any, progress: Callable[..., None]
+) -> Any:
+    """The circuit with the other two compute parties; returns the MpcOutcome."""
+    from party.mpc.keys import key_recipient
+
+    assert st.cp_index is not None
+    i = st.cp_index
     for source in sorted(st.inputs):
         await asyncio.to_thread(cp.receive_input, st.inputs[source])
     st.inputs.clear()  # the ComputeParty holds them now

@@ -144,7 +144,7 @@ def test_cancel_stops_the_run():
     ("budget", "message"),
     [
         (100, "candidate sets .* exceed the 2 the memory budget allows"),  # before enumerating
-        (12288, "a batch need about 1 MiB, more than memory_budget_bytes=12288"),
+        (12288, "the batches in flight need about 1 MiB, more than memory_budget_bytes=12288"),
     ],
 )
 def test_budget_refuses_clearly(budget, message):

@@ -84,7 +84,7 @@ def _received_bytes(filters: list[np.ndarray], zero_alpha: bool = False) -> byte
     if zero_alpha:
         zero = np.zeros(1 << 20, dtype=np.uint64)
         for cp in cps:
-            cp._gates._zero.streams = lambda b, r, w: (zero[:w], zero[:w])  # type: ignore[method-assign, assignment]
+            cp._zero.streams = lambda b, r, w: (zero[:w], zero[:w])  # type: ignore[method-assign, assignment]
     got: list[tuple[int, int, bytes]] = []
 
     def spy(gen):

@@ -1,0 +1,238 @@
+"""The mpc3 circuit's batches on the party's Dask workers: a compute party's ``Circuits``.
+
+A compute party whose node has a ``[cluster]`` table evaluates the batches of each window
+(``party.mpc.flight``: ``BATCHES_IN_FLIGHT`` batches whose rounds interleave) on its Dask workers.
+Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
+method calls go to it directly rather than through the scheduler (a round costs one call per
+batch). Batch k of a window goes to actor k mod W (workers in address order), and all of a
+window's batches step at once: the node sends every batch its incoming round payload and takes
+back its next round (or, at its end, its match bits and opened c and x). The payloads and the
+outcome are those of ``LocalCircuits`` on the node's threads.
+
+What a worker gets, once per run: the compute party's index, the run's parameters, its two PRF
+keys, and the filter and count-term shares of every data party (not their pseudonyms or block
+digests); per batch its candidate rows; per round the batch's incoming payload. The embedded
+cluster's workers (this machine) map the shares from a file of a private tmpfs folder, their bytes
+reserved on the node's memory budget, and take one of the machine's cores while they compute
+(``party.cluster_tasks.core_slot``); a scheduler address's get them through Dask. Everything goes
+only to the party's own workers; round payloads reach the other compute parties only through the
+node. A failed call or a lost worker is a ClusterError naming the worker and the error's type,
+never data; every actor, file and reservation goes when the circuit ends or fails.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from party.cluster import ClusterError, dask_client
+from party.cluster_tasks import POLL_S, ClusterTasks, Mapped, core_slot
+from party.config import ClusterConfig
+from party.encoding.parallel import scratch_folder
+from party.mpc.errors import MpcCancelled
+from party.mpc.flight import BatchJob, LocalCircuits, Step
+from party.mpc.inputs import InputShare
+from party.mpc.keys import ComputeKeys
+from party.protocol.params import ProtocolParameters
+from party.protocol.spill import MemoryGauge
+
+log = logging.getLogger(__name__)
+
+#: tmpfs room below which the embedded cluster's shares go through Dask
+SCRATCH_MIN_BYTES = 1 << 26
+
+_SHARE_ARRAYS = ("filters0", "filters1", "counts0", "counts1")
+
+
+def _share_arrays(share: InputShare) -> dict[str, np.ndarray]:
+    """What a worker's circuits read of a data party's input share."""
+    return dict(zip(_SHARE_ARRAYS, (*share.filters, *share.counts), strict=True))
+
+
+def _share_of(
+    source: int, target: int, filter_bits: int, arrays: dict[str, np.ndarray]
+) -> InputShare:
+    """An input share for the circuit (no pseudonyms or digests: the node keeps those)."""
+    none = np.zeros(0, dtype=np.uint64)
+    return InputShare(
+        source=source,
+        target=target,
+        filter_bits=filter_bits,
+        pseudonyms=none,
+        block_digests=none.reshape(0, 1),
+        filters=(arrays["filters0"], arrays["filters1"]),
+        counts=(arrays["counts0"], arrays["counts1"]),
+    )
+
+
+class CircuitWorker:
+    """Runs on a worker (a Dask actor): the batches of a compute party's windows it holds.
+
+    ``shares`` are (source, Mapped) or (source, arrays); ``gate`` (folder, slots) makes each
+    call hold one of the machine's cores (the embedded cluster with more workers than cores).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        params: ProtocolParameters,
+        keys: ComputeKeys,
+        shares: Sequence[tuple[int, Mapped | dict[str, np.ndarray]]],
+        gate: tuple[str, int] | None,
+    ) -> None:
+        from party.mpc.pairs import compute_party_class
+
+        party = compute_party_class(params)(index, params, keys, workers=1)
+        inputs = [
+            _share_of(
+                source,
+                index,
+                params.filter_bits,
+                arrays.arrays() if isinstance(arrays, Mapped) else arrays,
+            )
+            for source, arrays in sorted(shares, key=lambda s: s[0])
+        ]
+        self._local = LocalCircuits(party, inputs)
+        self._gate = gate
+
+    def _held(self) -> contextlib.AbstractContextManager[Any]:
+        return contextlib.nullcontext() if self._gate is None else core_slot(*self._gate)
+
+    def start(self, job: BatchJob) -> Step:
+        with self._held():
+            return self._local.start_one(job)
+
+    def advance(self, batch: int, payload: bytes) -> Step:
+        with self._held():
+            return self._local.advance(batch, payload)
+
+    def close(self) -> None:
+        self._local.close()
+
+
+class ClusterCircuits(ClusterTasks):
+    """A compute party's ``Circuits`` on its Dask workers (module docstring). Calling it with
+    the compute party and its inputs (the ``CircuitsFactory`` of ``ComputeParty``) sends the
+    shares and starts one actor per worker."""
+
+    def __init__(self, *args: Any, cancel: threading.Event | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cancel = cancel
+        self._actors: list[tuple[str, Any]] = []  # (worker, actor) in address order
+        self._where: dict[int, tuple[str, Any]] = {}  # batch -> its worker and actor
+        self.calls = 0
+
+    def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
+        if self._actors:
+            raise ClusterError("cluster: the circuit's workers were started already")
+        shares: list[tuple[int, Any]] = []
+        for share in inputs:
+            arrays = _share_arrays(share)
+            mapped = self._write(f"share-{share.source}", 0, arrays)
+            shares.append((share.source, arrays if mapped is None else mapped))
+        if any(not isinstance(s, Mapped) for _, s in shares):  # no folder, or no room
+            for share in inputs:  # every worker's actor reads every share
+                self.sent_bytes += len(self.workers) * sum(
+                    int(x.nbytes) for x in _share_arrays(share).values()
+                )
+            shares = [(src, s if isinstance(s, Mapped) else self._scatter(s)) for src, s in shares]
+        gate = (self.folder, self.slots) if self.slots is not None else None
+        futures = []
+        for worker in self.workers:
+            future = self.client.submit(
+                CircuitWorker,
+                party.index,
+                party.params,
+                party.keys,
+                shares,
+                gate,
+                actor=True,
+                workers=[worker],
+                allow_other_workers=False,
+            )
+            self._futures.append(future)
+            futures.append((worker, future))
+        self._actors = [
+            (worker, self._wait("starting the circuit's actor", worker, future))
+            for worker, future in futures
+        ]
+        return self
+
+    def start(self, jobs: Sequence[BatchJob]) -> list[Step]:
+        calls = []
+        for k, job in enumerate(jobs):
+            worker, actor = self._actors[k % len(self._actors)]
+            self._where[job.batch] = (worker, actor)
+            calls.append((f"batch {job.batch}", worker, actor.start(job)))
+        return self._results(calls, [job.batch for job in jobs])
+
+    def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
+        calls = []
+        for batch, payload in replies:
+            worker, actor = self._where[batch]
+            calls.append((f"batch {batch}", worker, actor.advance(batch, payload)))
+        return self._results(calls, [batch for batch, _ in replies])
+
+    def _results(self, calls: list[tuple[str, str, Any]], batches: list[int]) -> list[Step]:
+        self.calls += len(calls)
+        steps = [self._wait(what, worker, future) for what, worker, future in calls]
+        for batch, step in zip(batches, steps, strict=True):
+            if not hasattr(step, "payload"):  # a BatchResult: the batch has ended
+                self._where.pop(batch, None)
+        return steps
+
+    def _wait(self, what: str, worker: str, future: Any) -> Any:
+        """A call's result, looking at ``cancel`` every ``POLL_S`` seconds; its error (or a
+        lost worker) is a ClusterError naming ``what``, the worker and the error's type."""
+        while True:
+            if self.cancel is not None and self.cancel.is_set():
+                raise MpcCancelled("computation cancelled")
+            try:
+                return future.result(timeout=POLL_S)
+            except TimeoutError:
+                continue
+            except Exception as exc:  # noqa: BLE001 (the worker's error: its type only)
+                if type(exc).__name__ == "TimeoutError":  # Dask's own
+                    continue
+                raise ClusterError(
+                    f"cluster: {what} of the circuit failed on worker {worker} "
+                    f"({type(exc).__name__})"
+                ) from None
+
+    def close(self) -> None:
+        self._where.clear()
+        self._actors = []
+        super().close()
+
+
+@contextlib.contextmanager
+def circuits_on_cluster(
+    cluster: ClusterConfig,
+    workers: int | None,
+    memory: MemoryGauge | None,
+    cancel: threading.Event | None,
+) -> Iterator[ClusterCircuits]:
+    """A compute party's ``ClusterCircuits`` (its ``circuits`` factory) for one run on the
+    party's Dask cluster (the embedded cluster: ``workers`` worker processes, started for the
+    run and closed after it), with the shares' files in a private tmpfs folder."""
+    with (
+        dask_client(cluster, workers) as client,
+        scratch_folder(SCRATCH_MIN_BYTES, "pprl-mpc-")
+        if cluster.embedded
+        else contextlib.nullcontext(None) as folder,
+        ClusterCircuits(client, folder=folder, memory=memory, cancel=cancel) as circuits,
+    ):
+        yield circuits
+        log.info(
+            "circuit on %d Dask workers: %d calls, %.1f MB of shares sent (%.1f MB of them in "
+            "files the workers map)",
+            len(circuits.workers),
+            circuits.calls,
+            circuits.sent_bytes / 1e6,
+            circuits.mapped_bytes / 1e6,
+        )
