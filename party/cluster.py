@@ -269,8 +269,9 @@ class GatedLane(Executor):
 
 @dataclass(frozen=True)
 class WorkerUsage:
-    """One worker process: CPU seconds of all its threads and of those that ran tasks (the rest
-    is Dask's event loop: receiving arguments, sending results, heartbeats, monitors), and its
+    """One worker process: CPU seconds of all its threads and of those that ran tasks or its
+    actors' calls (the rest is Dask's event loop: receiving arguments, sending results,
+    heartbeats, monitors), and its
     peak resident memory in bytes. ``after - before``: the CPU in between, the later peak, and
     in ``start`` the process's CPU from its start to ``before`` (its start-up: interpreter,
     imports, numba loops, joining the cluster, for a reading taken before its first task)."""
@@ -286,7 +287,8 @@ class WorkerUsage:
         )
 
 
-TASK_THREAD_NAME = "Dask-Default-Threads"  # in the names of distributed's task threads
+#: in the names of distributed's task threads, and of the thread its actors' calls run in
+TASK_THREAD_NAMES = ("Dask-Default-Threads", "Dask-Actor-Threads")
 
 
 def _peak_rss() -> int:
@@ -309,7 +311,8 @@ def worker_usage() -> WorkerUsage:
     with contextlib.suppress(OSError):
         tick = os.sysconf("SC_CLK_TCK")
         for tid in os.listdir("/proc/self/task"):
-            if TASK_THREAD_NAME not in names.get(int(tid), ""):
+            name = names.get(int(tid), "")
+            if not any(task in name for task in TASK_THREAD_NAMES):
                 continue
             with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/stat") as fh:
                 after_name = fh.read().rsplit(")", 1)[1].split()  # fields 3.. of stat(5)

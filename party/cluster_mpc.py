@@ -36,7 +36,7 @@ from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
 from party.mpc.flight import BatchJob, LocalCircuits, Step
-from party.mpc.inputs import InputShare
+from party.mpc.inputs import InputShare, input_shares
 from party.mpc.keys import ComputeKeys
 from party.protocol.params import ProtocolParameters
 from party.protocol.spill import MemoryGauge
@@ -140,7 +140,9 @@ class ClusterCircuits(ClusterTasks):
                 self.sent_bytes += len(self.workers) * sum(
                     int(x.nbytes) for x in _share_arrays(share).values()
                 )
-            shares = [(src, s if isinstance(s, Mapped) else self._scatter(s)) for src, s in shares]
+            shares = [  # one future per share (a dict's keys would name its arrays' futures)
+                (src, s if isinstance(s, Mapped) else self._scatter([s])[0]) for src, s in shares
+            ]
         gate = (self.folder, self.slots) if self.slots is not None else None
         futures = []
         for worker in self.workers:
@@ -216,12 +218,15 @@ def circuits_on_cluster(
     workers: int | None,
     memory: MemoryGauge | None,
     cancel: threading.Event | None,
+    *,
+    connect_timeout: float = 60.0,
 ) -> Iterator[ClusterCircuits]:
     """A compute party's ``ClusterCircuits`` (its ``circuits`` factory) for one run on the
     party's Dask cluster (the embedded cluster: ``workers`` worker processes, started for the
-    run and closed after it), with the shares' files in a private tmpfs folder."""
+    run and closed after it; a scheduler address: reached within ``connect_timeout`` seconds),
+    with the shares' files in a private tmpfs folder."""
     with (
-        dask_client(cluster, workers) as client,
+        dask_client(cluster, workers, connect_timeout=connect_timeout) as client,
         scratch_folder(SCRATCH_MIN_BYTES, "pprl-mpc-")
         if cluster.embedded
         else contextlib.nullcontext(None) as folder,
@@ -236,3 +241,46 @@ def circuits_on_cluster(
             circuits.sent_bytes / 1e6,
             circuits.mapped_bytes / 1e6,
         )
+
+
+def warm_up() -> None:
+    """A tiny run of the three compute parties with target any, every batch on ``LocalCircuits``
+    over read-only shares (as a worker maps them): loads (or compiles) the gate kernels for the
+    types a worker meets, so workers forked after this (the embedded cluster's forkserver) do
+    not load them in their first circuit."""
+    from party.encoding.records import EncodedRecords
+    from party.mpc.driver import drive, run_keys
+    from party.mpc.flight import Circuits
+    from party.mpc.pairs import PairComputeParty
+    from party.protocol.pair_engine import PairEngine
+
+    n, bits = 8, 128
+    rng = np.random.default_rng(0)
+    filters = rng.integers(0, 2**63, size=(n, bits // 64), dtype=np.uint64)
+    table = EncodedRecords(tuple(map(str, range(n))), filters, bits, np.ones((n, 1), np.uint64))
+    params = ProtocolParameters(("a", "b", "c"), bits, 0.5, 0.0, mode="mpc3", target="any")
+    engines = [PairEngine(i, params, table) for i in range(3)]
+    for e in engines:
+        e.set_common_blocks(engines[0].common_of([x.block_digests() for x in engines]))
+
+    def read_only(party: Any, inputs: list[InputShare]) -> Circuits:
+        shares = [
+            _share_of(
+                s.source, s.target, bits, {k: _frozen(x) for k, x in _share_arrays(s).items()}
+            )
+            for s in inputs
+        ]
+        return LocalCircuits(party, shares)
+
+    cps = [PairComputeParty(i, params, k, circuits=read_only) for i, k in enumerate(run_keys())]
+    for e in engines:
+        for share in input_shares(e):
+            cps[share.target].receive_input(share)
+        e.close()
+    drive([cp.run() for cp in cps])
+
+
+def _frozen(x: np.ndarray) -> np.ndarray:
+    x = x.copy()
+    x.flags.writeable = False
+    return x

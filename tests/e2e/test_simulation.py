@@ -195,6 +195,31 @@ def test_simulate_target_any_networked_prints_scores_and_equals_the_oracle(tmp_p
     assert all(("compared on 2 Dask workers" in text) == bool(cluster) for text in logs)
 
 
+def test_simulate_mpc3_with_the_circuit_on_dask_workers_equals_the_oracle(tmp_path):
+    """Mode mpc3, target any: each compute party evaluates its batches on an embedded Dask
+    cluster of its own (``--cluster local``): the oracle's groups, as in process."""
+    r = _run(
+        "scripts/simulate.py",
+        "--cluster",
+        "local",
+        "--mode",
+        "mpc3",
+        "--parties",
+        "3",
+        "--records",
+        "150",
+        "--seed",
+        "4",
+        "--out",
+        str(tmp_path / "mpc"),
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "mode mpc3" in r.stdout and "oracle groups equal: True" in r.stdout
+    assert "identical_to_in_process: True" in r.stdout
+    logs = [p.read_text() for p in sorted((tmp_path / "mpc" / "network").glob("party-*.log"))]
+    assert len(logs) == 3 and all("circuit on 2 Dask workers" in text for text in logs)
+
+
 @pytest.mark.parametrize(
     ("where", "parties"),
     [([], "3"), (["--in-process"], "3"), ([], "2")],

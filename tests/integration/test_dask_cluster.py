@@ -60,17 +60,19 @@ def test_local_cluster_encodes_like_one_process(tmp_path, monkeypatch) -> None:
     assert stats.first_sight_seconds > 0  # values both workers met: computed by one (waves)
 
 
-def _origin() -> tuple[int, bool, bool, int]:
+def _origin() -> tuple[int, bool, bool, int, int]:
     """In a worker: its parent process, whether the encoder's numba loops were loaded before
-    it started (only the forkserver's preload imports ``_numba_warm``), and Dask's, and how
+    it started (only the forkserver's preload imports ``_numba_warm``), and Dask's, how
     many variants of the comparison tasks' filter loop it has loaded (``cluster_warm``: for
-    mapped, read-only arrays and for arrays in memory)."""
+    mapped, read-only arrays and for arrays in memory), and of the mpc3 circuit's first AND."""
     import os
 
+    from party.mpc._numba_gates import and_word_major
     from party.protocol._numba_pairs import kept_of_runs
 
     encoder = "party.encoding._numba_warm" in sys.modules
-    return os.getppid(), encoder, "distributed" in sys.modules, len(kept_of_runs.signatures)
+    loops = len(kept_of_runs.signatures), len(and_word_major.signatures)
+    return os.getppid(), encoder, "distributed" in sys.modules, *loops
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
@@ -81,7 +83,9 @@ def test_embedded_workers_are_forked_with_the_encoder_and_comparison_loaded() ->
         server = forkserver._forkserver._forkserver_pid  # type: ignore[attr-defined]
         origins = client.run(_origin)
     assert len(origins) == 2 and server is not None
-    assert all(o[:3] == (server, True, True) and o[3] >= 2 for o in origins.values()), origins
+    assert all(
+        o[:3] == (server, True, True) and o[3] >= 2 and o[4] >= 1 for o in origins.values()
+    ), origins
 
 
 def _heartbeat_ms(dask_worker: Any) -> float:

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from party.cluster import TASK_THREAD_NAME, WorkerUsage, worker_usage
+from party.cluster import TASK_THREAD_NAMES, WorkerUsage, worker_usage
 
 
 def _burn(seconds: float) -> None:
@@ -18,7 +18,8 @@ def _burn(seconds: float) -> None:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
-def test_task_threads_are_counted_apart_from_the_rest_of_the_process() -> None:
+@pytest.mark.parametrize("kind", TASK_THREAD_NAMES)  # tasks, and calls of actors
+def test_task_threads_are_counted_apart_from_the_rest_of_the_process(kind: str) -> None:
     before = worker_usage()
     _burn(0.2)  # the main thread: process CPU, not task CPU
     done = threading.Event()
@@ -28,7 +29,7 @@ def test_task_threads_are_counted_apart_from_the_rest_of_the_process() -> None:
         done.set()
         time.sleep(0.5)
 
-    task = threading.Thread(target=run_task, name=f"0-{TASK_THREAD_NAME}-1-0")
+    task = threading.Thread(target=run_task, name=f"0-{kind}-1-0")
     task.start()
     done.wait()
     during = worker_usage() - before  # read while the task thread is still alive

@@ -1,0 +1,217 @@
+"""The mpc3 circuit's batches on Dask workers (real worker processes, TLS): the same round
+payloads and outcome as the node's threads, errors without data, nothing left behind."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import pytest
+
+from party.cluster import ClusterError
+from party.cluster_mpc import ClusterCircuits, circuits_on_cluster
+from party.cluster_tasks import forget_mapped
+from party.config import ClusterConfig
+from party.mpc.compute import ComputeParty
+from party.mpc.driver import drive, run_keys
+from party.mpc.errors import MpcCancelled
+from party.mpc.flight import BatchJob, BatchResult
+from party.mpc.gates import Round
+from party.mpc.inputs import input_shares
+from party.mpc.pairs import PairComputeParty
+from party.protocol.pair_engine import PairEngine
+from tests.integration.dask_support import INPUTS, inputs_case, workers_emptied
+from tests.unit.mpc.test_mpc3_any import any_params
+from tests.unit.mpc.test_parallel_gates import _inputs
+from tests.unit.protocol.test_any_target import subset_tables
+
+
+def _any_inputs() -> tuple[Any, list[Any]]:
+    """Target any (the default): three data parties' input shares of the pair circuit."""
+    tables = subset_tables(5, 3, 60, 0.05)
+    params = any_params(3, tables[0].filter_bits, 0.75)
+    engines = [PairEngine(i, params, t) for i, t in enumerate(tables)]
+    shared = engines[0].common_of([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(shared)
+    shares = [s for e in engines for s in input_shares(e)]
+    for e in engines:
+        e.close()
+    return params, shares
+
+
+def _run(params: Any, shares: list[Any], keys: list[Any], circuits: Any = None) -> Any:
+    """The three compute parties (CP 0's batches on ``circuits``): outcomes and every payload."""
+    kind = PairComputeParty if params.target == "any" else ComputeParty
+    cps = [
+        kind(i, params, keys[i], batch_sets=64, circuits=circuits if i == 0 else None)
+        for i in range(3)
+    ]
+    for s in shares:
+        cps[s.target].receive_input(s)
+    sent: list[list[tuple[int, int, bytes]]] = [[], [], []]
+
+    def recording(i: int, gen: Any) -> Any:
+        incoming = None
+        while True:
+            try:
+                rnd: Round = gen.send(incoming)
+            except StopIteration as stop:
+                return stop.value
+            sent[i].append((rnd.batch, rnd.number, rnd.payload))
+            incoming = yield rnd
+
+    return drive([recording(i, cp.run()) for i, cp in enumerate(cps)]), sent
+
+
+def _same(want: Any, got: Any) -> None:
+    (x, x_sent), (y, y_sent) = want, got
+    assert x_sent == y_sent
+    for a, b in zip(x, y, strict=True):
+        if hasattr(a, "ends"):
+            assert a.ends.shape[0] > 0 and np.array_equal(a.ends, b.ends)
+            assert np.array_equal(a.similarities, b.similarities)
+        else:
+            assert a.classification.matches > 0
+            assert np.array_equal(a.classification.candidates, b.classification.candidates)
+            assert np.array_equal(a.classification.similarities, b.classification.similarities)
+        assert (a.stats.rounds, a.stats.and_gates, a.stats.batches) == (
+            b.stats.rounds,
+            b.stats.and_gates,
+            b.stats.batches,
+        )
+
+
+def _no_actors(client: Any) -> bool:
+    """No worker holds an actor (released asynchronously: waits up to a minute for it)."""
+    deadline = time.monotonic() + 60
+    while sum(client.run(lambda dask_worker: len(dask_worker.state.actors)).values()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.mark.parametrize("target", ["any", "all"])
+@pytest.mark.parametrize("inputs", INPUTS)
+def test_batches_on_workers_send_what_the_threads_send(  # type: ignore[no-untyped-def]
+    client, target, inputs, tmp_path, monkeypatch
+) -> None:
+    """Compute party 0 on two workers (a window's four batches two per worker): the same
+    payloads (all three parties') and outcome; shares mapped from files or through Dask;
+    afterwards no actor, file, mapping or reservation is left."""
+    params, shares = _any_inputs() if target == "any" else _inputs(3, 43)
+    keys = run_keys()
+    want = _run(params, shares, keys)
+    assert want[0][0].stats.batches > 4
+    folder, budget = inputs_case(inputs, tmp_path, monkeypatch)
+    with ClusterCircuits(client, folder=folder, memory=budget) as remote:
+        got = _run(params, shares, keys, remote)
+        assert remote.calls >= want[0][0].stats.rounds  # one call per batch and round
+        assert remote.sent_bytes > 0
+        assert (remote.mapped_bytes > 0) == (inputs == "mapped files")
+    _same(want, got)
+    assert _no_actors(client) and workers_emptied(client)
+    assert list(tmp_path.iterdir()) == [] and budget.held == 0
+    if inputs == "mapped files":
+        assert budget.peak >= remote.mapped_bytes
+        assert all(n == 0 for n in client.run(forget_mapped, str(tmp_path)).values())
+
+
+def test_batches_on_gated_workers_take_one_core_each(client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """One slot for two workers (the embedded cluster on a one-core machine): the same."""
+    params, shares = _any_inputs()
+    keys = run_keys()
+    want = _run(params, shares, keys)
+    with ClusterCircuits(client, folder=str(tmp_path), slots=1) as remote:
+        assert remote.slots == 1
+        got = _run(params, shares, keys, remote)
+    _same(want, got)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _started(client: Any, **options: Any) -> tuple[ClusterCircuits, list[Any]]:
+    params, shares = _any_inputs()
+    keys = run_keys()
+    cp = PairComputeParty(0, params, keys[0], batch_sets=64)
+    for s in shares:
+        if s.target == 0:
+            cp.receive_input(s)
+    remote = ClusterCircuits(client, **options)
+    inputs = cp._take_inputs()
+    remote(cp, inputs)
+    rows = np.zeros((70, 2), dtype=np.int64)
+    return remote, remote.start([BatchJob(b, (0, 1), rows) for b in range(3)])
+
+
+def test_a_workers_error_is_a_cluster_error_naming_the_worker_not_the_data(client) -> None:  # type: ignore[no-untyped-def]
+    remote, first = _started(client)
+    assert [r.batch for r in first] == [0, 1, 2] and all(isinstance(r, Round) for r in first)
+    secret = first[0].payload
+    with pytest.raises(
+        ClusterError, match=r"batch 0 of the circuit failed on worker tls://"
+    ) as err:
+        remote.step([(0, secret + b"!")])  # the worker's circuit refuses the size
+    assert "MpcError" in str(err.value) and secret.hex()[:16] not in str(err.value)
+    with pytest.raises(ClusterError, match="(MpcError)"):  # a failed batch is gone
+        remote.step([(0, secret)])
+    remote.close()
+    assert _no_actors(client) and workers_emptied(client)
+
+
+def test_a_cancelled_circuit_stops_and_frees_the_workers(client) -> None:  # type: ignore[no-untyped-def]
+    cancel = threading.Event()
+    remote, first = _started(client, cancel=cancel)
+    cancel.set()
+    with pytest.raises(MpcCancelled):
+        remote.step([(r.batch, r.payload) for r in first])
+    remote.close()
+    assert _no_actors(client) and workers_emptied(client)
+
+
+def test_started_twice_is_refused(client) -> None:  # type: ignore[no-untyped-def]
+    remote, _ = _started(client)
+    with pytest.raises(ClusterError, match="started already"):
+        remote(None, [])
+    remote.close()
+
+
+def test_a_whole_batch_ends_with_its_result(client) -> None:  # type: ignore[no-untyped-def]
+    """Driving one batch by hand to its end: the result comes back and the batch is gone."""
+    params, shares = _any_inputs()
+    keys = run_keys()
+    (outcomes, _) = _run(params, shares, keys)
+    cps = [PairComputeParty(i, params, keys[i], batch_sets=64) for i in range(3)]
+    for s in shares:
+        cps[s.target].receive_input(s)
+    remotes = [ClusterCircuits(client) for _ in range(3)]
+    job = BatchJob(0, (0, 1), np.zeros((70, 2), dtype=np.int64))
+    steps = [r(cp, cp._take_inputs()).start([job])[0] for r, cp in zip(remotes, cps, strict=True)]
+    while isinstance(steps[0], Round):
+        payloads = [s.payload for s in steps]
+        steps = [r.step([(0, payloads[(i + 1) % 3])])[0] for i, r in enumerate(remotes)]
+    assert all(isinstance(s, BatchResult) for s in steps)
+    assert (
+        steps[0].hit.shape == (70,)
+        and steps[0].counts.rounds == outcomes[0].stats.rounds // outcomes[0].stats.batches
+    )
+    for r in remotes:
+        assert r._where == {}
+        r.close()
+
+
+def test_an_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from party.synthetic.cluster import make_certs
+
+    certs = tmp_path / "certs"
+    make_certs(certs, ["node"])
+    cfg = ClusterConfig(
+        "tls://127.0.0.1:9", certs / "ca.pem", certs / "node.pem", certs / "node.key"
+    )
+    with (
+        pytest.raises(ClusterError, match="cannot reach the scheduler"),
+        circuits_on_cluster(cfg, None, None, None, connect_timeout=2),
+    ):
+        pass
