@@ -4,7 +4,7 @@ Dask cluster's CPU per worker against the ideal quarter.
 
     .venv/bin/python scripts/bench_scaling.py cores   [--records 200000] [--encoding-only | --comparison-only] [--target any|all]
     .venv/bin/python scripts/bench_scaling.py sizes   [--sizes 25000,50000,100000,200000,400000,1000000]
-    .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4] [--comparison-only]
+    .venv/bin/python scripts/bench_scaling.py cluster [--records 200000] [--cluster-workers 4] [--comparison-only | --mpc3]
 
 All on generated people (``party.synthetic.generate``: many distinct names and addresses, 20%
 corruption, 50% overlap) with the shipped schema (``party/synthetic/data/schema.json``: six
@@ -52,7 +52,12 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   buckets of a's rows), each worker's task CPU against a k-th of the pair kernel's CPU on one
   thread for the same pairs (measured before each cluster run), the node's CPU and wall, the
   bytes sent, moved from task to task and received, and whether the survivors equal the
-  threads' (the engine's comparison on 2 threads, once).
+  threads' (the engine's comparison on 2 threads, once). With ``--mpc3``: compute party 0's
+  mpc3 circuit (target any, s_t 0.8) with its batches on the cluster's workers
+  (``party.cluster_mpc``: one actor per worker, a window's batches side by side) while compute
+  parties 1 and 2 run in this process; each worker's CPU in its actor's calls against a k-th
+  of the same batches' thread CPU on one thread (``LocalCircuits``, measured before each
+  cluster run), the actor calls, the shares sent, and whether the matched pairs are identical.
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -512,6 +517,116 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     )
 
 
+def cmd_cluster_mpc(args: argparse.Namespace) -> None:
+    """The mpc3 circuit (target any) of compute party 0 on a LocalCluster of k workers against
+    its batches on one thread (the ideal: a k-th of their CPU), alternated ``args.repeat``
+    times; compute parties 1 and 2 run on this process's thread both times."""
+    import dataclasses
+
+    from party.cluster import _forkserver, dask_client, worker_usage
+    from party.cluster_mpc import ClusterCircuits
+    from party.config import ClusterConfig
+    from party.encoding.parallel import scratch_folder
+    from party.mpc.driver import drive, run_keys
+    from party.mpc.flight import LocalCircuits, Step
+    from party.mpc.inputs import input_shares
+    from party.mpc.pairs import PairComputeParty
+    from party.protocol.pair_engine import PairEngine
+
+    class Timed(LocalCircuits):
+        """LocalCircuits that add up the thread CPU of their batches' steps."""
+
+        cpu = 0.0
+
+        def start(self, jobs: Any) -> list[Step]:
+            t = time.thread_time()
+            try:
+                return super().start(jobs)
+            finally:
+                Timed.cpu += time.thread_time() - t
+
+        def step(self, replies: Any) -> list[Step]:
+            t = time.thread_time()
+            try:
+                return super().step(replies)
+            finally:
+                Timed.cpu += time.thread_time() - t
+
+    k = args.cluster_workers
+    _forkserver()  # started with the cluster's preload, as a node with [cluster] starts it
+    with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
+        tables = [encode(p, 2)[0] for p in make_data(Path(d), args.records)]
+    prm = dataclasses.replace(params("any", args.budget_mib), mode="mpc3", segment_threshold=0.0)
+    engines = [PairEngine(i, prm, t) for i, t in enumerate(tables)]
+    shared = engines[0].common_of([e.block_digests() for e in engines])
+    for e in engines:
+        e.set_common_blocks(shared)
+    shares = [s for e in engines for s in input_shares(e)]
+    for e in engines:
+        e.close()
+    keys = run_keys()
+
+    def circuit(factory: Any) -> tuple[Any, float, float]:
+        """(CP 0's outcome, wall, this process's CPU) of a run, CP 0's batches on ``factory``."""
+        cps = [
+            PairComputeParty(i, prm, keys[i], circuits=factory if i == 0 else None)
+            for i in range(3)
+        ]
+        for share in shares:
+            cps[share.target].receive_input(share)
+        c0, t0 = self_cpu(), time.perf_counter()
+        outcome = drive([cp.run() for cp in cps])[0]
+        return outcome, time.perf_counter() - t0, self_cpu() - c0
+
+    ones: list[float] = []
+    runs = []
+    want = None
+    with dask_client(ClusterConfig("local"), k) as client:
+        for _ in range(args.repeat):
+            Timed.cpu = 0.0
+            ref, ref_wall, _ = circuit(Timed)
+            ones.append(Timed.cpu)
+            if want is None:
+                want = (ref.ends.tobytes(), ref.similarities.tobytes(), ref.stats)
+            with scratch_folder(1 << 26, "bench-mpc-") as folder:
+                before = client.run(worker_usage)
+                with ClusterCircuits(client, folder=folder) as remote:
+                    got, wall, node = circuit(remote)
+                after = client.run(worker_usage)
+            usage = sorted((after[w] - before[w] for w in after), key=lambda u: -u.tasks)
+            same = (got.ends.tobytes(), got.similarities.tobytes()) == want[:2]
+            runs.append((wall, node, ref_wall, usage, remote, same, load()))
+    one = min(ones)
+    ideal = one / k
+    stats = want[2] if want else None
+    print(
+        f"mpc3 circuit of compute party 0 (target any, {args.records} records per party): "
+        f"{stats.candidate_sets if stats else 0} candidate pairs in {stats.batches if stats else 0} "
+        f"batches, {stats.rounds if stats else 0} rounds; its batches on one thread "
+        f"{one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in ones)}); ideal per worker "
+        f"of {k}: {ideal:.2f} CPU-s"
+    )
+    worst = []
+    for n, (wall, node, ref_wall, usage, remote, same, at) in enumerate(runs, 1):
+        tasks = [u.tasks for u in usage]
+        worst.append(tasks[0] / ideal)
+        how = "files on tmpfs the workers map" if remote.mapped_bytes else "through Dask"
+        print(
+            f"run {n}: all on one thread {ref_wall:.2f}s wall; CP 0 on the {k}-worker "
+            f"LocalCluster {wall:.2f}s wall, this process (CP 0's node part, CPs 1 and 2) "
+            f"{node:.2f} CPU-s; {remote.calls} actor calls, {remote.sent_bytes / 1e6:.0f} MB of "
+            f"shares sent ({how}); outcome identical to one thread: {same}\n"
+            f"  CPU per worker in its actor's calls {', '.join(f'{c:.2f}' for c in tasks)} s: "
+            f"worst / ideal {tasks[0] / ideal:.2f}, worst / mean "
+            f"{tasks[0] * len(tasks) / sum(tasks):.2f}, total / one thread {sum(tasks) / one:.2f}; "
+            f"whole worker processes {', '.join(f'{u.process:.2f}' for u in usage)} s; {at}"
+        )
+    print(
+        f"busiest worker's calls / ideal over the {len(worst)} runs: "
+        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); {load()}"
+    )
+
+
 def encode_on_cluster(path: Path, workers: int):  # type: ignore[no-untyped-def]
     """One encoding of ``path`` on an embedded LocalCluster, with what it cost where."""
     from party.cluster import WorkerUsage, encode_csv_on_workers
@@ -579,6 +694,11 @@ def main() -> int:
         "2048 is too little for the kept pairs' merge in memory, and the survivors spill)",
     )
     ap.add_argument(
+        "--mpc3",
+        action="store_true",
+        help="cluster: compute party 0's mpc3 circuit (target any) on the workers",
+    )
+    ap.add_argument(
         "--encoding-only",
         action="store_true",
         help="cores: measure the encoding, not the comparison",
@@ -588,6 +708,8 @@ def main() -> int:
         ap.error(f"--budget-mib must be at least 64 (got {args.budget_mib})")
     if args.what == "one":
         print(json.dumps(run_one(args.records, args.workers)))
+    elif args.what == "cluster" and args.mpc3:
+        cmd_cluster_mpc(args)
     elif args.what == "cluster" and args.comparison_only:
         cmd_cluster_comparison(args)
     else:

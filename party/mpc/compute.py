@@ -81,16 +81,15 @@ __all__ = [
     "batch_sets_for",
 ]
 
-#: Working memory the batches of one window (``party.mpc.flight``) are sized for (a function of
-#: P and l only, so all CPs cut alike).
+#: Working memory one batch is sized for (a function of P and l only, so all CPs cut alike); a
+#: window (``party.mpc.flight``) holds ``BATCHES_IN_FLIGHT`` of them.
 BATCH_BYTES = 128 * 2**20
 
 
 def batch_sets_for(parties: int, filter_bits: int) -> int:
-    """Candidate sets per batch: a multiple of 64 such that ``BATCHES_IN_FLIGHT`` batches fit
-    BATCH_BYTES (depends on P and l only)."""
+    """Candidate sets per batch: a multiple of 64 that fits BATCH_BYTES (depends on P and l only)."""
     per_set = batch_bytes_per_set(parties, filter_bits)
-    return max(64, (BATCH_BYTES // BATCHES_IN_FLIGHT // per_set) // 64 * 64)
+    return max(64, (BATCH_BYTES // per_set) // 64 * 64)
 
 
 def batch_bytes_per_set(parties: int, filter_bits: int) -> int:
@@ -347,7 +346,7 @@ class ComputeParty:
                         o = q * step
                         and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka[o:], kb[o:], z[q], lo, hi)
 
-                run_split(self.workers, padded, part, words=z.size, align=8)
+                run_split(g.workers, padded, part, words=z.size, align=8)
 
             z = yield from g.and_fill((pairs, words, padded), fill)
             nxt = [(z[0][q], z[1][q], operands[0][2], False) for q in range(pairs)]
@@ -370,7 +369,7 @@ class ComputeParty:
                 for r in range(src.shape[0]):
                     rows_to_lanes_range(src[r][:, None], out[64 * r : 64 * (r + 1)], lo, hi)
 
-        run_split(self.workers, lanes, to_lanes, words=sum(s.size for s in srcs))
+        run_split(g.workers, lanes, to_lanes, words=sum(s.size for s in srcs))
         bit_cols: list[Pair] = [(outs[2 * k], outs[2 * k + 1]) for k in range(len(word_cols))]
         del word_cols
         c = yield from g.compress(bit_cols, cw, lanes)
@@ -387,7 +386,7 @@ class ComputeParty:
             for v, out in zip(vals, touts, strict=True):
                 rows_to_lanes_range(v, out, lo, hi)
 
-        run_split(self.workers, lanes, terms_to_lanes, words=len(vals) * padded)
+        run_split(g.workers, lanes, terms_to_lanes, words=len(vals) * padded)
         terms = [(touts[2 * j], touts[2 * j + 1]) for j in range(len(inputs))]
         k_bits = [e for e in range(test.multiplier.bit_length()) if test.multiplier >> e & 1]
         columns: list[Pair] = []
@@ -412,7 +411,7 @@ class ComputeParty:
             for src, v in zip(lane_rows, plains, strict=True):
                 lanes_to_values_range(src, v, lo, hi)
 
-        run_split(self.workers, lanes, to_values, words=2 * padded)
+        run_split(g.workers, lanes, to_values, words=2 * padded)
         values = [v[:n][hit] for v in plains]
         plain = yield from g.open((values[0], values[1]))
         common = (plain & np.uint64((1 << cw) - 1)).astype(np.int64)

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from party.mpc.compute import ComputeParty, batch_bytes_per_set, batch_sets_for
+from party.mpc.compute import BATCH_BYTES, ComputeParty, batch_bytes_per_set, batch_sets_for
 from party.mpc.driver import drive, run_keys
 from party.mpc.errors import MpcError
 from party.mpc.flight import (
@@ -21,6 +21,7 @@ from party.mpc.flight import (
     windows,
 )
 from party.mpc.gates import Round
+from party.protocol.errors import MemoryBudgetError
 from tests.unit.mpc.test_parallel_gates import _inputs
 
 
@@ -111,13 +112,19 @@ def test_windows_cut_consecutive_batches(count, size) -> None:
     assert all(len(w) == size for w in got[:-1]) and all(0 < len(w) <= size for w in got)
 
 
-def test_batches_of_a_window_fit_the_batch_memory() -> None:
-    from party.mpc.compute import BATCH_BYTES
-
-    for parties, bits in ((2, 1024), (3, 1026), (5, 2048), (2, 64)):
-        sets = batch_sets_for(parties, bits)
-        assert sets % 64 == 0 and sets >= 64
-        assert BATCHES_IN_FLIGHT * sets * batch_bytes_per_set(parties, bits) <= BATCH_BYTES
+def test_the_batches_in_flight_count_against_the_budget() -> None:
+    """The budget check counts a whole window of batches (each padded to 64 sets)."""
+    params, shares = _inputs(3, 43)
+    sets = batch_sets_for(3, params.filter_bits)
+    assert sets % 64 == 0 and sets * batch_bytes_per_set(3, params.filter_bits) <= BATCH_BYTES
+    cp = ComputeParty(0, params, run_keys()[0], batch_sets=128)
+    per_set = batch_bytes_per_set(3, params.filter_bits)
+    for total, window in ((0, 0), (1, 64), (128, 128), (129, 192), (511, 512), (5000, 512)):
+        cp.budget = 1000 + window * per_set
+        cp._check_budget(1000, total)  # fits exactly
+        cp.budget -= 1
+        with pytest.raises(MemoryBudgetError, match="the batches in flight need"):
+            cp._check_budget(1000, total)
 
 
 def _parties(params, shares, keys, factory=None):  # type: ignore[no-untyped-def]
