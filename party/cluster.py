@@ -18,7 +18,8 @@ memo tables of its lane (``party.encoding.first_sight``):
   ``party.protocol``).
 
 The comparison goes to the same cluster (``party.cluster_tasks``: the pairs of parties of
-target any, ``party.cluster_pairs``; the fast blocks of target all, ``party.cluster_blocks``).
+target any, ``party.cluster_pairs``; the fast blocks of target all, ``party.cluster_blocks``), and
+so does a compute party's mpc3 circuit (``party.cluster_mpc``: a window's batches on the workers).
 
 What goes to a worker: the linkage schema, the linkage secret (each worker builds the same
 encoder) and batches of the party's own CSV; what comes back: filters and blocking digests (for

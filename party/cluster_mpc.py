@@ -36,6 +36,7 @@ from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
 from party.mpc.flight import BatchJob, LocalCircuits, Step
+from party.mpc.gates import Round
 from party.mpc.inputs import InputShare, input_shares
 from party.mpc.keys import ComputeKeys
 from party.protocol.params import ProtocolParameters
@@ -135,14 +136,11 @@ class ClusterCircuits(ClusterTasks):
             arrays = _share_arrays(share)
             mapped = self._write(f"share-{share.source}", 0, arrays)
             shares.append((share.source, arrays if mapped is None else mapped))
-        if any(not isinstance(s, Mapped) for _, s in shares):  # no folder, or no room
-            for share in inputs:  # every worker's actor reads every share
-                self.sent_bytes += len(self.workers) * sum(
-                    int(x.nbytes) for x in _share_arrays(share).values()
-                )
-            shares = [  # one future per share (a dict's keys would name its arrays' futures)
-                (src, s if isinstance(s, Mapped) else self._scatter([s])[0]) for src, s in shares
-            ]
+        for k, (source, s) in enumerate(shares):
+            if not isinstance(s, Mapped):  # no folder, or no room: to every worker's actor
+                self.sent_bytes += len(self.workers) * sum(int(x.nbytes) for x in s.values())
+                # one future for the share (a dict's keys would name its arrays' futures)
+                shares[k] = (source, self._scatter([s])[0])
         gate = (self.folder, self.slots) if self.slots is not None else None
         futures = []
         for worker in self.workers:
@@ -184,7 +182,7 @@ class ClusterCircuits(ClusterTasks):
         self.calls += len(calls)
         steps = [self._wait(what, worker, future) for what, worker, future in calls]
         for batch, step in zip(batches, steps, strict=True):
-            if not hasattr(step, "payload"):  # a BatchResult: the batch has ended
+            if not isinstance(step, Round):  # a BatchResult: the batch has ended
                 self._where.pop(batch, None)
         return steps
 
@@ -197,14 +195,26 @@ class ClusterCircuits(ClusterTasks):
             try:
                 return future.result(timeout=POLL_S)
             except TimeoutError:
+                self._check_alive(what, worker)
                 continue
             except Exception as exc:  # noqa: BLE001 (the worker's error: its type only)
                 if type(exc).__name__ == "TimeoutError":  # Dask's own
+                    self._check_alive(what, worker)
                     continue
                 raise ClusterError(
                     f"cluster: {what} of the circuit failed on worker {worker} "
                     f"({type(exc).__name__})"
                 ) from None
+
+    def _check_alive(self, what: str, worker: str) -> None:
+        """ClusterError if ``worker`` has left the cluster: its actor, and the state of its
+        batches between their rounds, went with it (a batch cannot start again: its earlier
+        rounds were sent)."""
+        if worker not in self.client.scheduler_info()["workers"]:
+            raise ClusterError(
+                f"cluster: {what} of the circuit was lost with worker {worker} (it left the "
+                "cluster)"
+            )
 
     def close(self) -> None:
         self._where.clear()

@@ -3,7 +3,8 @@
 Replicated boolean sharing (Araki, Furukawa, Lindell, Nof, Ohara, CCS 2016; the binary part of
 ABY3), bit-sliced over candidate sets. Modules: ``inputs`` (what data parties share), ``keys``
 (per-run PRF keys, zero shares), ``threshold`` (the exact integer Dice test), ``candidates``
-(candidate sets), ``gates`` (AND/open rounds, adder trees), ``compute`` (the compute party),
+(candidate sets), ``gates`` (AND/open rounds, adder trees), ``flight`` (batches whose rounds
+interleave, and where they run), ``compute`` (the compute party),
 ``driver`` (all parties in one process), ``pairs`` (target "any": the pairwise circuit). No grpc, no proto, no files.
 
 Changes to the API contract of /work/briefs/mpc-core.md (also in /work/briefs/mpc-contract-changes.md):

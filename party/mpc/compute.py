@@ -12,8 +12,11 @@ Driving it (the transport is the driver's business):
             the same (rnd.batch, rnd.number)
     except StopIteration as stop: outcome = stop.value    # MpcOutcome
 
-The circuit per batch of candidate sets (``party.mpc.candidates``; batch b holds sets
-[b * batch_sets, (b + 1) * batch_sets), padded with all-zero sets to a multiple of 64):
+The batches' rounds interleave in windows of ``BATCHES_IN_FLIGHT`` batches (``party.mpc.flight``),
+evaluated in this process (``LocalCircuits``) or where ``circuits`` says (``party.cluster_mpc``:
+the party's Dask workers). The circuit per batch of candidate sets (``party.mpc.candidates``;
+batch b holds sets [b * batch_sets, (b + 1) * batch_sets), padded with all-zero sets to a
+multiple of 64):
 
 1. P-way AND of the filters, results word-major: (words, n) per share, word m of set r at [m, r]
    (each word holds 64 filter bits of one set). Layer by layer the operands are paired in order
@@ -100,7 +103,8 @@ def batch_bytes_per_set(parties: int, filter_bits: int) -> int:
 @dataclass(frozen=True)
 class MpcStats:
     """What one compute party did: sets, batches, rounds, AND gates (lanes), bytes, seconds
-    (``gate_seconds``: of those, computing the circuit's layers, not waiting for rounds)."""
+    (``gate_seconds``: computing the circuit's layers, not waiting for rounds, summed over the
+    batches: more than ``seconds`` can hold when a window's batches ran side by side)."""
 
     candidate_sets: int
     batches: int
@@ -125,7 +129,7 @@ class ComputeParty:
 
     ``batch_sets`` overrides the batch size (a positive multiple of 64; all three CPs must use the
     same value); ``memory_budget_bytes`` (default: the parameters') bounds the candidate list and a
-    batch's working memory; ``workers`` threads share every layer of the circuit (the node's
+    window of batches' working memory; ``workers`` threads share every layer of the circuit (the node's
     ``[limits] workers``): the same payloads and outcome as one thread. ``circuits(party,
     inputs)`` makes what evaluates the batches of a window (``party.mpc.flight``; default
     ``LocalCircuits``: this process), the same payloads and outcome wherever they run.

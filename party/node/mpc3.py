@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from party.cluster import ClusterError
 from party.node import mpc_wire
 from party.node.errors import AlreadyExists, Forbidden, Malformed, RunAborted, RunFailed
 from proto import common_pb2, party_pb2
@@ -279,6 +278,7 @@ async def _compute(
     enter: Callable[[Any], None],
 ) -> Any:
     """Keys, then the circuit with the other two compute parties; returns the MpcOutcome."""
+    from party.cluster import ClusterError
     from party.encoding.parallel import resolve_workers
     from party.mpc.keys import ComputeKeys, key_recipient, new_key
     from party.mpc.pairs import compute_party_class

@@ -3,6 +3,7 @@ payloads and outcome as the node's threads, errors without data, nothing left be
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from typing import Any
@@ -213,3 +214,23 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:  # type: i
         circuits_on_cluster(cfg, None, None, None, connect_timeout=2),
     ):
         pass
+
+
+@pytest.mark.slow
+def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
+    """A worker killed between two rounds: its batches' state went with it (they cannot start
+    again, their earlier rounds were sent), so the next step is a ClusterError naming it."""
+    import os
+
+    from party.cluster import dask_client
+
+    with dask_client(ClusterConfig("local"), 2) as own:
+        remote, first = _started(own)
+        lost = remote._where[0][0]
+        with contextlib.suppress(Exception):  # the worker dies before it answers
+            own.run(os._exit, 1, workers=[lost])
+        t0 = time.monotonic()
+        with pytest.raises(ClusterError, match=f"(failed on|lost with) worker {lost}"):
+            remote.step([(r.batch, r.payload) for r in first if isinstance(r, Round)])
+        assert time.monotonic() - t0 < 60
+        remote.close()
