@@ -284,18 +284,34 @@ def test_any_oracle_imports_only_types_and_validation() -> None:
     assert modules <= ORACLE_MAY_IMPORT, sorted(modules - ORACLE_MAY_IMPORT)
 
 
+@pytest.mark.parametrize("ascending", [False, True])  # True: rows in key order (mpc3's shares)
 @pytest.mark.parametrize("cap", [None, 1, 2, 3, 5])
-def test_pair_candidates_follow_the_sub_blocking_rule_of_the_set_oracle(cap: int | None) -> None:
-    """Two-party blocks are sub-blocked like sets: the set oracle with P = 2 gives the same pairs."""
+def test_pair_candidates_follow_the_sub_blocking_rule_of_the_set_oracle(
+    cap: int | None, ascending: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two-party blocks are sub-blocked like sets: the set oracle with P = 2 gives the same pairs,
+    ordered by keys (with keys ascending in row order, by one sort of packed rows)."""
+    import party.protocol.pairwise as pairwise
     from party.protocol.oracle import oracle_candidates
     from party.protocol.pairwise import pair_candidates
     from party.protocol.segments import new_pseudonyms
 
+    seen: list[bool] = []
+    original = pairwise._ascending
+
+    def spy(k: np.ndarray) -> bool:
+        seen.append(original(k))
+        return seen[-1]
+
+    monkeypatch.setattr(pairwise, "_ascending", spy)
     tables = subset_tables(11, 3, 60, 0.05)
     for a, b in [(0, 1), (0, 2), (1, 2)]:
         ta, tb = tables[a], tables[b]
         keys = [new_pseudonyms(len(ta.record_ids)), new_pseudonyms(len(tb.record_ids))]
+        if ascending:
+            keys = [np.sort(k) for k in keys]
         got = pair_candidates(ta.block_digests, tb.block_digests, keys[0], keys[1], cap)
+        assert seen[-1] == ascending
         two = params(2, filter_bits=ta.filter_bits, max_block_size=cap, target="all")
         want, _ = oracle_candidates([ta, tb], two, keys)
         assert {tuple(r) for r in got.tolist()} == {tuple(r) for r in want.tolist()}
