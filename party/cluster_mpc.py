@@ -4,8 +4,9 @@ A compute party whose node has a ``[cluster]`` table evaluates the batches of ea
 (``party.mpc.flight``: ``BATCHES_IN_FLIGHT`` batches whose rounds interleave) on its Dask workers.
 Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
 method calls go to it directly rather than through the scheduler (a round costs one call per
-batch). Batch k of a window goes to actor k mod W (workers in address order), and all of a
-window's batches step at once: the node sends every batch its incoming round payload and takes
+batch). Batch k of a window goes to actor k mod W (workers in address order; W at most
+``BATCHES_IN_FLIGHT``: more workers would have nothing to do), and all of a window's batches
+step at once: the node sends every batch its incoming round payload and takes
 back its next round (or, at its end, its match bits and opened c and x). The payloads and the
 outcome are those of ``LocalCircuits`` on the node's threads.
 
@@ -35,7 +36,7 @@ from party.cluster_tasks import POLL_S, ClusterTasks, Mapped, core_slot
 from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
-from party.mpc.flight import BatchJob, LocalCircuits, Step
+from party.mpc.flight import BATCHES_IN_FLIGHT, BatchJob, LocalCircuits, Step
 from party.mpc.gates import Round
 from party.mpc.inputs import InputShare, input_shares
 from party.mpc.keys import ComputeKeys
@@ -131,6 +132,9 @@ class ClusterCircuits(ClusterTasks):
     def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
         if self._actors:
             raise ClusterError("cluster: the circuit's workers were started already")
+        # a window's batches use at most BATCHES_IN_FLIGHT workers: actors (and shares) go
+        # only to those
+        hosts = self.workers[:BATCHES_IN_FLIGHT]
         shares: list[tuple[int, Any]] = []
         for share in inputs:
             arrays = _share_arrays(share)
@@ -138,12 +142,12 @@ class ClusterCircuits(ClusterTasks):
             shares.append((share.source, arrays if mapped is None else mapped))
         for k, (source, s) in enumerate(shares):
             if not isinstance(s, Mapped):  # no folder, or no room: to every worker's actor
-                self.sent_bytes += len(self.workers) * sum(int(x.nbytes) for x in s.values())
+                self.sent_bytes += len(hosts) * sum(int(x.nbytes) for x in s.values())
                 # one future for the share (a dict's keys would name its arrays' futures)
-                shares[k] = (source, self._scatter([s])[0])
+                shares[k] = (source, self._scatter([s], hosts)[0])
         gate = (self.folder, self.slots) if self.slots is not None else None
         futures = []
-        for worker in self.workers:
+        for worker in hosts:
             future = self.client.submit(
                 CircuitWorker,
                 party.index,

@@ -245,11 +245,8 @@ class ClusterTasks:
             self._reserved -= nbytes
 
     def _scatter(self, data: Any, workers: list[str] | None = None) -> Any:
-        """``data`` on the given workers (None: every worker), as a future."""
-        if workers is None:
-            future = self.client.scatter(data, broadcast=True, hash=False)
-        else:
-            future = self.client.scatter(data, workers=workers, hash=False)
+        """``data`` on each of the given workers (None: every worker), as a future."""
+        future = self.client.scatter(data, workers=workers, broadcast=True, hash=False)
         self._futures.append(future)
         return future
 

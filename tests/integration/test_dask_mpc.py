@@ -234,3 +234,33 @@ def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
             remote.step([(r.batch, r.payload) for r in first if isinstance(r, Round)])
         assert time.monotonic() - t0 < 60
         remote.close()
+
+
+def test_actors_and_shares_go_to_no_more_workers_than_batches_in_flight(  # type: ignore[no-untyped-def]
+    client, monkeypatch
+) -> None:
+    """With one batch in flight per window's worker budget (two workers), one actor on the first
+    worker holds every batch, the shares go to it alone, and the run is the same."""
+    import party.cluster_mpc as cluster_mpc
+
+    monkeypatch.setattr(cluster_mpc, "BATCHES_IN_FLIGHT", 1)
+    params, shares = _any_inputs()
+    keys = run_keys()
+    want = _run(params, shares, keys)
+    seen: dict[str, Any] = {}
+
+    class Watched(ClusterCircuits):
+        def start(self, jobs):  # type: ignore[no-untyped-def]
+            seen.setdefault("actors", [w for w, _ in self._actors])
+            seen.setdefault("holders", set().union(*client.who_has(self._futures[:3]).values()))
+            return super().start(jobs)
+
+    with Watched(client) as remote:
+        got = _run(params, shares, keys, remote)
+    _same(want, got)
+    first = sorted(client.scheduler_info()["workers"])[0]
+    assert seen["actors"] == [first] and seen["holders"] == {first}
+    assert remote.sent_bytes == sum(
+        int(x.nbytes) for s in shares if s.target == 0 for x in (*s.filters, *s.counts)
+    )
+    assert _no_actors(client) and workers_emptied(client)
