@@ -120,7 +120,7 @@ class CircuitWorker:
 class ClusterCircuits(ClusterTasks):
     """A compute party's ``Circuits`` on its Dask workers (module docstring). Calling it with
     the compute party and its inputs (the ``CircuitsFactory`` of ``ComputeParty``) sends the
-    shares and starts one actor per worker."""
+    shares and starts one actor on each worker it uses."""
 
     def __init__(self, *args: Any, cancel: threading.Event | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -141,7 +141,7 @@ class ClusterCircuits(ClusterTasks):
             mapped = self._write(f"share-{share.source}", 0, arrays)
             shares.append((share.source, arrays if mapped is None else mapped))
         for k, (source, s) in enumerate(shares):
-            if not isinstance(s, Mapped):  # no folder, or no room: to every worker's actor
+            if not isinstance(s, Mapped):  # no folder, or no room: to each host's actor
                 self.sent_bytes += len(hosts) * sum(int(x.nbytes) for x in s.values())
                 # one future for the share (a dict's keys would name its arrays' futures)
                 shares[k] = (source, self._scatter([s], hosts)[0])
