@@ -212,8 +212,8 @@ class ClusterCircuits(ClusterTasks):
 
     def _check_alive(self, what: str, worker: str) -> None:
         """ClusterError if ``worker`` has left the cluster: its actor, and the state of its
-        batches between their rounds, went with it (a batch cannot start again: its earlier
-        rounds were sent)."""
+        batches between their rounds, went with it (not rebuilt: their earlier rounds were
+        sent)."""
         if worker not in self.client.scheduler_info()["workers"]:
             raise ClusterError(
                 f"cluster: {what} of the circuit was lost with worker {worker} (it left the "

@@ -218,8 +218,8 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:  # type: i
 
 @pytest.mark.slow
 def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
-    """A worker killed between two rounds: its batches' state went with it (they cannot start
-    again, their earlier rounds were sent), so the next step is a ClusterError naming it."""
+    """A worker killed between two rounds: its batches' state went with it (not rebuilt: their
+    earlier rounds were sent), so the next step is a ClusterError naming it, not a hang."""
     import os
 
     from party.cluster import dask_client
