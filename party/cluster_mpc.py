@@ -4,7 +4,7 @@ A compute party whose node has a ``[cluster]`` table evaluates the batches of ea
 (``party.mpc.flight``: ``BATCHES_IN_FLIGHT`` batches whose rounds interleave) on its Dask workers.
 Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
 method calls go to it directly rather than through the scheduler (a round costs one call per
-batch). Batch k of a window goes to actor k mod W (workers in address order; W at most
+batch). Batch k of window w goes to actor (w + k) mod W (workers in address order; W at most
 ``BATCHES_IN_FLIGHT``: more workers would have nothing to do), and all of a window's batches
 step at once: the node sends every batch its incoming round payload and takes
 back its next round (or, at its end, its match bits and opened c and x). The payloads and the
@@ -128,6 +128,7 @@ class ClusterCircuits(ClusterTasks):
         self._actors: list[tuple[str, Any]] = []  # (worker, actor) in address order
         self._where: dict[int, tuple[str, Any]] = {}  # batch -> its worker and actor
         self.calls = 0
+        self.windows = 0
 
     def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
         if self._actors:
@@ -169,8 +170,10 @@ class ClusterCircuits(ClusterTasks):
 
     def start(self, jobs: Sequence[BatchJob]) -> list[Step]:
         calls = []
+        turn = self.windows  # window w starts at actor w: a smaller last batch of a pair of
+        self.windows += 1  # parties (at one place in every window) lands on each in turn
         for k, job in enumerate(jobs):
-            worker, actor = self._actors[k % len(self._actors)]
+            worker, actor = self._actors[(turn + k) % len(self._actors)]
             self._where[job.batch] = (worker, actor)
             calls.append((f"batch {job.batch}", worker, actor.start(job)))
         return self._results(calls, [job.batch for job in jobs])
