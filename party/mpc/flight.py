@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 
 from party.mpc.errors import MpcError
-from party.mpc.gates import Gates, Round
+from party.mpc.gates import Gates, Round, checked_reply
 
 if TYPE_CHECKING:
     from party.mpc.inputs import InputShare
@@ -195,19 +195,6 @@ def run_window(
             return [results[b] for b in batches]
         replies = []
         for batch, rnd in running:
-            replies.append((batch, _checked(rnd, (yield rnd))))
+            reply = checked_reply(rnd, (yield rnd))  # refused at once, not at the next step
+            replies.append((batch, reply if isinstance(reply, bytes) else bytes(reply)))
         current = dict(zip([b for b, _ in replies], circuits.step(replies), strict=True))
-
-
-def _checked(rnd: Round, incoming: Any) -> bytes:
-    """The reply to ``rnd``: bytes of the same length (as soon as it arrives, not when its
-    window's next step starts)."""
-    if not isinstance(incoming, bytes | bytearray | memoryview) or len(incoming) != len(
-        rnd.payload
-    ):
-        got = len(incoming) if isinstance(incoming, bytes | bytearray | memoryview) else None
-        raise MpcError(
-            f"round {rnd.number} of batch {rnd.batch}: expected a payload of "
-            f"{len(rnd.payload)} bytes, got {got}"
-        )
-    return incoming if isinstance(incoming, bytes) else bytes(incoming)

@@ -57,6 +57,20 @@ class Round:
 Steps = Generator[Round, bytes, Pair]
 
 
+def checked_reply(rnd: Round, incoming: object) -> bytes | bytearray | memoryview:
+    """The reply to ``rnd``: bytes of the same length (the other side's payload of the round),
+    else MpcError."""
+    if not isinstance(incoming, bytes | bytearray | memoryview) or len(incoming) != len(
+        rnd.payload
+    ):
+        got = len(incoming) if isinstance(incoming, bytes | bytearray | memoryview) else None
+        raise MpcError(
+            f"round {rnd.number} of batch {rnd.batch}: expected a payload of "
+            f"{len(rnd.payload)} bytes, got {got}"
+        )
+    return incoming
+
+
 class Gates:
     """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes.
 
@@ -86,14 +100,9 @@ class Gates:
         """Send ``payload`` (C-contiguous uint64), receive the same shape from the other side."""
         data = payload.tobytes()
         self.busy_seconds += time.perf_counter() - self._resumed
-        incoming = yield Round(self.batch, self.number, data)
+        rnd = Round(self.batch, self.number, data)
+        incoming = checked_reply(rnd, (yield rnd))
         self._resumed = time.perf_counter()
-        if not isinstance(incoming, bytes | bytearray | memoryview) or len(incoming) != len(data):
-            got = len(incoming) if isinstance(incoming, bytes | bytearray | memoryview) else None
-            raise MpcError(
-                f"round {self.number} of batch {self.batch}: expected a payload of {len(data)} "
-                f"bytes, got {got}"
-            )
         self.number += 1
         self.rounds += 1
         self.bytes_sent += len(data)
