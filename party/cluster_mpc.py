@@ -38,7 +38,7 @@ from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
 from party.mpc.flight import BATCHES_IN_FLIGHT, BatchJob, LocalCircuits, Step
 from party.mpc.gates import Round
-from party.mpc.inputs import InputShare, input_shares
+from party.mpc.inputs import InputShare
 from party.mpc.keys import ComputeKeys
 from party.protocol.params import ProtocolParameters
 from party.protocol.spill import MemoryGauge
@@ -175,15 +175,27 @@ class ClusterCircuits(ClusterTasks):
         for k, job in enumerate(jobs):
             worker, actor = self._actors[(turn + k) % len(self._actors)]
             self._where[job.batch] = (worker, actor)
-            calls.append((f"batch {job.batch}", worker, actor.start(job)))
+            what = f"batch {job.batch}"
+            calls.append((what, worker, self._call(what, worker, actor, "start", job)))
         return self._results(calls, [job.batch for job in jobs])
 
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
         calls = []
         for batch, payload in replies:
             worker, actor = self._where[batch]
-            calls.append((f"batch {batch}", worker, actor.advance(batch, payload)))
+            what = f"batch {batch}"
+            calls.append((what, worker, self._call(what, worker, actor, "advance", batch, payload)))
         return self._results(calls, [batch for batch, _ in replies])
+
+    def _call(self, what: str, worker: str, actor: Any, method: str, *args: Any) -> Any:
+        """The future of ``actor.method(*args)``; a ClusterError when the actor is known to be
+        gone (its worker lost) before the call is made."""
+        try:
+            return getattr(actor, method)(*args)
+        except Exception as exc:  # noqa: BLE001 (Dask's error: its type only)
+            raise ClusterError(
+                f"cluster: {what} of the circuit failed on worker {worker} ({type(exc).__name__})"
+            ) from None
 
     def _results(self, calls: list[tuple[str, str, Any]], batches: list[int]) -> list[Step]:
         self.calls += len(calls)
@@ -268,17 +280,13 @@ def warm_up() -> None:
     from party.encoding.records import EncodedRecords
     from party.mpc.driver import drive, run_keys
     from party.mpc.flight import Circuits
-    from party.mpc.pairs import PairComputeParty
-    from party.protocol.pair_engine import PairEngine
+    from party.mpc.pairs import PairComputeParty, pair_input_shares
 
     n, bits = 8, 128
     rng = np.random.default_rng(0)
     filters = rng.integers(0, 2**63, size=(n, bits // 64), dtype=np.uint64)
     table = EncodedRecords(tuple(map(str, range(n))), filters, bits, np.ones((n, 1), np.uint64))
     params = ProtocolParameters(("a", "b", "c"), bits, 0.5, 0.0, mode="mpc3", target="any")
-    engines = [PairEngine(i, params, table) for i in range(3)]
-    for e in engines:
-        e.set_common_blocks(engines[0].common_of([x.block_digests() for x in engines]))
 
     def read_only(party: Any, inputs: list[InputShare]) -> Circuits:
         shares = [
@@ -290,10 +298,8 @@ def warm_up() -> None:
         return LocalCircuits(party, shares)
 
     cps = [PairComputeParty(i, params, k, circuits=read_only) for i, k in enumerate(run_keys())]
-    for e in engines:
-        for share in input_shares(e):
-            cps[share.target].receive_input(share)
-        e.close()
+    for share in pair_input_shares([table] * 3, params):
+        cps[share.target].receive_input(share)
     drive([cp.run() for cp in cps])
 
 

@@ -529,9 +529,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
     from party.encoding.parallel import scratch_folder
     from party.mpc.driver import drive, run_keys
     from party.mpc.flight import LocalCircuits, Step
-    from party.mpc.inputs import input_shares
-    from party.mpc.pairs import PairComputeParty
-    from party.protocol.pair_engine import PairEngine
+    from party.mpc.pairs import PairComputeParty, pair_input_shares
 
     class Timed(LocalCircuits):
         """LocalCircuits that add up the thread CPU of their batches' steps."""
@@ -557,13 +555,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="bench-scaling-") as d:
         tables = [encode(p, 2)[0] for p in make_data(Path(d), args.records)]
     prm = dataclasses.replace(params("any", args.budget_mib), mode="mpc3", segment_threshold=0.0)
-    engines = [PairEngine(i, prm, t) for i, t in enumerate(tables)]
-    shared = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(shared)
-    shares = [s for e in engines for s in input_shares(e)]
-    for e in engines:
-        e.close()
+    shares = pair_input_shares(tables, prm)
     keys = run_keys()
 
     def circuit(factory: Any) -> tuple[Any, float, float]:

@@ -35,6 +35,7 @@ from party.mpc.driver import compute_in_process, run_keys
 from party.mpc.errors import MpcError
 from party.mpc.flight import BatchJob, BatchResult
 from party.mpc.gates import Round
+from party.mpc.inputs import InputShare, input_shares
 from party.mpc.keys import ComputeKeys
 from party.protocol.any_driver import AnyRun, AnyRunStats, group_rows
 from party.protocol.classify import dice
@@ -223,6 +224,22 @@ class PairComputeParty(ComputeParty):
         )
 
 
+def pair_input_shares(
+    tables: Sequence[EncodedTable], params: ProtocolParameters
+) -> list[InputShare]:
+    """Every data party's three input shares for target any, made in process (each table's
+    ``PairEngine``, blocks at two or more parties): for benchmarks, tests and warm-ups."""
+    engines = [PairEngine(i, params, t) for i, t in enumerate(tables)]
+    try:
+        shared = engines[0].common_of([e.block_digests() for e in engines])
+        for e in engines:
+            e.set_common_blocks(shared)
+        return [share for e in engines for share in input_shares(e)]
+    finally:
+        for e in engines:
+            e.close()
+
+
 def compute_party_class(params: ProtocolParameters) -> type[ComputeParty]:
     """The compute party of a run: P-way sets (target "all") or pairs (target "any")."""
     return PairComputeParty if params.target == "any" else ComputeParty
@@ -306,5 +323,6 @@ __all__ = [
     "PairComputeParty",
     "PairOutcome",
     "compute_party_class",
+    "pair_input_shares",
     "run_mpc3_any_in_process",
 ]

@@ -20,10 +20,9 @@ from party.mpc.driver import drive, run_keys
 from party.mpc.errors import MpcCancelled
 from party.mpc.flight import BatchJob, BatchResult
 from party.mpc.gates import Round
-from party.mpc.inputs import input_shares
-from party.mpc.pairs import PairComputeParty
-from party.protocol.pair_engine import PairEngine
+from party.mpc.pairs import PairComputeParty, pair_input_shares
 from tests.integration.dask_support import INPUTS, inputs_case, workers_emptied
+from tests.unit.mpc.helpers import recorded
 from tests.unit.mpc.test_mpc3_any import any_params
 from tests.unit.mpc.test_parallel_gates import _inputs
 from tests.unit.protocol.test_any_target import subset_tables
@@ -33,14 +32,7 @@ def _any_inputs() -> tuple[Any, list[Any]]:
     """Target any (the default): three data parties' input shares of the pair circuit."""
     tables = subset_tables(5, 3, 60, 0.05)
     params = any_params(3, tables[0].filter_bits, 0.75)
-    engines = [PairEngine(i, params, t) for i, t in enumerate(tables)]
-    shared = engines[0].common_of([e.block_digests() for e in engines])
-    for e in engines:
-        e.set_common_blocks(shared)
-    shares = [s for e in engines for s in input_shares(e)]
-    for e in engines:
-        e.close()
-    return params, shares
+    return params, pair_input_shares(tables, params)
 
 
 def _run(params: Any, shares: list[Any], keys: list[Any], circuits: Any = None) -> Any:
@@ -53,18 +45,7 @@ def _run(params: Any, shares: list[Any], keys: list[Any], circuits: Any = None) 
     for s in shares:
         cps[s.target].receive_input(s)
     sent: list[list[tuple[int, int, bytes]]] = [[], [], []]
-
-    def recording(i: int, gen: Any) -> Any:
-        incoming = None
-        while True:
-            try:
-                rnd: Round = gen.send(incoming)
-            except StopIteration as stop:
-                return stop.value
-            sent[i].append((rnd.batch, rnd.number, rnd.payload))
-            incoming = yield rnd
-
-    return drive([recording(i, cp.run()) for i, cp in enumerate(cps)]), sent
+    return drive([recorded(cp.run(), sent[i]) for i, cp in enumerate(cps)]), sent
 
 
 def _same(want: Any, got: Any) -> None:

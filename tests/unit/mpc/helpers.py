@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
+from typing import Any
 
 import numpy as np
 
@@ -46,3 +47,17 @@ def bits_from_words(words: np.ndarray) -> np.ndarray:
     """Inverse of words_from_bits."""
     w = np.ascontiguousarray(words.astype("<u8"))
     return np.unpackbits(w.view(np.uint8), axis=-1, bitorder="little")
+
+
+def recorded(
+    gen: Generator[Round, bytes, Any], sent: list[tuple[int, int, bytes]]
+) -> Generator[Round, bytes, Any]:
+    """Pass a compute party's rounds through, keeping each one's (batch, number, payload)."""
+    incoming = None
+    while True:
+        try:
+            rnd: Round = gen.send(incoming)  # type: ignore[arg-type]
+        except StopIteration as stop:
+            return stop.value
+        sent.append((rnd.batch, rnd.number, rnd.payload))
+        incoming = yield rnd

@@ -22,6 +22,7 @@ from party.mpc.flight import (
 )
 from party.mpc.gates import Round
 from party.protocol.errors import MemoryBudgetError
+from tests.unit.mpc.helpers import recorded
 from tests.unit.mpc.test_parallel_gates import _inputs
 
 
@@ -139,20 +140,9 @@ def test_rounds_of_a_run_follow_the_windows() -> None:
     and its outcome equals the one of circuits stepped by a factory of LocalCircuits."""
     params, shares = _inputs(3, 43)
     keys = run_keys()
-    sent: list[list[tuple[int, int]]] = [[], [], []]
-
-    def recording(i, gen):  # type: ignore[no-untyped-def]
-        incoming = None
-        while True:
-            try:
-                rnd = gen.send(incoming)
-            except StopIteration as stop:
-                return stop.value
-            sent[i].append((rnd.batch, rnd.number))
-            incoming = yield rnd
-
+    sent: list[list[tuple[int, int, bytes]]] = [[], [], []]
     cps = _parties(params, shares, keys)
-    outcomes = drive([recording(i, cp.run()) for i, cp in enumerate(cps)])
+    outcomes = drive([recorded(cp.run(), sent[i]) for i, cp in enumerate(cps)])
     batches = outcomes[0].stats.batches
     rounds = outcomes[0].stats.rounds // batches
     assert batches > BATCHES_IN_FLIGHT and batches % BATCHES_IN_FLIGHT  # a short last window
@@ -162,7 +152,7 @@ def test_rounds_of_a_run_follow_the_windows() -> None:
         for r in range(rounds)
         for b in range(lo, min(lo + BATCHES_IN_FLIGHT, batches))
     ]
-    assert sent == [want, want, want]
+    assert [[(b, r) for b, r, _ in cp] for cp in sent] == [want, want, want]
     made: list[LocalCircuits] = []
 
     def factory(party, inputs):  # type: ignore[no-untyped-def]

@@ -11,11 +11,11 @@ from party.mpc.candidates import candidate_sets
 from party.mpc.compute import ComputeParty
 from party.mpc.driver import drive, run_keys
 from party.mpc.errors import MpcError
-from party.mpc.gates import Round
 from party.mpc.inputs import input_shares
 from party.mpc.keys import ZeroShares, keystream
 from party.protocol.blocks import common_blocks
 from party.protocol.engine import PartyEngine
+from tests.unit.mpc.helpers import recorded
 from tests.unit.mpc.test_mpc3_oracle import check_equal, mpc_params
 from tests.unit.protocol.helpers import linked_tables
 
@@ -88,17 +88,7 @@ def _run(params, shares, keys, workers: int):
         cps[s.target].receive_input(s)
     sent: list[list[tuple[int, int, bytes]]] = [[], [], []]
 
-    def recording(i: int, gen):  # type: ignore[no-untyped-def]
-        incoming = None
-        while True:
-            try:
-                rnd: Round = gen.send(incoming)
-            except StopIteration as stop:
-                return stop.value
-            sent[i].append((rnd.batch, rnd.number, rnd.payload))
-            incoming = yield rnd
-
-    outcomes = drive([recording(i, cp.run()) for i, cp in enumerate(cps)])
+    outcomes = drive([recorded(cp.run(), sent[i]) for i, cp in enumerate(cps)])
     return outcomes, sent
 
 
