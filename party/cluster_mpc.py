@@ -113,9 +113,6 @@ class CircuitWorker:
         with self._held():
             return self._local.advance(batch, payload)
 
-    def close(self) -> None:
-        self._local.close()
-
 
 class ClusterCircuits(ClusterTasks):
     """A compute party's ``Circuits`` on its Dask workers (module docstring). Calling it with
