@@ -4,10 +4,10 @@ A compute party whose node has a ``[cluster]`` table evaluates the batches of ea
 (``party.mpc.flight``: ``BATCHES_IN_FLIGHT`` batches whose rounds interleave) on its Dask workers.
 Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
 method calls go to it directly rather than through the scheduler (a round costs one call per
-batch). Batch k of window w goes to actor (w + k) mod W (workers in address order; W at most
-``BATCHES_IN_FLIGHT``: more workers would have nothing to do), and all of a window's batches
-step at once: the node sends every batch its incoming round payload and takes
-back its next round (or, at its end, its match bits and opened c and x). The payloads and the
+batch). A window's batches go to distinct actors (W at most ``BATCHES_IN_FLIGHT``: more workers
+would have nothing to do), the largest to the actor given the fewest candidate sets so far, and
+all of them step at once: the node sends every batch its incoming round payload and takes back
+its next round (or, at its end, its match bits and opened c and x). The payloads and the
 outcome are those of ``LocalCircuits`` on the node's threads.
 
 What a worker gets, once per run: the compute party's index, the run's parameters, its two PRF
@@ -72,6 +72,21 @@ def _share_of(
     )
 
 
+def place_batches(sizes: Sequence[int], given: list[int]) -> list[int]:
+    """The actor of each of a window's batches (``sizes``: their candidate sets; ``given``: the
+    sets each actor was given so far, updated here): the largest batch first, each to the actor
+    with the fewest of the window's batches, then the fewest sets given, then the first; so the
+    actors' work stays even across windows, where a pair of parties' last batch is smaller."""
+    placed = [0] * len(sizes)
+    here = [0] * len(given)  # the window's batches per actor
+    for k in sorted(range(len(sizes)), key=lambda k: (-sizes[k], k)):
+        at = min(range(len(given)), key=lambda a: (here[a], given[a], a))
+        placed[k] = at
+        here[at] += 1
+        given[at] += sizes[k]
+    return placed
+
+
 class CircuitWorker:
     """Runs on a worker (a Dask actor): the batches of a compute party's windows it holds.
 
@@ -124,8 +139,8 @@ class ClusterCircuits(ClusterTasks):
         self.cancel = cancel
         self._actors: list[tuple[str, Any]] = []  # (worker, actor) in address order
         self._where: dict[int, tuple[str, Any]] = {}  # batch -> its worker and actor
+        self._sets: list[int] = []  # candidate sets given to each actor so far
         self.calls = 0
-        self.windows = 0
 
     def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
         if self._actors:
@@ -163,14 +178,14 @@ class ClusterCircuits(ClusterTasks):
             (worker, self._wait("starting the circuit's actor", worker, future))
             for worker, future in futures
         ]
+        self._sets = [0] * len(self._actors)
         return self
 
     def start(self, jobs: Sequence[BatchJob]) -> list[Step]:
         calls = []
-        turn = self.windows  # window w starts at actor w: a smaller last batch of a pair of
-        self.windows += 1  # parties (at one place in every window) lands on each in turn
-        for k, job in enumerate(jobs):
-            worker, actor = self._actors[(turn + k) % len(self._actors)]
+        placed = place_batches([len(job.rows) for job in jobs], self._sets)
+        for job, at in zip(jobs, placed, strict=True):
+            worker, actor = self._actors[at]
             self._where[job.batch] = (worker, actor)
             what = f"batch {job.batch}"
             calls.append((what, worker, self._call(what, worker, actor, "start", job)))

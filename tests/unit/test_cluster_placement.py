@@ -1,0 +1,56 @@
+"""Where the mpc3 circuit's batches go on the party's Dask workers (``place_batches``): distinct
+actors within a window, the actors' candidate sets even across windows."""
+
+from __future__ import annotations
+
+import pytest
+
+from party.cluster_mpc import place_batches
+
+
+def test_a_first_window_of_equal_batches_goes_to_the_actors_in_order() -> None:
+    given = [0, 0, 0, 0]
+    assert place_batches([10, 10, 10, 10], given) == [0, 1, 2, 3]
+    assert given == [10, 10, 10, 10]
+
+
+def test_the_largest_batch_goes_to_the_actor_given_the_fewest_sets() -> None:
+    given = [30, 12, 30, 20]
+    assert place_batches([5, 40, 7, 6], given) == [2, 1, 3, 0]  # ties: the first actor
+    assert given == [36, 52, 35, 27]
+
+
+def test_a_pairs_smaller_last_batch_does_not_keep_landing_on_one_actor() -> None:
+    """Three pairs of parties of eight batches each, the last of each smaller (3 x 400k: 24
+    batches of up to 72,256 sets): every actor gets at most one small batch, where window w
+    starting at actor w gave actor 0 two of them."""
+    big, small = 72_256, 42_648
+    windows = [[big] * 4, [big] * 3 + [small]] * 3
+    given = [0, 0, 0, 0]
+    placed = [place_batches(sizes, given) for sizes in windows]
+    assert all(sorted(p) == [0, 1, 2, 3] for p in placed)  # one batch per actor in a window
+    smalls = [p[3] for p, sizes in zip(placed, windows, strict=True) if sizes[3] == small]
+    assert sorted(smalls) == sorted(set(smalls))
+    assert max(given) - min(given) == big - small
+    rotated = [0, 0, 0, 0]
+    for w, sizes in enumerate(windows):
+        for k, size in enumerate(sizes):
+            rotated[(w + k) % 4] += size
+    assert max(rotated) - min(rotated) == 2 * (big - small)
+
+
+@pytest.mark.parametrize("actors", [1, 2, 3])
+def test_more_batches_than_actors_share_them_evenly(actors: int) -> None:
+    given = [0] * actors
+    placed = place_batches([8, 8, 8, 8], given)
+    per_actor = [placed.count(a) for a in range(actors)]
+    assert max(per_actor) - min(per_actor) <= 1 and sum(per_actor) == 4
+    assert sum(given) == 32
+
+
+def test_a_short_last_window_goes_to_the_actors_given_the_fewest_sets() -> None:
+    given = [0, 0, 0, 0]
+    assert place_batches([9, 9, 9, 9], given) == [0, 1, 2, 3]
+    assert place_batches([9, 9, 9, 3], given) == [0, 1, 2, 3]
+    assert place_batches([5, 5], given) == [3, 0]  # 12 sets, then the first of the 18s
+    assert given == [23, 18, 18, 17]
