@@ -184,7 +184,9 @@ def dask_client(
     same three keys in their Dask configuration, docs/scaling.md), with heartbeats every
     ``EMBEDDED_HEARTBEAT_S`` seconds (``_slow_heartbeats``), with its workers forked from a
     forkserver that has Dask and the encoder loaded (``_forkserver``; Linux) and with glibc's
-    malloc keeping freed memory for their next tasks (``steady_malloc``)."""
+    malloc keeping freed memory for their next tasks (``steady_malloc``); its client calls the
+    workers (an actor's methods, results) straight, not through the scheduler as Dask's
+    default does (on the same machine they are always reachable)."""
     import dask
     from distributed import Client, LocalCluster
     from distributed.security import Security
@@ -225,7 +227,7 @@ def dask_client(
                 security=security,
                 silence_logs=logging.WARNING,
             ) as local,
-            Client(local, security=security) as client,
+            Client(local, security=security, direct_to_workers=True) as client,
         ):
             client.run(warm_up)
             client.run(steady_malloc)

@@ -4,7 +4,8 @@ A compute party whose node has a ``[cluster]`` table evaluates the batches of ea
 (``party.mpc.flight``: ``BATCHES_IN_FLIGHT`` batches whose rounds interleave) on its Dask workers.
 Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
 method calls go to it directly rather than through the scheduler (a round costs one call per
-batch). A window's batches go to distinct actors (W at most ``BATCHES_IN_FLIGHT``: more workers
+batch; on a scheduler address's cluster only with Dask's ``distributed.client.direct-to-workers``
+set, else the scheduler passes them on). A window's batches go to distinct actors (W at most ``BATCHES_IN_FLIGHT``: more workers
 would have nothing to do), the largest to the actor given the fewest candidate sets so far, and
 all of them step at once: the node sends every batch its incoming round payload and takes back
 its next round (or, at its end, its match bits and opened c and x). The payloads and the
@@ -27,7 +28,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 
@@ -36,7 +37,7 @@ from party.cluster_tasks import POLL_S, ClusterTasks, Mapped, core_slot
 from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
-from party.mpc.flight import BATCHES_IN_FLIGHT, BatchJob, LocalCircuits, Step
+from party.mpc.flight import BATCHES_IN_FLIGHT, BatchJob, BatchResult, LocalCircuits, Step
 from party.mpc.gates import Round
 from party.mpc.inputs import InputShare
 from party.mpc.keys import ComputeKeys
@@ -70,6 +71,25 @@ def _share_of(
         filters=(arrays["filters0"], arrays["filters1"]),
         counts=(arrays["counts0"], arrays["counts1"]),
     )
+
+
+#: a step as it crosses between the node and a worker: a Round as (batch, number, payload as a
+#: uint8 array), which Dask sends as a buffer of its own where a pickled Round copies its bytes
+#: into the pickle (4 MiB: 0.5 ms against 3.4 ms to serialise), or a BatchResult as it is
+Wire: TypeAlias = tuple[int, int, np.ndarray] | BatchResult
+
+
+def to_wire(step: Step) -> Wire:
+    if isinstance(step, Round):
+        return step.batch, step.number, np.frombuffer(step.payload, dtype=np.uint8)
+    return step
+
+
+def from_wire(got: Wire) -> Step:
+    if isinstance(got, tuple):
+        batch, number, payload = got
+        return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
+    return got
 
 
 def place_batches(sizes: Sequence[int], given: list[int]) -> list[int]:
@@ -120,13 +140,14 @@ class CircuitWorker:
     def _held(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext() if self._gate is None else core_slot(*self._gate)
 
-    def start(self, job: BatchJob) -> Step:
+    def start(self, job: BatchJob) -> Wire:
         with self._held():
-            return self._local.start_one(job)
+            return to_wire(self._local.start_one(job))
 
-    def advance(self, batch: int, payload: bytes) -> Step:
+    def advance(self, batch: int, payload: np.ndarray) -> Wire:
+        """The batch's next step, given the incoming payload as a uint8 array (``to_wire``)."""
         with self._held():
-            return self._local.advance(batch, payload)
+            return to_wire(self._local.advance(batch, payload.data))
 
 
 class ClusterCircuits(ClusterTasks):
@@ -196,7 +217,8 @@ class ClusterCircuits(ClusterTasks):
         for batch, payload in replies:
             worker, actor = self._where[batch]
             what = f"batch {batch}"
-            calls.append((what, worker, self._call(what, worker, actor, "advance", batch, payload)))
+            wired = np.frombuffer(payload, dtype=np.uint8)  # a buffer of its own (``Wire``)
+            calls.append((what, worker, self._call(what, worker, actor, "advance", batch, wired)))
         return self._results(calls, [batch for batch, _ in replies])
 
     def _call(self, what: str, worker: str, actor: Any, method: str, *args: Any) -> Any:
@@ -211,7 +233,7 @@ class ClusterCircuits(ClusterTasks):
 
     def _results(self, calls: list[tuple[str, str, Any]], batches: list[int]) -> list[Step]:
         self.calls += len(calls)
-        steps = [self._wait(what, worker, future) for what, worker, future in calls]
+        steps = [from_wire(self._wait(what, worker, future)) for what, worker, future in calls]
         for batch, step in zip(batches, steps, strict=True):
             if not isinstance(step, Round):  # a BatchResult: the batch has ended
                 self._where.pop(batch, None)

@@ -139,7 +139,7 @@ class LocalCircuits:
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
         return [self.advance(batch, payload) for batch, payload in replies]
 
-    def advance(self, batch: int, payload: bytes | None) -> Step:
+    def advance(self, batch: int, payload: bytes | memoryview | None) -> Step:
         """Send ``payload`` into batch ``batch``'s circuit: its next round, or its result."""
         try:
             circuit, gates = self._running[batch]

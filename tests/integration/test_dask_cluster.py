@@ -109,11 +109,17 @@ def test_embedded_workers_heartbeat_every_few_seconds() -> None:
     assert scheduler.heartbeat_interval is default
 
 
-def test_embedded_cluster_talks_tls_only() -> None:
+def test_embedded_cluster_talks_tls_only_and_straight_to_its_workers() -> None:
+    """TLS everywhere; the client's calls to an actor go to its worker, not through the
+    scheduler (Dask's default proxies them); the workers' malloc is set (``steady_malloc``)."""
+    from party.cluster import steady_malloc
+
     with dask_client(ClusterConfig("local"), 1) as client:
         assert client.scheduler.address.startswith("tls://")
         workers = client.scheduler_info()["workers"]
         assert workers and all(addr.startswith("tls://") for addr in workers)
+        assert client.direct_to_workers is True
+        assert list(client.run(steady_malloc).values()) == [sys.platform.startswith("linux")]
 
 
 @pytest.mark.slow

@@ -1,11 +1,15 @@
-"""Where the mpc3 circuit's batches go on the party's Dask workers (``place_batches``): distinct
-actors within a window, the actors' candidate sets even across windows."""
+"""The mpc3 circuit on the party's Dask workers without a cluster: where a window's batches go
+(``place_batches``: distinct actors, the actors' candidate sets even across windows) and how a
+step crosses (``to_wire``: a round's payload as a buffer Dask sends as it is)."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from party.cluster_mpc import place_batches
+from party.cluster_mpc import from_wire, place_batches, to_wire
+from party.mpc.flight import BatchResult, GateCounts
+from party.mpc.gates import Round
 
 
 def test_a_first_window_of_equal_batches_goes_to_the_actors_in_order() -> None:
@@ -54,3 +58,27 @@ def test_a_short_last_window_goes_to_the_actors_given_the_fewest_sets() -> None:
     assert place_batches([9, 9, 9, 3], given) == [0, 1, 2, 3]
     assert place_batches([5, 5], given) == [3, 0]  # 12 sets, then the first of the 18s
     assert given == [23, 18, 18, 17]
+
+
+def test_a_round_crosses_as_a_buffer_of_its_own_and_comes_back_the_same() -> None:
+    from distributed.protocol import serialize
+
+    payload = np.random.default_rng(1).bytes(1 << 16)
+    step = Round(3, 7, payload)
+    wired = to_wire(step)
+    back = from_wire(wired)
+    assert back == step and isinstance(back, Round) and isinstance(back.payload, bytes)
+    _, frames = serialize(wired)  # the payload is a frame, not copied into a pickle
+    assert any(memoryview(f).nbytes == len(payload) for f in frames)
+    _, pickled = serialize(step)
+    assert not any(memoryview(f).nbytes == len(payload) for f in pickled)
+
+
+def test_a_batch_result_crosses_as_it_is() -> None:
+    result = BatchResult(
+        np.zeros(3, dtype=bool),
+        np.zeros(0, dtype=np.uint64),
+        np.zeros(0, dtype=np.uint64),
+        GateCounts(),
+    )
+    assert to_wire(result) is result and from_wire(result) is result
