@@ -5,11 +5,11 @@ A compute party whose node has a ``[cluster]`` table evaluates the batches of ea
 Each worker holds one ``CircuitWorker``, a Dask actor: an object that stays on its worker, whose
 method calls go to it directly rather than through the scheduler (a round costs one call per
 batch; on a scheduler address's cluster only with Dask's ``distributed.client.direct-to-workers``
-set, else the scheduler passes them on). A window's batches go to distinct actors (W at most ``BATCHES_IN_FLIGHT``: more workers
-would have nothing to do), the largest to the actor given the fewest candidate sets so far, and
-all of them step at once: the node sends every batch its incoming round payload and takes back
-its next round (or, at its end, its match bits and opened c and x). The payloads and the
-outcome are those of ``LocalCircuits`` on the node's threads.
+set, else the scheduler passes them on). A window's batches go to distinct actors (W at most
+``BATCHES_IN_FLIGHT``: more workers would have nothing to do), the largest to the actor given
+the fewest candidate sets so far, and all of them step at once: the node sends every batch its
+incoming round payload and takes back its next round (or, at its end, its match bits and opened
+c and x). The payloads and the outcome are those of ``LocalCircuits`` on the node's threads.
 
 What a worker gets, once per run: the compute party's index, the run's parameters, its two PRF
 keys, and the filter and count-term shares of every data party (not their pseudonyms or block
@@ -80,12 +80,14 @@ Wire: TypeAlias = tuple[int, int, np.ndarray] | BatchResult
 
 
 def to_wire(step: Step) -> Wire:
+    """``step`` as it crosses (``Wire``)."""
     if isinstance(step, Round):
         return step.batch, step.number, np.frombuffer(step.payload, dtype=np.uint8)
     return step
 
 
 def from_wire(got: Wire) -> Step:
+    """The step that crossed as ``got`` (``to_wire``)."""
     if isinstance(got, tuple):
         batch, number, payload = got
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
