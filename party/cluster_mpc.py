@@ -33,7 +33,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from party.cluster import ClusterError, dask_client
-from party.cluster_tasks import POLL_S, ClusterTasks, Mapped, core_slot
+from party.cluster_tasks import ClusterTasks, Mapped, core_slot
 from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
@@ -242,24 +242,15 @@ class ClusterCircuits(ClusterTasks):
         return steps
 
     def _wait(self, what: str, worker: str, future: Any) -> Any:
-        """A call's result, looking at ``cancel`` every ``POLL_S`` seconds; its error (or a
-        lost worker) is a ClusterError naming ``what``, the worker and the error's type."""
-        while True:
-            if self.cancel is not None and self.cancel.is_set():
-                raise MpcCancelled("computation cancelled")
-            try:
-                return future.result(timeout=POLL_S)
-            except TimeoutError:
-                self._check_alive(what, worker)
-                continue
-            except Exception as exc:  # noqa: BLE001 (the worker's error: its type only)
-                if type(exc).__name__ == "TimeoutError":  # Dask's own
-                    self._check_alive(what, worker)
-                    continue
-                raise ClusterError(
-                    f"cluster: {what} of the circuit failed on worker {worker} "
-                    f"({type(exc).__name__})"
-                ) from None
+        """A call's result (``ClusterTasks._result``); a lost worker is found while it waits."""
+        return self._result(
+            f"{what} of the circuit",
+            worker,
+            future,
+            self.cancel,
+            cancelled=lambda: MpcCancelled("computation cancelled"),
+            waiting=lambda: self._check_alive(what, worker),
+        )
 
     def _check_alive(self, what: str, worker: str) -> None:
         """ClusterError if ``worker`` has left the cluster: its actor, and the state of its

@@ -298,24 +298,40 @@ class ClusterTasks:
         """The worker the next ``_submit`` prefers (for inputs sent to it beforehand)."""
         return str(self.workers[self.tasks % len(self.workers)])
 
-    def _result(self, what: str, worker: str, future: Any, cancel: threading.Event | None) -> Any:
-        """A task's result (then its future released), looking at ``cancel`` every ``POLL_S``
-        seconds while it runs; a failed task (or a lost worker) is a ClusterError naming
-        ``what``, the worker and the error's type only."""
-        from distributed import TimeoutError as DaskTimeout
-
+    def _result(
+        self,
+        what: str,
+        worker: str,
+        future: Any,
+        cancel: threading.Event | None,
+        *,
+        cancelled: Callable[[], Exception] | None = None,
+        waiting: Callable[[], None] | None = None,
+    ) -> Any:
+        """A task's (or an actor call's) result, then its future released, looking at ``cancel``
+        every ``POLL_S`` seconds while it runs (set: ``cancelled()``, by default
+        ComparisonCancelled) and calling ``waiting()`` between the looks; a failed task (or a
+        lost worker) is a ClusterError naming ``what``, the worker and the error's type only."""
         while True:
             if cancel is not None and cancel.is_set():
-                raise ComparisonCancelled("comparison cancelled")
+                raise (
+                    ComparisonCancelled("comparison cancelled")
+                    if cancelled is None
+                    else cancelled()
+                )
             try:
                 result = future.result(timeout=POLL_S)
-            except (DaskTimeout, TimeoutError):
-                continue
             except Exception as exc:  # noqa: BLE001 (the worker's error: its type only)
+                if isinstance(exc, TimeoutError) or type(exc).__name__ == "TimeoutError":
+                    if waiting is not None:  # Dask's own timeout too
+                        waiting()
+                    continue
                 raise ClusterError(
                     f"cluster: {what} failed on worker {worker} ({type(exc).__name__})"
                 ) from None
-            future.release()
+            release = getattr(future, "release", None)  # an actor call's future has none
+            if release is not None:
+                release()
             return result
 
 

@@ -16,7 +16,7 @@ each on a Dask worker of the party and steps them all at once.
 from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
@@ -56,22 +56,10 @@ class GateCounts:
 
     @classmethod
     def of(cls, gates: Gates) -> GateCounts:
-        return cls(
-            gates.rounds,
-            gates.and_words,
-            gates.bytes_sent,
-            gates.bytes_received,
-            gates.busy_seconds,
-        )
+        return cls(**{f.name: getattr(gates, f.name) for f in fields(cls)})
 
     def __add__(self, other: GateCounts) -> GateCounts:
-        return GateCounts(
-            self.rounds + other.rounds,
-            self.and_words + other.and_words,
-            self.bytes_sent + other.bytes_sent,
-            self.bytes_received + other.bytes_received,
-            self.busy_seconds + other.busy_seconds,
-        )
+        return GateCounts(*(getattr(self, f.name) + getattr(other, f.name) for f in fields(self)))
 
 
 @dataclass(frozen=True)
