@@ -58,6 +58,11 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   parties 1 and 2 run in this process; each worker's CPU in its actor's calls against a k-th
   of the same batches' thread CPU on one thread (``LocalCircuits``, measured before each
   cluster run), the actor calls, the shares sent, and whether the matched pairs are identical.
+  For the comparison and the circuit the one-thread reference is also measured on a core it
+  shares with a busy process (``core_neighbour``: both pinned to one core, as a worker's core is
+  time-shared with the node and the other workers when there are more workers than cores), and
+  the busiest worker is printed against a k-th of that too. The ideal stays the quiet thread's;
+  the second figure tells what the split costs beyond sharing a core.
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -66,6 +71,7 @@ every figure.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -75,6 +81,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +99,60 @@ def load() -> str:
 def self_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
+
+
+#: a process that keeps the core given as its argument busy (hashing a 1 MiB block in a loop)
+NEIGHBOUR = (
+    "import hashlib, os, sys\n"
+    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
+    "block = bytes(1 << 20)\n"
+    "while True:\n"
+    "    hashlib.sha256(block).digest()\n"
+)
+
+
+@contextlib.contextmanager
+def core_neighbour() -> Iterator[bool]:
+    """While the block runs, this thread is pinned to one core that a busy process
+    (``NEIGHBOUR``) shares with it: the core time-shared, as an embedded worker's is with the
+    node and the other workers when there are more of them than cores. Yields False, doing
+    nothing, where a thread cannot be pinned (not Linux)."""
+    if not hasattr(os, "sched_setaffinity"):
+        yield False
+        return
+    before = os.sched_getaffinity(0)
+    core = min(before)
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(core)])
+    try:
+        os.sched_setaffinity(0, {core})  # 0: the calling thread
+        time.sleep(0.3)  # the neighbour started and hashing
+        yield True
+    finally:
+        os.sched_setaffinity(0, before)
+        neighbour.kill()
+        neighbour.wait()
+
+
+def shared_core(quiet: list[float], shared: list[float], k: int) -> str:
+    """The one-thread reference sharing its core (``core_neighbour``) against the quiet one."""
+    if not shared:
+        return "the one thread sharing its core: not measured (threads cannot be pinned here)"
+    return (
+        f"the one thread sharing its core with a busy process {min(shared):.2f} CPU-s (best of "
+        f"{', '.join(f'{c:.2f}' for c in shared)}: {min(shared) / min(quiet):.2f}x the quiet "
+        f"thread; a {k}-th: {min(shared) / k:.2f} CPU-s)"
+    )
+
+
+def against_shared(worst: list[float], ideal: float, shared: list[float], k: int) -> str:
+    """The busiest workers' ratios (to ``ideal``) against a k-th of the shared-core reference."""
+    if not shared:
+        return ""
+    ratios = [r * ideal * k / min(shared) for r in worst]
+    return (
+        f"against a {k}-th of the one thread sharing its core: "
+        f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f}); "
+    )
 
 
 def make_data(folder: Path, n: int, seed: int = 7) -> list[Path]:
@@ -444,9 +505,10 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e.close()
         return engines[0]
 
-    def kernel_one_thread() -> float:
+    def kernel_one_thread(shared: bool = False) -> float | None:
         """Thread CPU of the pair kernel of every pair of parties on one thread (the work the
-        workers take over), with the engine's inputs."""
+        workers take over), with the engine's inputs; ``shared``: on a core shared with a busy
+        process (``core_neighbour``; None where it cannot be)."""
         e = exchanged()
         common = e._ready_to_compare()
         pseud, _, segs = e._party_columns()
@@ -455,13 +517,14 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
         every = party_pairs(3)
         plans = PairPlan.from_index_pairs([(indexes[a], indexes[b]) for a, b in every], None, 2)
         table = threshold_table(2, float(prm.segment_threshold), 2 * e.segment_bits)
-        t = time.thread_time()
-        for (a, b), plan in zip(every, plans, strict=True):
-            for _ in plan.kept_pairs(sides[a], sides[b], 3, table, 10**12, 1):
-                pass
-        cpu = time.thread_time() - t
+        with core_neighbour() if shared else contextlib.nullcontext(True) as pinned:
+            t = time.thread_time()
+            for (a, b), plan in zip(every, plans, strict=True):
+                for _ in plan.kept_pairs(sides[a], sides[b], 3, table, 10**12, 1):
+                    pass
+            cpu = time.thread_time() - t
         e.close()
-        return cpu
+        return cpu if pinned else None
 
     def survivors(e: PairEngine) -> bytes:
         assert e._survivors is not None
@@ -474,10 +537,13 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     want = survivors(ref)
     ref.close()
     kernels: list[float] = []
+    shared: list[float] = []
     runs = []
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
-            kernels.append(kernel_one_thread())
+            kernels.append(kernel_one_thread() or 0.0)
+            if (cpu := kernel_one_thread(shared=True)) is not None:
+                shared.append(cpu)
             e = exchanged()
             before = client.run(worker_usage)
             c0, t0 = self_cpu(), time.perf_counter()
@@ -493,8 +559,8 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     print(
         f"comparison of party 0 (target any, {args.records} records per party): pair kernel on "
         f"one thread {one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in kernels)}); ideal "
-        f"per worker of {k}: {ideal:.2f} CPU-s; the whole comparison on the node's 2 threads "
-        f"{threads[0]:.2f}s wall, {threads[1]:.2f} CPU-s"
+        f"per worker of {k}: {ideal:.2f} CPU-s; {shared_core(kernels, shared, k)}; the whole "
+        f"comparison on the node's 2 threads {threads[0]:.2f}s wall, {threads[1]:.2f} CPU-s"
     )
     worst = []
     for n, (wall, node, usage, remote, same, at) in enumerate(runs, 1):
@@ -513,7 +579,8 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
         )
     print(
         f"busiest worker's tasks / ideal over the {len(worst)} runs: "
-        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); {load()}"
+        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); "
+        f"{against_shared(worst, ideal, shared, k)}{load()}"
     )
 
 
@@ -537,7 +604,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
 
         cpu = 0.0
 
-        def advance(self, batch: int, payload: bytes | None) -> Step:
+        def advance(self, batch: int, payload: bytes | memoryview | None) -> Step:
             t = time.thread_time()
             try:
                 return super().advance(batch, payload)
@@ -565,6 +632,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         return outcome, time.perf_counter() - t0, self_cpu() - c0
 
     ones: list[float] = []
+    shared: list[float] = []
     runs = []
     want = None
     with dask_client(ClusterConfig("local"), k) as client:
@@ -572,6 +640,11 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
             Timed.cpu = 0.0
             ref, ref_wall, _ = circuit(Timed)
             ones.append(Timed.cpu)
+            Timed.cpu = 0.0
+            with core_neighbour() as pinned:
+                circuit(Timed)
+            if pinned:
+                shared.append(Timed.cpu)
             if want is None:
                 want = (ref.ends.tobytes(), ref.similarities.tobytes(), ref.stats)
             with scratch_folder(1 << 26, "bench-mpc-") as folder:
@@ -590,7 +663,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         f"{stats.candidate_sets if stats else 0} candidate pairs in {stats.batches if stats else 0} "
         f"batches, {stats.rounds if stats else 0} rounds; its batches on one thread "
         f"{one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in ones)}); ideal per worker "
-        f"of {k}: {ideal:.2f} CPU-s"
+        f"of {k}: {ideal:.2f} CPU-s; {shared_core(ones, shared, k)}"
     )
     worst = []
     for n, (wall, node, ref_wall, usage, remote, same, at) in enumerate(runs, 1):
@@ -609,7 +682,8 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         )
     print(
         f"busiest worker's calls / ideal over the {len(worst)} runs: "
-        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); {load()}"
+        f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); "
+        f"{against_shared(worst, ideal, shared, k)}{load()}"
     )
 
 
