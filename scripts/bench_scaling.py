@@ -505,10 +505,10 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e.close()
         return engines[0]
 
-    def kernel_one_thread(shared: bool = False) -> float | None:
+    def kernel_one_thread(shared: bool = False) -> tuple[float, bool]:
         """Thread CPU of the pair kernel of every pair of parties on one thread (the work the
         workers take over), with the engine's inputs; ``shared``: on a core shared with a busy
-        process (``core_neighbour``; None where it cannot be)."""
+        process where it can be (``core_neighbour``). Returns (CPU, whether shared)."""
         e = exchanged()
         common = e._ready_to_compare()
         pseud, _, segs = e._party_columns()
@@ -524,7 +524,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
                     pass
             cpu = time.thread_time() - t
         e.close()
-        return cpu if pinned else None
+        return cpu, pinned and shared
 
     def survivors(e: PairEngine) -> bytes:
         assert e._survivors is not None
@@ -541,8 +541,9 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     runs = []
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
-            kernels.append(kernel_one_thread() or 0.0)
-            if (cpu := kernel_one_thread(shared=True)) is not None:
+            kernels.append(kernel_one_thread()[0])
+            cpu, pinned = kernel_one_thread(shared=True)
+            if pinned:
                 shared.append(cpu)
             e = exchanged()
             before = client.run(worker_usage)
