@@ -54,10 +54,15 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   bytes sent, moved from task to task and received, and whether the survivors equal the
   threads' (the engine's comparison on 2 threads, once). With ``--mpc3``: compute party 0's
   mpc3 circuit (target any, s_t 0.8) with its batches on the cluster's workers
-  (``party.cluster_mpc``: one actor per worker, a window's batches side by side) while compute
-  parties 1 and 2 run in this process; each worker's CPU in its actor's calls against a k-th
-  of the same batches' thread CPU on one thread (``LocalCircuits``, measured before each
-  cluster run), the actor calls, the shares sent, and whether the matched pairs are identical.
+  (``party.cluster_mpc``: one actor per worker, a window's batches side by side). The three
+  compute parties first run once in this process, recording what compute parties 1 and 2 send
+  compute party 0 (``record_peers``: 466 MB at 3 x 400k, held in memory); then compute party 0
+  runs alone, on one thread and on the cluster, given those payloads (``replay_peers``, which
+  checks each payload it sends against the recording), as if the other two ran on machines of
+  their own: this process does only its node part while the workers compute. Each worker's CPU
+  in its actor's calls against a k-th of the same batches' thread CPU on one thread
+  (``LocalCircuits``, measured before each cluster run), the actor calls, the shares sent, and
+  whether the matched pairs are identical.
   For the comparison and the circuit the one-thread reference is also measured on a core it
   shares with a busy process (``core_neighbour``: both pinned to one core, as a worker's core is
   time-shared with the node and the other workers when there are more workers than cores), and
@@ -585,17 +590,67 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     )
 
 
+def record_peers(generators: list[Any]) -> tuple[list[Any], list[bytes], list[bytes]]:
+    """``party.mpc.driver.drive`` of the three compute parties' generators, recording what CP 0
+    receives at each step (CP 1's payload) and a digest of what it sends: (outcomes, received,
+    sent digests)."""
+    import hashlib
+
+    from party.mpc.errors import MpcError
+
+    current: list[Any] = [None, None, None]
+    incoming: list[Any] = [None, None, None]
+    outcomes: list[Any] = [None, None, None]
+    received: list[bytes] = []
+    sent: list[bytes] = []
+    while True:
+        for i, gen in enumerate(generators):
+            try:
+                current[i] = gen.send(incoming[i])
+            except StopIteration as stop:
+                outcomes[i], current[i] = stop.value, None
+        if all(r is None for r in current):
+            return outcomes, received, sent
+        if any(r is None for r in current) or len({(r.batch, r.number) for r in current}) != 1:
+            raise MpcError("compute parties out of step")
+        incoming = [current[(i + 1) % 3].payload for i in range(3)]
+        received.append(incoming[0])
+        sent.append(hashlib.blake2b(current[0].payload).digest())
+
+
+def replay_peers(generator: Any, received: list[bytes], sent: list[bytes]) -> Any:
+    """CP 0's generator alone, given at each step what CPs 1 and 2 sent it in ``record_peers``
+    (as if they ran on machines of their own); its outcome. ValueError if CP 0 sends anything
+    other than it did in the recording."""
+    import hashlib
+
+    incoming = None
+    for step, (reply, digest) in enumerate(zip(received, sent, strict=True)):
+        rnd = generator.send(incoming)
+        if hashlib.blake2b(rnd.payload).digest() != digest:
+            raise ValueError(f"compute party 0 sent another payload than recorded at step {step}")
+        incoming = reply
+    try:
+        generator.send(incoming)
+    except StopIteration as stop:
+        return stop.value
+    raise ValueError("compute party 0 took more steps than recorded")
+
+
 def cmd_cluster_mpc(args: argparse.Namespace) -> None:
     """The mpc3 circuit (target any) of compute party 0 on a LocalCluster of k workers against
     its batches on one thread (the ideal: a k-th of their CPU), alternated ``args.repeat``
-    times; compute parties 1 and 2 run on this process's thread both times."""
+    times. Compute parties 1 and 2 run once, with CP 0, in this process (``record_peers``);
+    then CP 0 runs alone, both ways, given their recorded payloads (``replay_peers``), so this
+    process does only CP 0's node part while the workers compute, as on a deployment where
+    each compute party is its own machine."""
     import dataclasses
 
     from party.cluster import _forkserver, dask_client, worker_usage
     from party.cluster_mpc import ClusterCircuits
     from party.config import ClusterConfig
     from party.encoding.parallel import scratch_folder
-    from party.mpc.driver import drive, run_keys
+    from party.mpc.driver import run_keys
     from party.mpc.flight import LocalCircuits, Step
     from party.mpc.pairs import PairComputeParty, pair_input_shares
 
@@ -620,51 +675,65 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
     shares = pair_input_shares(tables, prm)
     keys = run_keys()
 
-    def circuit(factory: Any) -> tuple[Any, float, float]:
-        """(CP 0's outcome, wall, this process's CPU) of a run, CP 0's batches on ``factory``."""
-        cps = [
-            PairComputeParty(i, prm, keys[i], circuits=factory if i == 0 else None)
-            for i in range(3)
-        ]
+    def compute_party(i: int, factory: Any) -> Any:
+        cp = PairComputeParty(i, prm, keys[i], circuits=factory)
         for share in shares:
-            cps[share.target].receive_input(share)
+            if share.target == i:
+                cp.receive_input(share)
+        return cp
+
+    Timed.cpu = 0.0
+    t0 = time.perf_counter()
+    outcomes, received, sent = record_peers(
+        [compute_party(i, Timed if i == 0 else None).run() for i in range(3)]
+    )
+    together = (time.perf_counter() - t0, Timed.cpu)
+    want = outcomes[0]
+
+    def alone(factory: Any) -> tuple[Any, float, float]:
+        """(CP 0's outcome, wall, this process's CPU) of CP 0 alone, its batches on
+        ``factory``, CPs 1 and 2 replayed."""
+        cp = compute_party(0, factory)
         c0, t0 = self_cpu(), time.perf_counter()
-        outcome = drive([cp.run() for cp in cps])[0]
+        outcome = replay_peers(cp.run(), received, sent)
         return outcome, time.perf_counter() - t0, self_cpu() - c0
 
     ones: list[float] = []
     shared: list[float] = []
     runs = []
-    want = None
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
             Timed.cpu = 0.0
-            ref, ref_wall, _ = circuit(Timed)
+            _, ref_wall, _ = alone(Timed)
             ones.append(Timed.cpu)
             Timed.cpu = 0.0
             with core_neighbour() as pinned:
-                circuit(Timed)
+                alone(Timed)
             if pinned:
                 shared.append(Timed.cpu)
-            if want is None:
-                want = (ref.ends.tobytes(), ref.similarities.tobytes(), ref.stats)
             with scratch_folder(1 << 26, "bench-mpc-") as folder:
                 before = client.run(worker_usage)
                 with ClusterCircuits(client, folder=folder) as remote:
-                    got, wall, node = circuit(remote)
+                    got, wall, node = alone(remote)
                 after = client.run(worker_usage)
             usage = sorted((after[w] - before[w] for w in after), key=lambda u: -u.tasks)
-            same = (got.ends.tobytes(), got.similarities.tobytes()) == want[:2]
+            same = (got.ends.tobytes(), got.similarities.tobytes()) == (
+                want.ends.tobytes(),
+                want.similarities.tobytes(),
+            )
             runs.append((wall, node, ref_wall, usage, remote, same, load()))
     one = min(ones)
     ideal = one / k
-    stats = want[2] if want else None
+    stats = want.stats
     print(
         f"mpc3 circuit of compute party 0 (target any, {args.records} records per party): "
-        f"{stats.candidate_sets if stats else 0} candidate pairs in {stats.batches if stats else 0} "
-        f"batches, {stats.rounds if stats else 0} rounds; its batches on one thread "
-        f"{one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in ones)}); ideal per worker "
-        f"of {k}: {ideal:.2f} CPU-s; {shared_core(ones, shared, k)}"
+        f"{stats.candidate_sets} candidate pairs in {stats.batches} batches, {stats.rounds} "
+        f"rounds; the three compute parties in this process {together[0]:.2f}s wall, CP 0's "
+        f"batches among theirs {together[1]:.2f} CPU-s; CPs 1 and 2 replayed from that run "
+        f"({len(received)} steps, {sum(map(len, received)) / 1e6:.0f} MB to CP 0); CP 0's "
+        f"batches alone on one thread {one:.2f} CPU-s (best of "
+        f"{', '.join(f'{c:.2f}' for c in ones)}); ideal per worker of {k}: {ideal:.2f} CPU-s; "
+        f"{shared_core(ones, shared, k)}"
     )
     worst = []
     for n, (wall, node, ref_wall, usage, remote, same, at) in enumerate(runs, 1):
@@ -672,10 +741,10 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         worst.append(tasks[0] / ideal)
         how = "files on tmpfs the workers map" if remote.mapped_bytes else "through Dask"
         print(
-            f"run {n}: all on one thread {ref_wall:.2f}s wall; CP 0 on the {k}-worker "
-            f"LocalCluster {wall:.2f}s wall, this process (CP 0's node part, CPs 1 and 2) "
-            f"{node:.2f} CPU-s; {remote.calls} actor calls, {remote.sent_bytes / 1e6:.0f} MB of "
-            f"shares sent ({how}); outcome identical to one thread: {same}\n"
+            f"run {n}: CP 0 alone on one thread {ref_wall:.2f}s wall; on the {k}-worker "
+            f"LocalCluster {wall:.2f}s wall, this process (CP 0's node part) {node:.2f} CPU-s; "
+            f"{remote.calls} actor calls, {remote.sent_bytes / 1e6:.0f} MB of shares sent "
+            f"({how}); every payload as recorded, outcome identical to one thread: {same}\n"
             f"  CPU per worker in its actor's calls {', '.join(f'{c:.2f}' for c in tasks)} s: "
             f"worst / ideal {tasks[0] / ideal:.2f}, worst / mean "
             f"{tasks[0] * len(tasks) / sum(tasks):.2f}, total / one thread {sum(tasks) / one:.2f}; "
