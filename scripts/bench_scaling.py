@@ -56,10 +56,11 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   mpc3 circuit (target any, s_t 0.8) with its batches on the cluster's workers
   (``party.cluster_mpc``: one actor per worker, a window's batches side by side). The three
   compute parties first run once in this process, recording what compute parties 1 and 2 send
-  compute party 0 (``record_peers``: 466 MB at 3 x 400k, held in memory); then compute party 0
-  runs alone, on one thread and on the cluster, given those payloads (``replay_peers``, which
-  checks each payload it sends against the recording), as if the other two ran on machines of
-  their own: this process does only its node part while the workers compute. Each worker's CPU
+  compute party 0 and what it sends (``record_peers``: 2 x 466 MB at 3 x 400k, held in
+  memory); then compute party 0 runs alone, on one thread and on the cluster, given those
+  payloads (``replay_peers``, which checks each payload it sends against the recording), as if
+  the other two ran on machines of their own: this process does only its node part while the
+  workers compute. Each worker's CPU
   in its actor's calls against a k-th of the same batches' thread CPU on one thread
   (``LocalCircuits``, measured before each cluster run), the actor calls, the shares sent, and
   whether the matched pairs are identical.
@@ -592,10 +593,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
 
 def record_peers(generators: list[Any]) -> tuple[list[Any], list[bytes], list[bytes]]:
     """``party.mpc.driver.drive`` of the three compute parties' generators, recording what CP 0
-    receives at each step (CP 1's payload) and a digest of what it sends: (outcomes, received,
-    sent digests)."""
-    import hashlib
-
+    receives at each step (CP 1's payload) and what it sends: (outcomes, received, sent)."""
     from party.mpc.errors import MpcError
 
     current: list[Any] = [None, None, None]
@@ -615,19 +613,18 @@ def record_peers(generators: list[Any]) -> tuple[list[Any], list[bytes], list[by
             raise MpcError("compute parties out of step")
         incoming = [current[(i + 1) % 3].payload for i in range(3)]
         received.append(incoming[0])
-        sent.append(hashlib.blake2b(current[0].payload).digest())
+        sent.append(current[0].payload)
 
 
 def replay_peers(generator: Any, received: list[bytes], sent: list[bytes]) -> Any:
     """CP 0's generator alone, given at each step what CPs 1 and 2 sent it in ``record_peers``
     (as if they ran on machines of their own); its outcome. ValueError if CP 0 sends anything
-    other than it did in the recording."""
-    import hashlib
-
+    other than it did in the recording (compared byte for byte: a digest would cost this
+    process CPU while the workers compute)."""
     incoming = None
-    for step, (reply, digest) in enumerate(zip(received, sent, strict=True)):
+    for step, (reply, payload) in enumerate(zip(received, sent, strict=True)):
         rnd = generator.send(incoming)
-        if hashlib.blake2b(rnd.payload).digest() != digest:
+        if rnd.payload != payload:
             raise ValueError(f"compute party 0 sent another payload than recorded at step {step}")
         incoming = reply
     try:
