@@ -107,13 +107,9 @@ def self_cpu() -> float:
     return r.ru_utime + r.ru_stime
 
 
-#: a process that keeps the core given as its argument busy (hashing a 1 MiB block in a loop)
+#: a process that keeps a core busy (hashing a 1 MiB block in a loop)
 NEIGHBOUR = (
-    "import hashlib, os, sys\n"
-    "os.sched_setaffinity(0, {int(sys.argv[1])})\n"
-    "block = bytes(1 << 20)\n"
-    "while True:\n"
-    "    hashlib.sha256(block).digest()\n"
+    "import hashlib\nblock = bytes(1 << 20)\nwhile True:\n    hashlib.sha256(block).digest()\n"
 )
 
 
@@ -128,8 +124,9 @@ def core_neighbour() -> Iterator[bool]:
         return
     before = os.sched_getaffinity(0)
     core = min(before)
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR, str(core)])
+    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR])
     try:
+        os.sched_setaffinity(neighbour.pid, {core})
         os.sched_setaffinity(0, {core})  # 0: the calling thread
         time.sleep(0.3)  # the neighbour started and hashing
         yield True
@@ -591,29 +588,28 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     )
 
 
+def keeping(generator: Any, kept: list[bytes]) -> Any:
+    """A compute party's generator passed through, keeping the payload of each round it sends."""
+    incoming = None
+    while True:
+        try:
+            rnd = generator.send(incoming)
+        except StopIteration as stop:
+            return stop.value
+        kept.append(rnd.payload)
+        incoming = yield rnd
+
+
 def record_peers(generators: list[Any]) -> tuple[list[Any], list[bytes], list[bytes]]:
     """``party.mpc.driver.drive`` of the three compute parties' generators, recording what CP 0
     receives at each step (CP 1's payload) and what it sends: (outcomes, received, sent)."""
-    from party.mpc.errors import MpcError
+    from party.mpc.driver import drive
 
-    current: list[Any] = [None, None, None]
-    incoming: list[Any] = [None, None, None]
-    outcomes: list[Any] = [None, None, None]
-    received: list[bytes] = []
     sent: list[bytes] = []
-    while True:
-        for i, gen in enumerate(generators):
-            try:
-                current[i] = gen.send(incoming[i])
-            except StopIteration as stop:
-                outcomes[i], current[i] = stop.value, None
-        if all(r is None for r in current):
-            return outcomes, received, sent
-        if any(r is None for r in current) or len({(r.batch, r.number) for r in current}) != 1:
-            raise MpcError("compute parties out of step")
-        incoming = [current[(i + 1) % 3].payload for i in range(3)]
-        received.append(incoming[0])
-        sent.append(current[0].payload)
+    received: list[bytes] = []
+    first, second, third = generators
+    outcomes = drive([keeping(first, sent), keeping(second, received), third])
+    return outcomes, received, sent
 
 
 def replay_peers(generator: Any, received: list[bytes], sent: list[bytes]) -> Any:
