@@ -128,8 +128,10 @@ def steady_malloc() -> bool:
     import ctypes
     import ctypes.util
 
+    if not sys.platform.startswith("linux"):
+        return False
     name = ctypes.util.find_library("c")
-    if not sys.platform.startswith("linux") or name is None:
+    if name is None:
         return False
     try:
         mallopt = ctypes.CDLL(name).mallopt

@@ -508,10 +508,10 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e.close()
         return engines[0]
 
-    def kernel_one_thread(shared: bool = False) -> tuple[float, bool]:
+    def kernel_one_thread() -> tuple[float, float | None]:
         """Thread CPU of the pair kernel of every pair of parties on one thread (the work the
-        workers take over), with the engine's inputs; ``shared``: on a core shared with a busy
-        process where it can be (``core_neighbour``). Returns (CPU, whether shared)."""
+        workers take over), with the engine's inputs: alone, then on a core shared with a busy
+        process (``core_neighbour``; None where it cannot be), the inputs made once."""
         e = exchanged()
         common = e._ready_to_compare()
         pseud, _, segs = e._party_columns()
@@ -520,14 +520,19 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
         every = party_pairs(3)
         plans = PairPlan.from_index_pairs([(indexes[a], indexes[b]) for a, b in every], None, 2)
         table = threshold_table(2, float(prm.segment_threshold), 2 * e.segment_bits)
-        with core_neighbour() if shared else contextlib.nullcontext(True) as pinned:
+
+        def kernel() -> float:
             t = time.thread_time()
             for (a, b), plan in zip(every, plans, strict=True):
                 for _ in plan.kept_pairs(sides[a], sides[b], 3, table, 10**12, 1):
                     pass
-            cpu = time.thread_time() - t
+            return time.thread_time() - t
+
+        alone = kernel()
+        with core_neighbour() as pinned:
+            shared = kernel() if pinned else None
         e.close()
-        return cpu, pinned and shared
+        return alone, shared
 
     def survivors(e: PairEngine) -> bytes:
         assert e._survivors is not None
@@ -544,10 +549,10 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     runs = []
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
-            kernels.append(kernel_one_thread()[0])
-            cpu, pinned = kernel_one_thread(shared=True)
-            if pinned:
-                shared.append(cpu)
+            alone, on_shared = kernel_one_thread()
+            kernels.append(alone)
+            if on_shared is not None:
+                shared.append(on_shared)
             e = exchanged()
             before = client.run(worker_usage)
             c0, t0 = self_cpu(), time.perf_counter()
