@@ -16,7 +16,7 @@ keys, and the filter and count-term shares of every data party (not their pseudo
 digests); per batch its candidate rows; per round the batch's incoming payload. The embedded
 cluster's workers (this machine) map the shares from a file of a private tmpfs folder, their bytes
 reserved on the node's memory budget, and take one of the machine's cores while they compute
-(``party.cluster_tasks.core_slot``); a scheduler address's get them through Dask. Everything goes
+(``party.cluster_tasks.CoreSlots``); a scheduler address's get them through Dask. Everything goes
 only to the party's own workers; round payloads reach the other compute parties only through the
 node. A failed call or a lost worker is a ClusterError naming the worker and the error's type,
 never data; every actor, file and reservation goes when the circuit ends or fails.
@@ -33,7 +33,7 @@ from typing import Any, TypeAlias
 import numpy as np
 
 from party.cluster import ClusterError, dask_client
-from party.cluster_tasks import ClusterTasks, Mapped, core_slot
+from party.cluster_tasks import ClusterTasks, CoreSlots, Mapped
 from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
 from party.mpc.errors import MpcCancelled
@@ -137,10 +137,10 @@ class CircuitWorker:
             for source, arrays in sorted(shares, key=lambda s: s[0])
         ]
         self._local = LocalCircuits(party, inputs)
-        self._gate = gate
+        self._slots = None if gate is None else CoreSlots(*gate)
 
     def _held(self) -> contextlib.AbstractContextManager[Any]:
-        return contextlib.nullcontext() if self._gate is None else core_slot(*self._gate)
+        return contextlib.nullcontext() if self._slots is None else self._slots.hold()
 
     def start(self, job: BatchJob) -> Wire:
         with self._held():

@@ -117,34 +117,43 @@ def lanes_to_values(src, out):  # type: ignore[no-untyped-def]
     lanes_to_values_range(src, out, 0, src.shape[1])
 
 
+#: sets per tile of ``and_word_major``: a tile's gathered rows (4 x 128 x words words) stay in
+#: the core's cache while its words are written one after another
+AND_TILE_SETS = 128
+
+
 @_jit
 def and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out, lo, hi):  # type: ignore[no-untyped-def]
     """AND share into out (words, n), word-major: out[m, r] = word m of set r; ka ^ kb = alpha.
 
     Only the sets r in [lo, hi) are written (disjoint ranges: disjoint writes, one per thread).
     An operand is gathered (``xg``/``yg`` true) from a row-major (records, words) share pair by
-    its index array (-1: an all-zero row), or read word-major from a (words, n) pair.
+    its index array (-1: an all-zero row), or read word-major from a (words, n) pair. The sets
+    go in tiles of ``AND_TILE_SETS``, word-major within a tile: a gathered row is fetched from
+    memory once, not once per word (3 x 400k, 1020 bits: a third of the time).
     """
     words, n = out.shape
     zero = np.uint64(0)
-    for m in range(words):  # word-major loop: sequential writes and keystream reads
-        for r in range(lo, hi):
-            a = ix[r]
-            b = iy[r]
-            if xg:
-                xa0 = x0[a, m] if a >= 0 else zero
-                xa1 = x1[a, m] if a >= 0 else zero
-            else:
-                xa0 = x0[m, r]
-                xa1 = x1[m, r]
-            if yg:
-                yb0 = y0[b, m] if b >= 0 else zero
-                yb1 = y1[b, m] if b >= 0 else zero
-            else:
-                yb0 = y0[m, r]
-                yb1 = y1[m, r]
-            k = m * n + r
-            out[m, r] = (xa0 & (yb0 ^ yb1)) ^ (xa1 & yb0) ^ (ka[k] ^ kb[k])
+    for t in range(lo, hi, AND_TILE_SETS):
+        e = min(t + AND_TILE_SETS, hi)
+        for m in range(words):  # sequential writes and keystream reads within the tile
+            for r in range(t, e):
+                a = ix[r]
+                b = iy[r]
+                if xg:
+                    xa0 = x0[a, m] if a >= 0 else zero
+                    xa1 = x1[a, m] if a >= 0 else zero
+                else:
+                    xa0 = x0[m, r]
+                    xa1 = x1[m, r]
+                if yg:
+                    yb0 = y0[b, m] if b >= 0 else zero
+                    yb1 = y1[b, m] if b >= 0 else zero
+                else:
+                    yb0 = y0[m, r]
+                    yb1 = y1[m, r]
+                k = m * n + r
+                out[m, r] = (xa0 & (yb0 ^ yb1)) ^ (xa1 & yb0) ^ (ka[k] ^ kb[k])
 
 
 @_jit

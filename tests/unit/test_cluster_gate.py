@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from party.cluster import GatedLane
-from party.cluster_tasks import core_slot, gated
+from party.cluster_tasks import CoreSlots, core_slot, gated
 
 
 class _Running:
@@ -170,3 +170,36 @@ def test_a_task_waiting_for_a_slot_gives_up_when_the_comparison_ends(tmp_path) -
         with pytest.raises(FileNotFoundError, match="slot files are gone"):
             waiting.result(timeout=5)
     assert ran == []
+
+
+def _slot_of(slots: CoreSlots) -> int:
+    with slots.hold() as slot:
+        return slot
+
+
+def test_core_slots_kept_open_lock_and_unlock_across_holds(tmp_path) -> None:
+    """An actor's ``CoreSlots``: its files stay open across holds (no descriptor per call),
+    a held slot keeps another holder of the same files waiting, its release lets it in, and
+    ``close`` closes the files."""
+    fds = lambda: len(os.listdir("/proc/self/fd"))  # noqa: E731
+    actor = CoreSlots(str(tmp_path), 1)
+    opened = fds()
+    for _ in range(50):
+        with actor.hold() as slot:
+            assert slot == 0
+    assert fds() == opened
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with actor.hold():
+            waiting = pool.submit(gated, str(tmp_path), 1, divmod, 9, 4)
+            time.sleep(0.1)
+            assert not waiting.done()
+        assert waiting.result(timeout=5) == (2, 1)
+        with core_slot(str(tmp_path), 1):  # the actor's own release left the slot free
+            busy = pool.submit(_slot_of, actor)
+            time.sleep(0.1)
+            assert not busy.done()
+        assert busy.result(timeout=5) == 0
+    actor.close()
+    assert fds() == opened - 1
+    with core_slot(str(tmp_path), 1) as slot:
+        assert slot == 0

@@ -172,3 +172,38 @@ def test_candidate_sets_on_threads_equal_one_thread(split_everything, keys, cap)
         many = candidate_sets(pseud, digs, cap, workers=workers)
         assert many.dtype == one.dtype
         np.testing.assert_array_equal(one, many)
+
+
+@pytest.mark.parametrize("xg", [True, False])
+@pytest.mark.parametrize("yg", [True, False])
+@pytest.mark.parametrize(("n", "lo", "hi"), [(300, 0, 300), (300, 8, 264), (300, 128, 256), (64, 0, 64), (300, 40, 40)])
+def test_and_word_major_equals_the_share_formula(xg, yg, n, lo, hi):
+    """Every set of [lo, hi) gets (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ ka ^ kb, word by word, for tile
+    edges inside and outside the range (``AND_TILE_SETS``); index -1 reads an all-zero row; the
+    sets outside the range are not written."""
+    from party.mpc._numba_gates import and_word_major
+
+    rng = np.random.default_rng(n + lo + hi)
+    words, records = 3, 50
+
+    def operand(gathered: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(share 0, share 1, index, each set's pair of words as (n, words) rows)."""
+        if gathered:
+            s0, s1 = (rng.integers(0, 2**64, (records, words), dtype=np.uint64) for _ in range(2))
+            idx = rng.integers(-1, records, n)
+            zero = np.zeros(words, dtype=np.uint64)
+            rows0 = np.array([s0[i] if i >= 0 else zero for i in idx])
+            rows1 = np.array([s1[i] if i >= 0 else zero for i in idx])
+            return s0, s1, idx, np.stack([rows0, rows1])
+        s0, s1 = (rng.integers(0, 2**64, (words, n), dtype=np.uint64) for _ in range(2))
+        return s0, s1, np.full(n, 7), np.stack([s0.T, s1.T])
+
+    x0, x1, ix, xs = operand(xg)
+    y0, y1, iy, ys = operand(yg)
+    ka, kb = (rng.integers(0, 2**64, words * n, dtype=np.uint64) for _ in range(2))
+    out = np.full((words, n), 0xDEADBEEF, dtype=np.uint64)
+    and_word_major(x0, x1, ix, xg, y0, y1, iy, yg, ka, kb, out, lo, hi)
+    alpha = (ka ^ kb).reshape(words, n).T
+    want = ((xs[0] & (ys[0] ^ ys[1])) ^ (xs[1] & ys[0]) ^ alpha).T
+    assert np.array_equal(out[:, lo:hi], want[:, lo:hi])
+    assert (out[:, :lo] == 0xDEADBEEF).all() and (out[:, hi:] == 0xDEADBEEF).all()
