@@ -46,10 +46,16 @@ from typing import Any
 import numpy as np
 
 from party.cluster_tasks import SCRATCH_MIN_BYTES, ClusterTasks, Mapped, compact, forget_mapped
-from party.protocol.pairwise import IndexedSide, PairPlan, bucket_keys, kept_rows_of_keys
+from party.protocol.pairwise import (
+    IndexedSide,
+    PairPlan,
+    bucket_keys,
+    kept_rows_of_keys,
+    party_records,
+)
 
 #: a party's arrays in its two files (``Mapped``): its rows, its block index (int32 where it fits)
-FILE_ARRAYS = {"rows": ("keys", "segments", "pops"), "index": ("starts", "rows")}
+FILE_ARRAYS = {"rows": ("records",), "index": ("starts", "rows")}
 #: ranges of blocks (and buckets of a's rows) of a pair of parties at most
 MAX_BUCKETS = 256
 KEY_BYTES = 8
@@ -64,14 +70,7 @@ class MappedSide:
 
     def side(self) -> IndexedSide:
         rows, index = self.rows.arrays(), self.index.arrays()
-        return IndexedSide(
-            self.rows.column,
-            rows["keys"],
-            rows["segments"],
-            rows["pops"],
-            index["starts"],
-            index["rows"],
-        )
+        return IndexedSide(self.rows.column, rows["records"], index["starts"], index["rows"])
 
 
 def _side(source: MappedSide | IndexedSide) -> IndexedSide:
@@ -163,12 +162,10 @@ def warm_up() -> None:
 
     from party.protocol.kernel import threshold_table
 
-    keys = np.arange(1, 5, dtype=np.uint64)
+    records = party_records([np.arange(1, 5, dtype=np.uint64)], [np.zeros((4, 1), np.uint64)])
     side = IndexedSide(
         0,
-        keys,
-        np.zeros((4, 1), dtype=np.uint64),
-        np.zeros(4, dtype=np.int64),
+        records[0],
         compact(np.array([0, 4], dtype=np.int64)),
         compact(np.arange(4, dtype=np.int64)),
     )

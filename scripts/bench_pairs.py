@@ -163,8 +163,10 @@ def main(argv: list[str] | None = None) -> int:
         def run_base() -> tuple[list[np.ndarray], int]:
             fixed: tuple[Any, ...] = (ia.starts, ia.rows, ib.starts, ib.rows)
             fixed += (use[a].positions, use[b].positions)
-            fixed += (plan.whole, use[a].segments, use[b].segments, use[a].pops, use[b].pops)
-            fixed += (table, use[a].keys, use[b].keys, use[a].column, use[b].column, p)
+            segs = [np.ascontiguousarray(use[j].segments) for j in (a, b)]
+            pops = [use[j].pops.astype(np.int64) for j in (a, b)]
+            keys = [np.ascontiguousarray(use[j].keys) for j in (a, b)]
+            fixed += (plan.whole, *segs, *pops, table, *keys, use[a].column, use[b].column, p)
             rows: list[np.ndarray] = []
             dup = 0
             lo = 0

@@ -22,8 +22,12 @@ row of a its candidate pairs counted once per block, to cut a's rows into pieces
 On Dask workers a range of blocks' keys go to buckets of a's rows (``bucket_rows``) instead of
 being sorted, and each bucket is sorted and filtered on its own (``pairwise.bucket_keys``).
 
-Speed: the index walk and the sort read and write memory in order; the random reads left are one
-segment row and popcount of b per distinct pair, asked for (prefetch) ``AHEAD`` keys before use.
+A party's inputs are its ``records``: an (n, words + 2) uint64 array whose row r holds the words of
+row r's segment, then their popcount, then its pseudonym (``pack_records``).
+
+Speed: the index walk and the sort read and write memory in order; the random read left is one
+record of b per distinct pair (its segment, popcount and pseudonym side by side: one or two cache
+lines of one page), asked for (prefetch) ``AHEAD`` keys before use.
 The pair kernel it replaced gathered, row by row of a, b's rows of its blocks: two random reads
 of tables larger than the caches per block of each row (``scripts/bench_pairs.py`` measures the
 kernel alone).
@@ -38,7 +42,7 @@ from party.protocol._numba_kernel import _popcnt64, _prefetch_row
 
 #: rows of a ahead whose block starts in b's index ``row_visits`` prefetches
 PREFETCH_ROWS = 4
-#: keys ahead whose b segment row and popcount ``kept_of_runs`` prefetches
+#: keys ahead whose record of b ``kept_of_runs`` prefetches
 AHEAD = 32
 #: a key's low 32 bits: the row of b
 LOW = np.uint64(0xFFFFFFFF)
@@ -208,13 +212,9 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
     keys,
     starts,
     ends,
-    seg_a,
-    seg_b,
-    pop_a,
-    pop_b,
+    rec_a,
+    rec_b,
     table,
-    keys_a,
-    keys_b,
     col_a,
     col_b,
     parties,
@@ -225,7 +225,7 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
     a row per distinct pair at most) in key order. Returns (rows written, kept with duplicates,
     distinct pairs evaluated). The caller allocates ``out`` (numpy: large arrays on huge pages,
     only the rows written ever touched) instead of a buffer grown and copied here."""
-    w = seg_a.shape[1]
+    w = rec_a.shape[1] - 2  # segment words; then the popcount, then the pseudonym
     runs = starts.shape[0]
     heads = starts.copy()
     written = 0
@@ -244,8 +244,7 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
             heads[0] = j
             if j + AHEAD < ends[0]:
                 rp = np.int64(keys[j + AHEAD] & LOW)
-                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
-                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(rec_b, rp)  # type: ignore[call-arg]
         elif runs == 2:  # two threads' runs: the merge of two, inline
             i0 = heads[0]
             i1 = heads[1]
@@ -269,12 +268,10 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
             # ask for b's rows AHEAD keys on in the run(s) that moved
             if j0 > i0 and j0 + AHEAD < e0:
                 rp = np.int64(keys[j0 + AHEAD] & LOW)
-                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
-                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(rec_b, rp)  # type: ignore[call-arg]
             if j1 > i1 and j1 + AHEAD < e1:
                 rp = np.int64(keys[j1 + AHEAD] & LOW)
-                _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
-                _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+                _prefetch_row(rec_b, rp)  # type: ignore[call-arg]
         else:
             key, shared = _take(keys, heads, ends)
             if shared == 0:
@@ -282,25 +279,24 @@ def kept_of_runs(  # type: ignore[no-untyped-def]
             for r in range(runs):
                 if heads[r] + AHEAD < ends[r]:
                     rp = np.int64(keys[heads[r] + AHEAD] & LOW)
-                    _prefetch_row(pop_b, rp)  # type: ignore[call-arg]
-                    _prefetch_row(seg_b, rp)  # type: ignore[call-arg]
+                    _prefetch_row(rec_b, rp)  # type: ignore[call-arg]
         ra = np.int64(key >> np.uint64(32))
         rb = np.int64(key & LOW)
-        pa = pop_a[ra]
-        pb = pop_b[rb]
+        pa = np.int64(rec_a[ra, w])
+        pb = np.int64(rec_b[rb, w])
         need = table[pa + pb]
         if (pa if pa < pb else pb) < need:
             continue
         evaluated += 1
         c = 0
         for k in range(w):
-            c += _popcnt64(seg_a[ra, k] & seg_b[rb, k])  # type: ignore[call-arg]
+            c += _popcnt64(rec_a[ra, k] & rec_b[rb, k])  # type: ignore[call-arg]
         if c < need:
             continue
         for q in range(parties):
             out[written, q] = 0
-        out[written, col_a] = keys_a[ra]
-        out[written, col_b] = keys_b[rb]
+        out[written, col_a] = rec_a[ra, w + 1]
+        out[written, col_b] = rec_b[rb, w + 1]
         out[written, parties] = c
         written += 1
         with_duplicates += shared
@@ -335,14 +331,18 @@ def plan_pairs(starts_a, starts_b, cap, lo, hi, whole, sums):  # type: ignore[no
 
 
 @jit
-def row_popcounts(rows, lo, hi, out):  # type: ignore[no-untyped-def]
-    """out[r] = the 1-bits of row r of an (n, w) uint64 array, for r in [lo, hi)."""
-    w = rows.shape[1]
+def pack_records(keys, segments, lo, hi, out):  # type: ignore[no-untyped-def]
+    """Rows [lo, hi) of a party's records (module docstring) into ``out`` ((n, w + 2) uint64):
+    the w words of ``segments``' row, their popcount, then the row's pseudonym ``keys[r]``."""
+    w = segments.shape[1]
     for r in range(lo, hi):
         c = 0
         for k in range(w):
-            c += _popcnt64(rows[r, k])  # type: ignore[call-arg]
-        out[r] = c
+            x = segments[r, k]
+            out[r, k] = x
+            c += _popcnt64(x)  # type: ignore[call-arg]
+        out[r, w] = c
+        out[r, w + 1] = keys[r]
 
 
 @jit

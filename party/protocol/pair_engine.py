@@ -294,6 +294,7 @@ class PairEngine(PartyEngine):
                 plans[(a, b)] = plan
         total = stats.candidate_sets
         held = sum(int(ix.rows.nbytes) + int(ix.starts.nbytes) for ix in indexes)
+        held += sum(int(sd.records.nbytes) for sd in sides)  # the segments copied with more
         budget = max(0, self.working_budget() - plan_bytes - held)
         # a piece of the compiled path holds at most one kept row per pair, in a quarter of what
         # the working budget leaves beside one plan (a sub-block, at most cap^2 pairs, is one piece)

@@ -30,8 +30,8 @@ from party.protocol._numba_pairs import (
     count_keys,
     emit_keys,
     kept_of_runs,
+    pack_records,
     plan_ranges,
-    row_popcounts,
     row_visits,
 )
 from party.protocol.blocks import (
@@ -55,38 +55,56 @@ PLAN_RANGES_PER_THREAD = 8
 MAX_PAIR_ROWS = 2**32
 
 
+class _Records:
+    """A party's ``records`` (n, words + 2) uint64, row r: the words of its segment of record r,
+    their popcount, then r's pseudonym (``party.protocol._numba_pairs``: the pair kernel reads
+    the three side by side), and views of each."""
+
+    records: np.ndarray
+
+    @property
+    def keys(self) -> np.ndarray:
+        """(n,) uint64 pseudonyms (a view)."""
+        return self.records[:, -1]
+
+    @property
+    def segments(self) -> np.ndarray:
+        """(n, words) uint64 segments (a view)."""
+        return self.records[:, :-2]
+
+    @property
+    def pops(self) -> np.ndarray:
+        """(n,) uint64 popcounts of the segments (a view)."""
+        return self.records[:, -2]
+
+
 @dataclass(frozen=True)
-class PairSide:
+class PairSide(_Records):
     """One party's inputs to the compiled pair kernel (``kept_pairs``), rows in pseudonym order."""
 
     column: int  # the party's column in a ring row
-    keys: np.ndarray  # (n,) uint64 pseudonyms
-    segments: np.ndarray  # (n, words) uint64: the comparing party's segment of each record
-    pops: np.ndarray  # (n,) int64 popcounts of those segments
+    records: np.ndarray  # (n, words + 2) uint64 (``_Records``; read-only)
     positions: np.ndarray  # (n, B) int32 common-block positions (-1: none)
 
 
 @dataclass(frozen=True)
-class IndexedSide:
-    """A party's rows (pseudonyms, segments, popcounts) and its block index over the run's blocks
+class IndexedSide(_Records):
+    """A party's records (``_Records``) and its block index over the run's blocks
     (``rows[starts[x]:starts[x + 1]]``: its rows in block x): what the tasks of a pair of parties
     on other processes read (``bucket_keys`` and ``kept_rows_of_keys``)."""
 
     column: int
-    keys: np.ndarray
-    segments: np.ndarray
-    pops: np.ndarray
+    records: np.ndarray
     starts: np.ndarray
     rows: np.ndarray
 
     @classmethod
     def of(cls, side: PairSide, index: BlockIndex) -> IndexedSide:
-        return cls(side.column, side.keys, side.segments, side.pops, index.starts, index.rows)
+        return cls(side.column, side.records, index.starts, index.rows)
 
     @property
     def nbytes(self) -> int:
-        arrays = (self.keys, self.segments, self.pops, self.starts, self.rows)
-        return sum(int(x.nbytes) for x in arrays)
+        return sum(int(x.nbytes) for x in (self.records, self.starts, self.rows))
 
 
 class RemotePairs(Protocol):
@@ -129,9 +147,7 @@ def pair_side(
         pos = sort_position_rows(positions, workers)
     else:
         pos = np.ascontiguousarray(positions, dtype=np.int32)
-    segs = np.ascontiguousarray(segments, dtype=np.uint64)
-    keys = read_only(keys, np.uint64)  # own or received alike: one compiled variant of each loop
-    return PairSide(column, keys, segs, segment_popcounts(segs, workers), pos)
+    return PairSide(column, party_records([keys], [segments], workers)[0], pos)
 
 
 def pair_sides(
@@ -141,46 +157,57 @@ def pair_sides(
     workers: int = 1,
 ) -> list[PairSide]:
     """``pair_side(j, keys[j], segments[j], positions[j], workers, sort=False)`` of every party j
-    (its column), the popcounts of all parties' segments in one round of tasks on the kernel
-    threads (one hand-off to the pool, not one per party; a task the same range of rows of every
-    party)."""
+    (its column), all parties' records made at once (``party_records``)."""
+    records = party_records(keys, segments, workers)
+    return [
+        PairSide(j, records[j], np.ascontiguousarray(positions[j], dtype=np.int32))
+        for j in range(len(records))
+    ]
+
+
+#: a record row's words beyond its segment: the popcount and the pseudonym
+RECORD_EXTRA_WORDS = 2
+
+
+def party_records(
+    keys: list[np.ndarray], segments: list[np.ndarray], workers: int = 1
+) -> list[np.ndarray]:
+    """Each party j's records (``_Records``) of pseudonyms ``keys[j]`` and (n, words) uint64
+    ``segments[j]``: read-only, 64-byte aligned (a record of 6 segment words fills one cache
+    line), made in one round of tasks on the kernel threads (one hand-off to the pool, not one
+    per party; a task the same range of rows of every party)."""
     segs = [np.ascontiguousarray(x, dtype=np.uint64) for x in segments]
-    pops = [np.empty(x.shape[0], dtype=np.int64) for x in segs]
+    keyed = [np.ascontiguousarray(x, dtype=np.uint64) for x in keys]
+    out = [_aligned_rows(x.shape[0], x.shape[1] + RECORD_EXTRA_WORDS) for x in segs]
     parts = [thread_ranges(workers, int(x.shape[0]), words=int(x.size)) for x in segs]
 
-    def count(k: int) -> None:  # range k of every party's rows
+    def pack(k: int) -> None:  # range k of every party's rows
         for j, ranges in enumerate(parts):
             if k < len(ranges):
-                row_popcounts(segs[j], *ranges[k], pops[j])
+                pack_records(keyed[j], segs[j], *ranges[k], out[j])
 
     run_tasks(
         workers if any(len(ranges) > 1 for ranges in parts) else 1,
         max((len(ranges) for ranges in parts), default=0),
-        count,
+        pack,
     )
-    return [
-        PairSide(
-            j,
-            read_only(keys[j], np.uint64),
-            segs[j],
-            pops[j],
-            np.ascontiguousarray(positions[j], dtype=np.int32),
-        )
-        for j in range(len(segs))
-    ]
-
-
-def segment_popcounts(segments: np.ndarray, workers: int = 1) -> np.ndarray:
-    """(n,) int64: the 1-bits of each row of an (n, words) uint64 C-contiguous array (as
-    ``popcount_rows``), ranges of rows on the kernel threads."""
-    out = np.empty(segments.shape[0], dtype=np.int64)
-    run_split(
-        workers,
-        int(segments.shape[0]),
-        lambda lo, hi: row_popcounts(segments, lo, hi, out),
-        words=int(segments.size),
-    )
+    for x in out:
+        x.flags.writeable = False  # as mapped on a worker: one compiled variant of each loop
     return out
+
+
+def _records_of(*sides: _Records) -> list[np.ndarray]:
+    """The sides' records as the pair kernel takes them: read-only (ours are; those sent
+    through Dask arrive writable), so it has one compiled variant."""
+    return [read_only(side.records, np.uint64) for side in sides]
+
+
+def _aligned_rows(n: int, width: int, align: int = 64) -> np.ndarray:
+    """An uninitialised (n, width) uint64 array starting on an ``align``-byte boundary."""
+    spare = align // 8
+    flat = np.empty(n * width + spare, dtype=np.uint64)
+    skip = (-flat.ctypes.data % align) // 8
+    return flat[skip : skip + n * width].reshape(n, width)
 
 
 class PairPlan:
@@ -356,8 +383,7 @@ class PairPlan:
                 if int(cum[hi - 1]) > base:
                     pieces.append((lo, hi, int(cum[hi - 1]) - base))
                 lo = hi
-        fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops)
-        fixed += (table, side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
+        fixed = (*_records_of(side_a, side_b), table, side_a.column, side_b.column, parties)
         parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
         cuts, offsets = self.block_ranges(parts)
         for lo, hi, pairs in pieces:
@@ -548,8 +574,7 @@ def kept_rows_of_keys(
     # a row per key at most: untouched beyond the rows written
     out = np.empty((count, parties + 1), dtype=np.uint64)
     ends = np.array([count], dtype=np.int64)
-    fixed: tuple[Any, ...] = (side_a.segments, side_b.segments, side_a.pops, side_b.pops, table)
-    fixed += (side_a.keys, side_b.keys, side_a.column, side_b.column, parties)
+    fixed = (*_records_of(side_a, side_b), table, side_a.column, side_b.column, parties)
     written, repeats, _ = kept_of_runs(keys, ends - count, ends, *fixed, out)
     if not written:
         return [], count, 0

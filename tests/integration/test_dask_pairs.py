@@ -143,13 +143,18 @@ def test_a_cancelled_comparison_stops_and_frees_the_workers(client) -> None:  # 
     e.close()
 
 
+def _records(keys: np.ndarray, segments: np.ndarray, pops: np.ndarray) -> np.ndarray:
+    """A party's records as the pair kernel reads them: segment words, popcount, pseudonym."""
+    return np.column_stack([segments, pops, keys]).astype(np.uint64)
+
+
 def test_a_failed_task_is_a_cluster_error_naming_the_worker_not_the_data(client) -> None:  # type: ignore[no-untyped-def]
     """A task the worker cannot run (here: a party count numba cannot type) fails the comparison
     with the worker's address and the error's type only, and frees the workers."""
     keys = np.arange(1, 5, dtype=np.uint64)
     segments, pops = np.zeros((4, 2), np.uint64), np.zeros(4, np.int64)
     index = BlockIndex(np.array([0, 4], np.int64), np.arange(4, dtype=np.int64))
-    side = IndexedSide(0, keys, segments, pops, index.starts, index.rows)
+    side = IndexedSide(0, _records(keys, segments, pops), index.starts, index.rows)
     plan = PairPlan.from_indexes(index, index, None)
     with ClusterPairs(client) as pairs:
         table = np.zeros(300, np.int64)
@@ -195,9 +200,8 @@ def test_a_party_whose_second_file_finds_no_room_keeps_no_file(  # type: ignore[
     keys = np.arange(1, 9, dtype=np.uint64)
     segments = np.ones((8, 2), dtype=np.uint64)
     index = BlockIndex(np.array([0, 8], np.int64), np.arange(8, dtype=np.int64))
-    side = IndexedSide(
-        0, keys, segments, popcount_rows(segments).astype(np.int64), index.starts, index.rows
-    )
+    records = _records(keys, segments, popcount_rows(segments))
+    side = IndexedSide(0, records, index.starts, index.rows)
     budget = LocalGauge(1 << 30)
     with ClusterPairs(client, folder=str(tmp_path), memory=budget) as pairs:
         source = pairs._source(side)
@@ -217,7 +221,8 @@ def test_a_pairs_keys_are_dropped_once_its_rows_are_in(client, files: bool, tmp_
     segments = rng.integers(0, 2**63, (40, 2)).astype(np.uint64)
     pops = popcount_rows(segments).astype(np.int64)
     index = BlockIndex(np.array([0, 20, 40], np.int64), np.arange(40, dtype=np.int64))
-    sides = [IndexedSide(c, keys, segments, pops, index.starts, index.rows) for c in range(3)]
+    records = _records(keys, segments, pops)
+    sides = [IndexedSide(c, records, index.starts, index.rows) for c in range(3)]
     plan = PairPlan.from_indexes(index, index, None)
     table = threshold_table(2, 0.0, 256)  # keeps every pair: 2 blocks of 20 x 20
     budget = LocalGauge(1 << 30)

@@ -176,7 +176,9 @@ def test_candidate_sets_on_threads_equal_one_thread(split_everything, keys, cap)
 
 @pytest.mark.parametrize("xg", [True, False])
 @pytest.mark.parametrize("yg", [True, False])
-@pytest.mark.parametrize(("n", "lo", "hi"), [(300, 0, 300), (300, 8, 264), (300, 128, 256), (64, 0, 64), (300, 40, 40)])
+@pytest.mark.parametrize(
+    ("n", "lo", "hi"), [(300, 0, 300), (300, 8, 264), (300, 128, 256), (64, 0, 64), (300, 40, 40)]
+)
 def test_and_word_major_equals_the_share_formula(xg, yg, n, lo, hi):
     """Every set of [lo, hi) gets (x0 & (y0 ^ y1)) ^ (x1 & y0) ^ ka ^ kb, word by word, for tile
     edges inside and outside the range (``AND_TILE_SETS``); index -1 reads an all-zero row; the

@@ -382,9 +382,11 @@ def test_kept_of_runs_merges_runs_and_counts_repeats_across_them() -> None:
     keys_a = np.array([10, 11, 12], dtype=np.uint64)
     keys_b = np.array([20, 21, 22], dtype=np.uint64)
     out = np.full((keys.size, 3), 99, dtype=np.uint64)
+    rec_a = np.column_stack([seg_a, pop_a, keys_a]).astype(np.uint64)  # the records' layout
+    rec_b = np.column_stack([seg_b, pop_b, keys_b]).astype(np.uint64)
     written, dup, evaluated = kept_of_runs(
-        keys, at[:-1].astype(np.int64), at[1:].astype(np.int64), seg_a, seg_b, pop_a, pop_b,
-        table, keys_a, keys_b, 0, 1, 2, out,
+        keys, at[:-1].astype(np.int64), at[1:].astype(np.int64), rec_a, rec_b, table, 0, 1, 2,
+        out,
     )  # fmt: skip
     rows = out[:written]
     assert np.all(out[written:] == 99)  # nothing written past the kept rows
@@ -584,20 +586,25 @@ def test_plan_ranges_equal_plan_pairs_of_each_range(cap: int) -> None:
 
 
 @pytest.mark.parametrize("rows", [0, 1, 5, 300])
-def test_segment_popcounts_on_threads_equal_popcount_rows(rows: int, threads_always) -> None:  # type: ignore[no-untyped-def]
-    from party.encoding.bits import popcount_rows
-    from party.protocol.pairwise import segment_popcounts
+def test_party_records_hold_segment_popcount_key(rows: int, threads_always) -> None:  # type: ignore[no-untyped-def]
+    """Each record row: the segment's words, their popcount, the pseudonym; read-only, the
+    first row on a 64-byte boundary; the same on 1-3 threads; all-zero and all-one words."""
+    from party.protocol.pairwise import party_records
 
     rng = np.random.default_rng(rows)
     segs = rng.integers(0, 2**64 - 1, size=(rows, 6), dtype=np.uint64)
+    keys = rng.integers(1, 2**64 - 1, size=rows, dtype=np.uint64)
     if rows:
         segs[0] = 0
         segs[-1] = np.uint64(2**64 - 1)
-    want = popcount_rows(segs)
+    pops = [sum(bin(int(w)).count("1") for w in row) for row in segs]
     for workers in (1, 2, 3):
-        got = segment_popcounts(segs, workers)
-        assert got.dtype == np.int64 and np.array_equal(got, want)
-        assert np.array_equal(got, popcount_rows_plain(segs))
+        (got,) = party_records([keys], [segs], workers)
+        assert got.shape == (rows, 8) and got.dtype == np.uint64 and not got.flags.writeable
+        assert got.ctypes.data % 64 == 0 or not rows
+        assert np.array_equal(got[:, :6], segs)
+        assert got[:, 6].tolist() == pops
+        assert np.array_equal(got[:, 7], keys)
 
 
 @pytest.mark.parametrize("cap", [None, 2])
@@ -630,7 +637,7 @@ def test_plans_of_several_pairs_at_once_equal_each_alone(cap, threads_always) ->
 
 
 def test_pair_sides_equal_pair_side_of_each_party(threads_always) -> None:  # type: ignore[no-untyped-def]
-    """``pair_sides`` (all parties' popcounts in one round of tasks) gives every party the
+    """``pair_sides`` (all parties' records in one round of tasks) gives every party the
     PairSide ``pair_side(..., sort=False)`` gives it alone, on 1-3 threads: parties of 0, 1 and
     300 rows."""
     from party.protocol.pairwise import pair_sides
@@ -645,7 +652,7 @@ def test_pair_sides_equal_pair_side_of_each_party(threads_always) -> None:  # ty
         for j, side in enumerate(got):
             alone = pair_side(j, keys[j], segs[j], pos[j], workers, sort=False)
             assert side.column == j
-            for name in ("keys", "segments", "pops", "positions"):
+            for name in ("records", "keys", "segments", "pops", "positions"):
                 x, y = getattr(side, name), getattr(alone, name)
                 assert x.dtype == y.dtype and np.array_equal(x, y), name
             assert np.array_equal(side.pops, popcount_rows_plain(segs[j]))
