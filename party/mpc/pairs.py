@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from party.mpc.compute import ComputeParty, MpcStats
+from party.mpc.compute import ComputeParty, MpcStats, batch_ranges
 from party.mpc.driver import compute_in_process, run_keys
 from party.mpc.errors import MpcError
 from party.mpc.flight import BatchJob, BatchResult
@@ -187,8 +187,8 @@ class PairComputeParty(ComputeParty):
             batch = 0
             while work:
                 a, b, rows = work.pop(0)
-                for lo in range(0, rows.shape[0], self.batch_sets):
-                    yield BatchJob(batch, (a, b), rows[lo : lo + self.batch_sets])
+                for lo, hi in batch_ranges(int(rows.shape[0]), self.batch_sets):
+                    yield BatchJob(batch, (a, b), rows[lo:hi])
                     batch += 1
 
         def take(job: BatchJob, result: BatchResult) -> None:

@@ -209,3 +209,21 @@ def test_and_word_major_equals_the_share_formula(xg, yg, n, lo, hi):
     want = ((xs[0] & (ys[0] ^ ys[1])) ^ (xs[1] & ys[0]) ^ alpha).T
     assert np.array_equal(out[:, lo:hi], want[:, lo:hi])
     assert (out[:, :lo] == 0xDEADBEEF).all() and (out[:, hi:] == 0xDEADBEEF).all()
+
+
+@pytest.mark.parametrize("total", [0, 1, 63, 64, 65, 128, 129, 1000, 475_000, 1_000_001])
+@pytest.mark.parametrize("batch_sets", [64, 128, 72_256])
+def test_batches_are_even_ranges_of_at_most_batch_sets(total, batch_sets):
+    """Consecutive ranges covering [0, total), as few as fit ``batch_sets`` each; all of one
+    size, a multiple of 64, but the last, which is no larger."""
+    from party.mpc.compute import batch_ranges
+
+    got = batch_ranges(total, batch_sets)
+    assert len(got) == -(-total // batch_sets)
+    assert [lo for lo, _ in got] == [0, *(hi for _, hi in got[:-1])][: len(got)]
+    assert (got[-1][1] if got else 0) == total
+    sizes = [hi - lo for lo, hi in got]
+    assert all(0 < n <= batch_sets for n in sizes)
+    assert all(n == sizes[0] and n % 64 == 0 for n in sizes[:-1])
+    if sizes:
+        assert sizes[-1] <= sizes[0]
