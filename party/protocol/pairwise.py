@@ -197,8 +197,8 @@ def party_records(
 
 
 def _records_of(*sides: _Records) -> list[np.ndarray]:
-    """The sides' records as the pair kernel takes them: read-only (ours are; those sent
-    through Dask arrive writable), so it has one compiled variant."""
+    """The sides' records as the pair kernel takes them: read-only views whatever the caller
+    passes (``party_records`` and mapped files already are), so it has one compiled variant."""
     return [read_only(side.records, np.uint64) for side in sides]
 
 
