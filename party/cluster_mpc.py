@@ -309,7 +309,7 @@ def warm_up() -> None:
     from party.mpc.flight import Circuits
     from party.mpc.pairs import PairComputeParty, pair_input_shares
 
-    n, bits = 8, 128
+    n, bits = 8, 1024  # enough words for the full adders on whole words (``Gates.wallace``)
     rng = np.random.default_rng(0)
     filters = rng.integers(0, 2**63, size=(n, bits // 64), dtype=np.uint64)
     table = EncodedRecords(tuple(map(str, range(n))), filters, bits, np.ones((n, 1), np.uint64))

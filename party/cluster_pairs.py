@@ -169,7 +169,7 @@ def warm_up() -> None:
         compact(np.array([0, 4], dtype=np.int64)),
         compact(np.arange(4, dtype=np.int64)),
     )
-    table = threshold_table(2, 0.5, 128).copy()
+    table = threshold_table(2, 0.5, 128)  # read-only, as the tasks get it
     got = range_keys(side, side, None, 0, 1, 16, 2)
     kept_rows_of_bucket(side, side, [bucket_of(got, 0)], 0, table, 3)
     with tempfile.TemporaryDirectory(prefix="pprl-warm-") as folder:

@@ -196,10 +196,25 @@ def party_records(
     return out
 
 
-def _records_of(*sides: _Records) -> list[np.ndarray]:
-    """The sides' records as the pair kernel takes them: read-only views whatever the caller
-    passes (``party_records`` and mapped files already are), so it has one compiled variant."""
-    return [read_only(side.records, np.uint64) for side in sides]
+def _filter_args(
+    side_a: PairSide | IndexedSide,
+    side_b: PairSide | IndexedSide,
+    table: np.ndarray,
+    parties: int,
+) -> tuple[Any, ...]:
+    """``kept_of_runs``' arguments after the runs: both sides' records and the threshold table
+    as read-only views whatever the caller passes (``party_records``, mapped files and arrays
+    Dask delivers already are), then the two columns and P; so the loop has one compiled
+    variant, the one the workers' warm-up loads (a warm-up with a writable table once left a
+    worker's first comparison to load a second)."""
+    return (
+        read_only(side_a.records, np.uint64),
+        read_only(side_b.records, np.uint64),
+        read_only(table, np.int64),
+        side_a.column,
+        side_b.column,
+        parties,
+    )
 
 
 def _aligned_rows(n: int, width: int, align: int = 64) -> np.ndarray:
@@ -383,7 +398,7 @@ class PairPlan:
                 if int(cum[hi - 1]) > base:
                     pieces.append((lo, hi, int(cum[hi - 1]) - base))
                 lo = hi
-        fixed = (*_records_of(side_a, side_b), table, side_a.column, side_b.column, parties)
+        fixed = _filter_args(side_a, side_b, table, parties)
         parts = workers if workers > 1 and self.whole_pairs >= PARALLEL_MIN_PAIRS else 1
         cuts, offsets = self.block_ranges(parts)
         for lo, hi, pairs in pieces:
@@ -574,7 +589,7 @@ def kept_rows_of_keys(
     # a row per key at most: untouched beyond the rows written
     out = np.empty((count, parties + 1), dtype=np.uint64)
     ends = np.array([count], dtype=np.int64)
-    fixed = (*_records_of(side_a, side_b), table, side_a.column, side_b.column, parties)
+    fixed = _filter_args(side_a, side_b, table, parties)
     written, repeats, _ = kept_of_runs(keys, ends - count, ends, *fixed, out)
     if not written:
         return [], count, 0

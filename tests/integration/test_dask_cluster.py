@@ -88,6 +88,45 @@ def test_embedded_workers_are_forked_with_the_encoder_and_comparison_loaded() ->
     ), origins
 
 
+def _loop_variants() -> dict[str, int]:
+    """In a worker: how many variants of each compiled loop of the comparison's tasks and the
+    circuit's actors it has loaded."""
+    import party.mpc._numba_gates as gates
+    import party.protocol._numba_pairs as pairs
+
+    return {
+        f"{module.__name__}.{name}": len(getattr(module, name).signatures)
+        for module in (gates, pairs)
+        for name in dir(module)
+        if hasattr(getattr(module, name), "signatures")
+    }
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="forkserver: Linux")
+def test_a_fresh_clusters_first_comparison_and_circuit_load_no_more_loops(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The forkserver's warm-up (``party.cluster_warm``) gives its workers every variant their
+    first comparison and first circuit use (mapped inputs, read-only tables and payloads, the
+    full adders on whole words): a node's cluster lives for one run, so a variant loaded there
+    would cost every run (0.01-0.03 CPU-s each per worker)."""
+    from party.cluster_mpc import ClusterCircuits
+    from party.cluster_pairs import ClusterPairs
+    from party.mpc.driver import run_keys
+    from tests.integration.test_dask_mpc import _any_inputs, _run
+    from tests.integration.test_dask_pairs import _fresh, _tables
+
+    with dask_client(ClusterConfig("local"), 2) as client:
+        before = client.run(_loop_variants)
+        engine = _fresh(_tables("many blocks", 3))
+        with ClusterPairs(client, folder=str(tmp_path)) as remote:
+            engine.compare(remote=remote)
+        engine.close()
+        params, shares = _any_inputs()
+        with ClusterCircuits(client, folder=str(tmp_path)) as circuits:
+            _run(params, shares, run_keys(), circuits)
+        after = client.run(_loop_variants)
+    assert after == before
+
+
 def _heartbeat_ms(dask_worker: Any) -> float:
     return float(dask_worker.periodic_callbacks["heartbeat"].callback_time)
 
