@@ -16,18 +16,25 @@ keys, and the filter and count-term shares of every data party (not their pseudo
 digests); per batch its candidate rows; per round the batch's incoming payload. The embedded
 cluster's workers (this machine) map the shares from a file of a private tmpfs folder, their bytes
 reserved on the node's memory budget, and take one of the machine's cores while they compute
-(``party.cluster_tasks.CoreSlots``); a scheduler address's get them through Dask. Everything goes
-only to the party's own workers; round payloads reach the other compute parties only through the
-node. A failed call or a lost worker is a ClusterError naming the worker and the error's type,
-never data; every actor, file and reservation goes when the circuit ends or fails.
+(``party.cluster_tasks.CoreSlots``); a scheduler address's get them through Dask. On the embedded
+cluster a batch's round payloads cross in a file of that folder too (``RoundFiles``: one per
+running batch, rewritten in place each round), so only the call itself goes through Dask's TLS
+and messages; a file the budget or tmpfs refuses sends that batch's payloads through Dask.
+Everything goes only to the party's own workers; round payloads reach the other compute parties
+only through the node. A failed call or a lost worker is a ClusterError naming the worker and the
+error's type, never data; every actor, file and reservation goes when the circuit ends or fails.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import mmap
+import os
 import threading
+import weakref
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -75,23 +82,144 @@ def _share_of(
 
 #: a step as it crosses between the node and a worker: a Round as (batch, number, payload as a
 #: uint8 array), which Dask sends as a buffer of its own where a pickled Round copies its bytes
-#: into the pickle (4 MiB: 0.5 ms against 3.4 ms to serialise), or a BatchResult as it is
-Wire: TypeAlias = tuple[int, int, np.ndarray] | BatchResult
+#: into the pickle (4 MiB: 0.5 ms against 3.4 ms to serialise), or as (batch, number, its length)
+#: when the payload is in the batch's round file (``RoundFiles``); or a BatchResult as it is
+Wire: TypeAlias = tuple[int, int, np.ndarray | int] | BatchResult
 
 
 def to_wire(step: Step) -> Wire:
-    """``step`` as it crosses (``Wire``)."""
+    """``step`` as it crosses through Dask (``Wire``)."""
     if isinstance(step, Round):
         return step.batch, step.number, np.frombuffer(step.payload, dtype=np.uint8)
     return step
 
 
-def from_wire(got: Wire) -> Step:
-    """The step that crossed as ``got`` (``to_wire``)."""
+def from_wire(got: Wire, files: RoundFiles | None = None) -> Step:
+    """The step that crossed as ``got`` (``to_wire``; a payload's length: read from ``files``)."""
     if isinstance(got, tuple):
         batch, number, payload = got
+        if isinstance(payload, int | np.integer):
+            if files is None:
+                raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
+            return Round(int(batch), int(number), files.read(int(batch), int(payload)))
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
     return got
+
+
+#: the length a round file is made with and mapped (sparse on tmpfs: only the bytes allocated
+#: for its payloads take memory); a larger payload crosses through Dask
+ROUND_FILE_BYTES = 1 << 30
+_MADV_POPULATE_WRITE = 23  # Linux 5.14: map a range's pages in one call, not a fault per page
+
+
+@dataclass
+class _RoundFile:
+    fd: int
+    map: mmap.mmap
+    ready: int = 0  # bytes from the start known allocated, and mapped in here
+
+
+class RoundFiles:
+    """The round files of one side (the node or a worker) of a circuit on the embedded cluster:
+    per running batch, the file ``round-<batch>`` of the circuit's private folder (mode 0600),
+    mapped, into which each side copies its payload at offset 0 for the other to copy out; a
+    round's reply has the round's size, so a file holds at most the batch's largest round. A
+    side allocates the bytes (``posix_fallocate``) before it first writes them, so a full tmpfs
+    is an OSError (the payload then crosses through Dask), never a fault in the mapping. The
+    node makes and removes the files (``make``, ``remove``) and reserves their bytes on its
+    budget before they are written (``ClusterCircuits``); a worker opens them."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self._files: dict[int, _RoundFile] = {}
+        self._finalizer = weakref.finalize(self, _close_all, self._files)
+
+    def path(self, batch: int) -> str:
+        return os.path.join(self.folder, f"round-{batch}")
+
+    def make(self, batch: int) -> None:
+        """Create batch ``batch``'s file, no byte of it allocated (the node, before the batch
+        starts); OSError if it cannot."""
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
+        self._files[batch] = _mapped(os.open(self.path(batch), flags, 0o600), made=True)
+
+    def _file(self, batch: int) -> _RoundFile:
+        got = self._files.get(batch)
+        if got is None:  # a worker: the node made it
+            got = self._files[batch] = _mapped(os.open(self.path(batch), os.O_RDWR | os.O_CLOEXEC))
+        return got
+
+    def _ready(self, f: _RoundFile, nbytes: int) -> None:
+        """The file's first ``nbytes`` allocated and mapped in here (OSError: no room)."""
+        if nbytes > f.ready:
+            os.posix_fallocate(f.fd, 0, nbytes)  # allocated already by the other side: a no-op
+            with contextlib.suppress(OSError, ValueError):  # an older kernel: faults instead
+                f.map.madvise(_MADV_POPULATE_WRITE, 0, nbytes)
+            f.ready = nbytes
+
+    def write(self, batch: int, payload: bytes | memoryview) -> bool:
+        """``payload`` into the batch's file; False if it is too large or tmpfs has no room."""
+        if len(payload) > ROUND_FILE_BYTES:
+            return False
+        f = self._file(batch)
+        try:
+            self._ready(f, len(payload))
+        except OSError:
+            return False
+        f.map[: len(payload)] = payload
+        return True
+
+    def read(self, batch: int, nbytes: int) -> bytes:
+        """A copy of the ``nbytes`` of the payload in the batch's file (written by the other
+        side, which allocated them)."""
+        if not 0 <= nbytes <= ROUND_FILE_BYTES:
+            raise ClusterError(
+                f"cluster: batch {batch}'s round of {nbytes} bytes cannot be in a file"
+            )
+        f = self._file(batch)
+        self._ready(f, nbytes)
+        return f.map[:nbytes]
+
+    def close(self, batch: int) -> None:
+        """Unmap and close the batch's file (it stays until ``remove``)."""
+        f = self._files.pop(batch, None)
+        if f is not None:
+            _close(f)
+
+    def remove(self, batch: int, *, empty: bool = True) -> None:
+        """Close and remove the batch's file (the node), emptied first with ``empty`` (its
+        worker may still hold it mapped: only when no call of the batch runs)."""
+        f = self._files.get(batch)
+        if f is not None and empty:
+            with contextlib.suppress(OSError):
+                os.ftruncate(f.fd, 0)
+        self.close(batch)
+        with contextlib.suppress(OSError):
+            os.unlink(self.path(batch))
+
+
+def _mapped(fd: int, made: bool = False) -> _RoundFile:
+    """A round file's descriptor mapped (``made``: sized first); closed on failure."""
+    try:
+        if made:
+            os.ftruncate(fd, ROUND_FILE_BYTES)
+        return _RoundFile(fd, mmap.mmap(fd, ROUND_FILE_BYTES))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _close(f: _RoundFile) -> None:
+    with contextlib.suppress(OSError, BufferError):
+        f.map.close()
+    with contextlib.suppress(OSError):
+        os.close(f.fd)
+
+
+def _close_all(files: dict[int, _RoundFile]) -> None:
+    for f in files.values():
+        _close(f)
+    files.clear()
 
 
 def place_batches(sizes: Sequence[int], given: list[int]) -> list[int]:
@@ -113,7 +241,8 @@ class CircuitWorker:
     """Runs on a worker (a Dask actor): the batches of a compute party's windows it holds.
 
     ``shares`` are (source, Mapped) or (source, arrays); ``gate`` (folder, slots) makes each
-    call hold one of the machine's cores (the embedded cluster with more workers than cores).
+    call hold one of the machine's cores (the embedded cluster with more workers than cores);
+    ``rounds``: the folder of the batches' round files (``RoundFiles``; None: through Dask).
     """
 
     def __init__(
@@ -123,6 +252,7 @@ class CircuitWorker:
         keys: ComputeKeys,
         shares: Sequence[tuple[int, Mapped | dict[str, np.ndarray]]],
         gate: tuple[str, int] | None,
+        rounds: str | None = None,
     ) -> None:
         from party.mpc.pairs import compute_party_class
 
@@ -138,18 +268,40 @@ class CircuitWorker:
         ]
         self._local = LocalCircuits(party, inputs)
         self._slots = None if gate is None else CoreSlots(*gate)
+        self._files = None if rounds is None else RoundFiles(rounds)
 
     def _held(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext() if self._slots is None else self._slots.hold()
 
-    def start(self, job: BatchJob) -> Wire:
+    def start(self, job: BatchJob, room: int = 0) -> Wire:
+        """The batch's first step (its round in the batch's file if it has ``room``)."""
         with self._held():
-            return to_wire(self._local.start_one(job))
+            return self._wire(job.batch, self._local.start_one(job), room)
 
-    def advance(self, batch: int, payload: np.ndarray) -> Wire:
-        """The batch's next step, given the incoming payload as a uint8 array (``to_wire``)."""
+    def advance(self, batch: int, payload: np.ndarray | int, room: int = 0) -> Wire:
+        """The batch's next step, given the incoming payload as a uint8 array (``to_wire``) or
+        as its length in the batch's file; the step's round in the file if it fits in ``room``
+        (the bytes the node reserved for the file; 0: none)."""
         with self._held():
-            return to_wire(self._local.advance(batch, payload.data))
+            if isinstance(payload, np.ndarray):
+                data: bytes | memoryview = payload.data
+            elif self._files is None:
+                raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
+            else:
+                data = self._files.read(batch, payload)
+            return self._wire(batch, self._local.advance(batch, data), room)
+
+    def _wire(self, batch: int, step: Step, room: int) -> Wire:
+        """``step`` of ``batch`` as it crosses: a round in the batch's file if it fits in
+        ``room`` and tmpfs takes it; at the batch's end its file is closed here."""
+        files = self._files
+        if isinstance(step, Round):
+            fits = 0 < len(step.payload) <= room
+            if fits and files is not None and files.write(batch, step.payload):
+                return step.batch, step.number, len(step.payload)
+        elif files is not None:
+            files.close(batch)
+        return to_wire(step)
 
 
 class ClusterCircuits(ClusterTasks):
@@ -163,7 +315,12 @@ class ClusterCircuits(ClusterTasks):
         self._actors: list[tuple[str, Any]] = []  # (worker, actor) in address order
         self._where: dict[int, tuple[str, Any]] = {}  # batch -> its worker and actor
         self._sets: list[int] = []  # candidate sets given to each actor so far
+        #: the running batches' round files (the embedded cluster), their reserved bytes
+        self._files = None if self.folder is None else RoundFiles(self.folder)
+        self._filed: dict[int, int] = {}  # batch -> bytes reserved for its file
+        self._largest = 0  # the largest round payload so far (a new file's first reservation)
         self.calls = 0
+        self.payloads_in_files = 0  # round payloads that crossed in files, both ways
 
     def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
         if self._actors:
@@ -191,6 +348,7 @@ class ClusterCircuits(ClusterTasks):
                 party.keys,
                 shares,
                 gate,
+                self.folder,
                 actor=True,
                 workers=[worker],
                 allow_other_workers=False,
@@ -210,8 +368,10 @@ class ClusterCircuits(ClusterTasks):
         for job, at in zip(jobs, placed, strict=True):
             worker, actor = self._actors[at]
             self._where[job.batch] = (worker, actor)
+            self._make_file(job.batch)
+            room = self._filed.get(job.batch, 0)
             what = f"batch {job.batch}"
-            calls.append((what, worker, self._call(what, worker, actor, "start", job)))
+            calls.append((what, worker, self._call(what, worker, actor, "start", job, room)))
         return self._results(calls, [job.batch for job in jobs])
 
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
@@ -219,9 +379,57 @@ class ClusterCircuits(ClusterTasks):
         for batch, payload in replies:
             worker, actor = self._where[batch]
             what = f"batch {batch}"
-            wired = np.frombuffer(payload, dtype=np.uint8)  # a buffer of its own (``Wire``)
-            calls.append((what, worker, self._call(what, worker, actor, "advance", batch, wired)))
+            wired: np.ndarray | int
+            if self._put(batch, payload):
+                wired = len(payload)
+            else:
+                wired = np.frombuffer(payload, dtype=np.uint8)  # a buffer of its own (``Wire``)
+            args = (batch, wired, self._filed.get(batch, 0))
+            calls.append((what, worker, self._call(what, worker, actor, "advance", *args)))
         return self._results(calls, [batch for batch, _ in replies])
+
+    def _make_file(self, batch: int) -> None:
+        """Make the batch's round file (``RoundFiles``; without a folder or room: none), with
+        the largest round so far reserved for it: its worker writes a round into it only up to
+        the bytes reserved (``CircuitWorker.advance``)."""
+        if self._files is None:
+            return
+        try:
+            self._files.make(batch)
+        except OSError:
+            return
+        self._filed[batch] = 0
+        if self._largest:
+            self._room(batch, self._largest)
+
+    def _room(self, batch: int, nbytes: int) -> bool:
+        """The batch's file may hold ``nbytes``: reserved on the budget (its largest round so
+        far); refused: the file goes, and the batch's payloads cross through Dask from now on."""
+        held = self._filed[batch]
+        if nbytes > held:
+            if not self._reserve(nbytes - held):
+                self._unfile(batch)
+                return False
+            self._filed[batch] = nbytes
+        return True
+
+    def _put(self, batch: int, payload: bytes) -> bool:
+        """``payload`` into the batch's file (True), if it has one with room for it."""
+        if batch not in self._filed or not self._room(batch, len(payload)):
+            return False
+        assert self._files is not None
+        if not self._files.write(batch, payload):
+            self._unfile(batch)
+            return False
+        self.payloads_in_files += 1
+        return True
+
+    def _unfile(self, batch: int, *, empty: bool = True) -> None:
+        """Remove the batch's round file and release its reservation; ``empty``: its memory
+        freed now (no call of the batch runs), not when its worker unmaps it."""
+        if batch in self._filed and self._files is not None:
+            self._files.remove(batch, empty=empty)
+            self._remove([], self._filed.pop(batch))
 
     def _call(self, what: str, worker: str, actor: Any, method: str, *args: Any) -> Any:
         """The future of ``actor.method(*args)``; a ClusterError when the actor is known to be
@@ -235,10 +443,18 @@ class ClusterCircuits(ClusterTasks):
 
     def _results(self, calls: list[tuple[str, str, Any]], batches: list[int]) -> list[Step]:
         self.calls += len(calls)
-        steps = [from_wire(self._wait(what, worker, future)) for what, worker, future in calls]
-        for batch, step in zip(batches, steps, strict=True):
-            if not isinstance(step, Round):  # a BatchResult: the batch has ended
+        steps = []
+        for (what, worker, future), batch in zip(calls, batches, strict=True):
+            got = self._wait(what, worker, future)
+            step = from_wire(got, self._files)
+            if isinstance(step, Round):
+                self._largest = max(self._largest, len(step.payload))
+                if not isinstance(got[2], np.ndarray):  # in the file, within its reservation
+                    self.payloads_in_files += 1
+            else:  # a BatchResult: the batch has ended
                 self._where.pop(batch, None)
+                self._unfile(batch)
+            steps.append(step)
         return steps
 
     def _wait(self, what: str, worker: str, future: Any) -> Any:
@@ -265,6 +481,8 @@ class ClusterCircuits(ClusterTasks):
     def close(self) -> None:
         self._where.clear()
         self._actors = []
+        for batch in list(self._filed):  # a call may still run (a failure, a cancel)
+            self._unfile(batch, empty=False)
         super().close()
 
 
@@ -290,10 +508,11 @@ def circuits_on_cluster(
     ):
         yield circuits
         log.info(
-            "circuit on %d Dask workers: %d calls, %.1f MB of shares sent (%.1f MB of them in "
-            "files the workers map)",
+            "circuit on %d Dask workers: %d calls, %d round payloads in files, %.1f MB of shares "
+            "sent (%.1f MB of them in files the workers map)",
             len(circuits.workers),
             circuits.calls,
+            circuits.payloads_in_files,
             circuits.sent_bytes / 1e6,
             circuits.mapped_bytes / 1e6,
         )

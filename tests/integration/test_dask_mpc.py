@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from party.cluster import ClusterError
-from party.cluster_mpc import ClusterCircuits, circuits_on_cluster
+from party.cluster_mpc import ClusterCircuits, RoundFiles, circuits_on_cluster
 from party.cluster_tasks import forget_mapped
 from party.config import ClusterConfig
 from party.mpc.compute import ComputeParty
@@ -21,6 +21,7 @@ from party.mpc.errors import MpcCancelled
 from party.mpc.flight import BatchJob, BatchResult
 from party.mpc.gates import Round
 from party.mpc.pairs import PairComputeParty, pair_input_shares
+from party.protocol.spill import LocalGauge
 from tests.integration.dask_support import INPUTS, inputs_case, workers_emptied
 from tests.unit.mpc.helpers import recorded
 from tests.unit.mpc.test_mpc3_any import any_params
@@ -82,24 +83,98 @@ def test_batches_on_workers_send_what_the_threads_send(  # type: ignore[no-untyp
     client, target, inputs, tmp_path, monkeypatch
 ) -> None:
     """Compute party 0 on two workers (a window's four batches two per worker): the same
-    payloads (all three parties') and outcome; shares mapped from files or through Dask;
-    afterwards no actor, file, mapping or reservation is left."""
+    payloads (all three parties') and outcome; shares and round payloads in files or through
+    Dask; afterwards no actor, file, mapping or reservation is left."""
     params, shares = _any_inputs() if target == "any" else _inputs(3, 43)
     keys = run_keys()
     want = _run(params, shares, keys)
     assert want[0][0].stats.batches > 4
     folder, budget = inputs_case(inputs, tmp_path, monkeypatch)
+    if inputs == "no room for files":
+        monkeypatch.setattr(RoundFiles, "make", _no_room)
     with ClusterCircuits(client, folder=folder, memory=budget) as remote:
         got = _run(params, shares, keys, remote)
         assert remote.calls >= want[0][0].stats.rounds  # one call per batch and round
         assert remote.sent_bytes > 0
         assert (remote.mapped_bytes > 0) == (inputs == "mapped files")
+        # most rounds both ways: not a batch's rounds larger than any before (not reserved)
+        filed = remote.payloads_in_files
+        assert (filed > remote.calls) if inputs == "mapped files" else (filed == 0)
     _same(want, got)
     assert _no_actors(client) and workers_emptied(client)
     assert list(tmp_path.iterdir()) == [] and budget.held == 0
     if inputs == "mapped files":
         assert budget.peak >= remote.mapped_bytes
         assert all(n == 0 for n in client.run(forget_mapped, str(tmp_path)).values())
+
+
+def _no_room(*_args: Any) -> None:
+    raise OSError(28, "No space left on device")
+
+
+class _Stingy(LocalGauge):
+    """A budget that grants its first ``grants`` reservations and refuses every later one."""
+
+    def __init__(self, grants: int) -> None:
+        super().__init__(1 << 40)
+        self.grants = grants
+
+    def try_reserve(self, nbytes: int) -> bool:
+        self.grants -= 1
+        return self.grants >= 0 and super().try_reserve(nbytes)
+
+
+def _fail_writes_after(writes: int) -> None:
+    """Runs where round files are written: the ``writes``-th later write finds tmpfs full."""
+    import party.cluster_mpc as cluster_mpc
+
+    left = [writes]
+    write = cluster_mpc.RoundFiles.write
+    cluster_mpc._unpatched_write = write  # type: ignore[attr-defined]
+
+    def full_later(self: Any, batch: int, payload: Any) -> bool:
+        left[0] -= 1
+        return left[0] >= 0 and write(self, batch, payload)
+
+    cluster_mpc.RoundFiles.write = full_later  # type: ignore[method-assign]
+
+
+def _writes_again() -> None:
+    import party.cluster_mpc as cluster_mpc
+
+    write = getattr(cluster_mpc, "_unpatched_write", None)
+    if write is not None:
+        cluster_mpc.RoundFiles.write = write  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("refused", ["by the budget", "on the node", "on the workers"])
+def test_a_round_file_refused_midway_sends_its_batch_through_dask(  # type: ignore[no-untyped-def]
+    client, refused, tmp_path
+) -> None:
+    """Round files that the budget refuses after some rounds, or that find tmpfs full on the
+    node's side or a worker's: those batches go on through Dask, with the same payloads and
+    outcome, and no file or reservation is left."""
+    params, shares = _any_inputs()
+    keys = run_keys()
+    want = _run(params, shares, keys)
+    with ClusterCircuits(client, folder=str(tmp_path)) as whole:
+        _same(want, _run(params, shares, keys, whole))
+    # three share files, then four rounds' files on the budget
+    budget = _Stingy(3 + 4) if refused == "by the budget" else LocalGauge(1 << 40)
+    try:
+        if refused == "on the node":
+            _fail_writes_after(6)
+        elif refused == "on the workers":
+            client.run(_fail_writes_after, 6)
+        with ClusterCircuits(client, folder=str(tmp_path), memory=budget) as remote:
+            got = _run(params, shares, keys, remote)
+    finally:
+        _writes_again()
+        client.run(_writes_again)
+    _same(want, got)
+    assert 0 < remote.payloads_in_files < whole.payloads_in_files
+    assert list(tmp_path.iterdir()) == [] and budget.held == 0
+    assert _no_actors(client) and workers_emptied(client)
 
 
 def test_batches_on_gated_workers_take_one_core_each(client, tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,13 +1,17 @@
 """The mpc3 circuit on the party's Dask workers without a cluster: where a window's batches go
 (``place_batches``: distinct actors, the actors' candidate sets even across windows) and how a
-step crosses (``to_wire``: a round's payload as a buffer Dask sends as it is)."""
+step crosses (``to_wire``: a round's payload as a buffer Dask sends as it is; ``RoundFiles``:
+in a file of the embedded cluster's folder)."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 import pytest
 
-from party.cluster_mpc import from_wire, place_batches, to_wire
+from party.cluster import ClusterError
+from party.cluster_mpc import RoundFiles, from_wire, place_batches, to_wire
 from party.mpc.flight import BatchResult, GateCounts
 from party.mpc.gates import Round
 
@@ -74,6 +78,16 @@ def test_a_round_crosses_as_a_buffer_of_its_own_and_comes_back_the_same() -> Non
     assert not any(memoryview(f).nbytes == len(payload) for f in pickled)
 
 
+def test_a_round_in_a_file_comes_back_from_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    files = RoundFiles(str(tmp_path))
+    files.make(3)
+    assert files.write(3, b"payload")
+    assert from_wire((3, 7, 7), files) == Round(3, 7, b"payload")
+    with pytest.raises(ClusterError, match="came in a file not made"):
+        from_wire((3, 7, 7))
+    files.remove(3)
+
+
 def test_a_batch_result_crosses_as_it_is() -> None:
     result = BatchResult(
         np.zeros(3, dtype=bool),
@@ -82,3 +96,40 @@ def test_a_batch_result_crosses_as_it_is() -> None:
         GateCounts(),
     )
     assert to_wire(result) is result and from_wire(result) is result
+
+
+def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # type: ignore[no-untyped-def]
+    tmp_path, monkeypatch
+) -> None:
+    """The node's and a worker's side of one batch's round file: payloads each way, a larger
+    one after a smaller, copies read out; a payload beyond the file's length, or one that finds
+    tmpfs full, is refused (False); the file takes only the bytes written, and is gone once
+    removed."""
+    import party.cluster_mpc as cluster_mpc
+
+    monkeypatch.setattr(cluster_mpc, "ROUND_FILE_BYTES", 1 << 20)
+    node, worker = RoundFiles(str(tmp_path)), RoundFiles(str(tmp_path))
+    node.make(5)
+    path = tmp_path / "round-5"
+    assert path.stat().st_mode & 0o777 == 0o600 and path.stat().st_blocks == 0
+    assert node.write(5, b"abc") and worker.read(5, 3) == b"abc"
+    big = bytes(range(256)) * 4096  # 1 MiB: the whole file
+    assert worker.write(5, big) and node.read(5, len(big)) == big
+    assert 0 < path.stat().st_blocks * 512 <= 2 * len(big)
+    got = worker.read(5, 3)
+    assert node.write(5, b"xyz") and got == big[:3] and worker.read(5, 3) == b"xyz"
+    assert not node.write(5, big + b"!")  # beyond the file
+    with pytest.raises(ClusterError, match="batch 5's round of"):
+        node.read(5, len(big) + 1)
+
+    def full(*_args: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    node.make(6)
+    monkeypatch.setattr(cluster_mpc.os, "posix_fallocate", full)
+    assert not node.write(6, b"abc")
+    assert node.write(5, b"fits")  # bytes allocated already need no room
+    worker.close(5)
+    node.remove(5)
+    node.remove(6)
+    assert list(tmp_path.iterdir()) == []
