@@ -64,11 +64,12 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   in its actor's calls against a k-th of the same batches' thread CPU on one thread
   (``LocalCircuits``, measured before each cluster run), the actor calls, the shares sent, and
   whether the matched pairs are identical.
-  For the comparison and the circuit the one-thread reference is also measured on a core it
-  shares with a busy process (``core_neighbour``: both pinned to one core, as a worker's core is
-  time-shared with the node and the other workers when there are more workers than cores), and
-  the busiest worker is printed against a k-th of that too. The ideal stays the quiet thread's;
-  the second figure tells what the split costs beyond sharing a core.
+  For the comparison and the circuit the one-thread reference is also measured beside busy
+  processes (``busy_neighbours``): on a core it shares with one (both pinned to it, as a
+  worker's core is time-shared with the node and the other workers when there are more workers
+  than cores), and with every other core busy (as in a k-worker run); the busiest worker is
+  printed against a k-th of each too. The ideal stays the quiet thread's; the other figures
+  tell what the split costs beyond sharing a core, or beyond a fully busy machine.
 
 Load matters (seven jobs may share this machine): the 1-minute load average is printed with
 every figure.
@@ -114,48 +115,69 @@ NEIGHBOUR = (
 
 
 @contextlib.contextmanager
-def core_neighbour() -> Iterator[bool]:
-    """While the block runs, this thread is pinned to one core that a busy process
-    (``NEIGHBOUR``) shares with it: the core time-shared, as an embedded worker's is with the
-    node and the other workers when there are more of them than cores. Yields False, doing
-    nothing, where a thread cannot be pinned (not Linux)."""
+def busy_neighbours(where: str) -> Iterator[bool]:
+    """While the block runs, this thread is pinned to one core with busy processes
+    (``NEIGHBOUR``) beside it: ``where`` "core": one on that core, time-shared with this thread,
+    as an embedded worker's core is with the node and the other workers when there are more of
+    them than cores; "others": one on each of the machine's other cores, every core busy, as
+    in a k-worker run on this machine (on this 2-core VM a busy other core makes the circuit
+    and the pair kernel dearer per CPU-second). Yields False, doing nothing, where a thread
+    cannot be pinned (not Linux) or there is no other core."""
     if not hasattr(os, "sched_setaffinity"):
         yield False
         return
     before = os.sched_getaffinity(0)
     core = min(before)
-    neighbour = subprocess.Popen([sys.executable, "-c", NEIGHBOUR])
+    cores = [core] if where == "core" else sorted(before - {core})
+    if not cores:
+        yield False
+        return
+    neighbours = [subprocess.Popen([sys.executable, "-c", NEIGHBOUR]) for _ in cores]
     try:
-        os.sched_setaffinity(neighbour.pid, {core})
+        for n, at in zip(neighbours, cores, strict=True):
+            os.sched_setaffinity(n.pid, {at})
         os.sched_setaffinity(0, {core})  # 0: the calling thread
-        time.sleep(0.3)  # the neighbour started and hashing
+        time.sleep(0.3)  # the neighbours started and hashing
         yield True
     finally:
         os.sched_setaffinity(0, before)
-        neighbour.kill()
-        neighbour.wait()
+        for n in neighbours:
+            n.kill()
+            n.wait()
 
 
-def shared_core(quiet: list[float], shared: list[float], k: int) -> str:
-    """The one-thread reference sharing its core (``core_neighbour``) against the quiet one."""
-    if not shared:
-        return "the one thread sharing its core: not measured (threads cannot be pinned here)"
-    return (
-        f"the one thread sharing its core with a busy process {min(shared):.2f} CPU-s (best of "
-        f"{', '.join(f'{c:.2f}' for c in shared)}: {min(shared) / min(quiet):.2f}x the quiet "
-        f"thread; a {k}-th: {min(shared) / k:.2f} CPU-s)"
-    )
+#: the one-thread references beside busy processes (``busy_neighbours``), as printed
+LOADED = {"core": "sharing its core with a busy process", "others": "with the other cores busy"}
 
 
-def against_shared(worst: list[float], ideal: float, shared: list[float], k: int) -> str:
-    """The busiest workers' ratios (to ``ideal``) against a k-th of the shared-core reference."""
-    if not shared:
-        return ""
-    ratios = [r * ideal * k / min(shared) for r in worst]
-    return (
-        f"against a {k}-th of the one thread sharing its core: "
-        f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f}); "
-    )
+def loaded_reference(quiet: list[float], loaded: dict[str, list[float]], k: int) -> str:
+    """The one-thread references beside busy processes against the quiet one."""
+    parts = []
+    for where, label in LOADED.items():
+        got = loaded.get(where)
+        if not got:
+            parts.append(f"the one thread {label}: not measured (threads cannot be pinned here)")
+            continue
+        parts.append(
+            f"the one thread {label} {min(got):.2f} CPU-s (best of "
+            f"{', '.join(f'{c:.2f}' for c in got)}: {min(got) / min(quiet):.2f}x the quiet "
+            f"thread; a {k}-th: {min(got) / k:.2f} CPU-s)"
+        )
+    return "; ".join(parts)
+
+
+def against_loaded(worst: list[float], ideal: float, loaded: dict[str, list[float]], k: int) -> str:
+    """The busiest workers' ratios (to ``ideal``) against a k-th of each loaded reference."""
+    parts = []
+    for where, label in LOADED.items():
+        got = loaded.get(where)
+        if got:
+            ratios = [r * ideal * k / min(got) for r in worst]
+            parts.append(
+                f"against a {k}-th of the one thread {label}: "
+                f"{', '.join(f'{r:.2f}' for r in ratios)} (median {statistics.median(ratios):.2f}); "
+            )
+    return "".join(parts)
 
 
 def make_data(folder: Path, n: int, seed: int = 7) -> list[Path]:
@@ -508,10 +530,11 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             e.close()
         return engines[0]
 
-    def kernel_one_thread() -> tuple[float, float | None]:
+    def kernel_one_thread() -> tuple[float, dict[str, float]]:
         """Thread CPU of the pair kernel of every pair of parties on one thread (the work the
-        workers take over), with the engine's inputs: alone, then on a core shared with a busy
-        process (``core_neighbour``; None where it cannot be), the inputs made once."""
+        workers take over), with the engine's inputs: alone, then beside busy processes
+        (``busy_neighbours``: on its core, on the other cores; left out where they cannot be),
+        the inputs made once."""
         e = exchanged()
         common = e._ready_to_compare()
         pseud, _, segs = e._party_columns()
@@ -529,10 +552,13 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
             return time.thread_time() - t
 
         alone = kernel()
-        with core_neighbour() as pinned:
-            shared = kernel() if pinned else None
+        loaded = {}
+        for where in LOADED:
+            with busy_neighbours(where) as pinned:
+                if pinned:
+                    loaded[where] = kernel()
         e.close()
-        return alone, shared
+        return alone, loaded
 
     def survivors(e: PairEngine) -> bytes:
         assert e._survivors is not None
@@ -545,14 +571,14 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     want = survivors(ref)
     ref.close()
     kernels: list[float] = []
-    shared: list[float] = []
+    loaded: dict[str, list[float]] = {}
     runs = []
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
-            alone, on_shared = kernel_one_thread()
+            alone, beside = kernel_one_thread()
             kernels.append(alone)
-            if on_shared is not None:
-                shared.append(on_shared)
+            for where, cpu in beside.items():
+                loaded.setdefault(where, []).append(cpu)
             e = exchanged()
             before = client.run(worker_usage)
             c0, t0 = self_cpu(), time.perf_counter()
@@ -568,7 +594,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     print(
         f"comparison of party 0 (target any, {args.records} records per party): pair kernel on "
         f"one thread {one:.2f} CPU-s (best of {', '.join(f'{c:.2f}' for c in kernels)}); ideal "
-        f"per worker of {k}: {ideal:.2f} CPU-s; {shared_core(kernels, shared, k)}; the whole "
+        f"per worker of {k}: {ideal:.2f} CPU-s; {loaded_reference(kernels, loaded, k)}; the whole "
         f"comparison on the node's 2 threads {threads[0]:.2f}s wall, {threads[1]:.2f} CPU-s"
     )
     worst = []
@@ -589,7 +615,7 @@ def cmd_cluster_comparison(args: argparse.Namespace) -> None:
     print(
         f"busiest worker's tasks / ideal over the {len(worst)} runs: "
         f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); "
-        f"{against_shared(worst, ideal, shared, k)}{load()}"
+        f"{against_loaded(worst, ideal, loaded, k)}{load()}"
     )
 
 
@@ -697,18 +723,19 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         return outcome, time.perf_counter() - t0, self_cpu() - c0
 
     ones: list[float] = []
-    shared: list[float] = []
+    loaded: dict[str, list[float]] = {}
     runs = []
     with dask_client(ClusterConfig("local"), k) as client:
         for _ in range(args.repeat):
             Timed.cpu = 0.0
             _, ref_wall, _ = alone(Timed)
             ones.append(Timed.cpu)
-            Timed.cpu = 0.0
-            with core_neighbour() as pinned:
-                alone(Timed)
-            if pinned:
-                shared.append(Timed.cpu)
+            for where in LOADED:
+                Timed.cpu = 0.0
+                with busy_neighbours(where) as pinned:
+                    if pinned:
+                        alone(Timed)
+                        loaded.setdefault(where, []).append(Timed.cpu)
             with scratch_folder(1 << 26, "bench-mpc-") as folder:
                 before = client.run(worker_usage)
                 with ClusterCircuits(client, folder=folder) as remote:
@@ -731,7 +758,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         f"({len(received)} steps, {sum(map(len, received)) / 1e6:.0f} MB to CP 0); CP 0's "
         f"batches alone on one thread {one:.2f} CPU-s (best of "
         f"{', '.join(f'{c:.2f}' for c in ones)}); ideal per worker of {k}: {ideal:.2f} CPU-s; "
-        f"{shared_core(ones, shared, k)}"
+        f"{loaded_reference(ones, loaded, k)}"
     )
     worst = []
     for n, (wall, node, ref_wall, usage, remote, same, at) in enumerate(runs, 1):
@@ -751,7 +778,7 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
     print(
         f"busiest worker's calls / ideal over the {len(worst)} runs: "
         f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); "
-        f"{against_shared(worst, ideal, shared, k)}{load()}"
+        f"{against_loaded(worst, ideal, loaded, k)}{load()}"
     )
 
 

@@ -53,15 +53,20 @@ def test_a_replay_that_sends_anything_else_is_refused() -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="threads are pinned on Linux")
-def test_core_neighbour_shares_one_core_and_restores_the_thread() -> None:
+@pytest.mark.parametrize("where", ["core", "others"])
+def test_busy_neighbours_pin_the_thread_beside_them_and_restore_it(where: str) -> None:
+    """ "core": one neighbour on the thread's core; "others": one on each other core."""
     before = os.sched_getaffinity(0)
-    with bench.core_neighbour() as pinned:
+    if where == "others" and len(before) < 2:
+        pytest.skip("one core: no other core to keep busy")
+    with bench.busy_neighbours(where) as pinned:
         assert pinned
         core = os.sched_getaffinity(0)
         assert core == {min(before)}
         children = [p for p in os.listdir("/proc") if p.isdigit() and _parent(p) == os.getpid()]
         neighbours = [p for p in children if "hashlib.sha256" in _cmdline(p)]
-        assert neighbours and all(os.sched_getaffinity(int(p)) == core for p in neighbours)
+        at = sorted(min(os.sched_getaffinity(int(p))) for p in neighbours)
+        assert at == (sorted(core) if where == "core" else sorted(before - core))
     assert os.sched_getaffinity(0) == before
     assert not any(
         os.path.exists(f"/proc/{p}/cmdline") and _parent(p) == os.getpid() for p in neighbours
