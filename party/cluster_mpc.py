@@ -152,9 +152,10 @@ class RoundFiles:
     def _ready(self, f: _RoundFile, nbytes: int) -> None:
         """The file's first ``nbytes`` allocated and mapped in here (OSError: no room)."""
         if nbytes > f.ready:
-            os.posix_fallocate(f.fd, 0, nbytes)  # allocated already by the other side: a no-op
+            start = f.ready - f.ready % mmap.PAGESIZE  # the bytes beyond those ready only
+            os.posix_fallocate(f.fd, start, nbytes - start)  # the other side's bytes: a no-op
             with contextlib.suppress(OSError, ValueError):  # an older kernel: faults instead
-                f.map.madvise(_MADV_POPULATE_WRITE, 0, nbytes)
+                f.map.madvise(_MADV_POPULATE_WRITE, start, nbytes - start)
             f.ready = nbytes
 
     def write(self, batch: int, payload: bytes | memoryview) -> bool:
