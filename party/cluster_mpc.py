@@ -159,11 +159,12 @@ class RoundFiles:
             f.ready = nbytes
 
     def write(self, batch: int, payload: bytes | memoryview) -> bool:
-        """``payload`` into the batch's file; False if it is too large or tmpfs has no room."""
+        """``payload`` into the batch's file; False if it is too large, or tmpfs has no room
+        for it, or the file cannot be mapped here."""
         if len(payload) > ROUND_FILE_BYTES:
             return False
-        f = self._file(batch)
         try:
+            f = self._file(batch)  # a worker maps it on first use
             self._ready(f, len(payload))
         except OSError:
             return False

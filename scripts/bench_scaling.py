@@ -120,9 +120,9 @@ def busy_neighbours(where: str) -> Iterator[bool]:
     (``NEIGHBOUR``) beside it: ``where`` "core": one on that core, time-shared with this thread,
     as an embedded worker's core is with the node and the other workers when there are more of
     them than cores; "others": one on each of the machine's other cores, every core busy, as
-    in a k-worker run on this machine (on this 2-core VM a busy other core makes the circuit
-    and the pair kernel dearer per CPU-second). Yields False, doing nothing, where a thread
-    cannot be pinned (not Linux) or there is no other core."""
+    in a k-worker run on this machine (whether that alone makes the work dearer per
+    CPU-second). Yields False, doing nothing, where a thread cannot be pinned (not Linux) or
+    there is no other core."""
     if not hasattr(os, "sched_setaffinity"):
         yield False
         return

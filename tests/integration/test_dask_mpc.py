@@ -125,7 +125,8 @@ class _Stingy(LocalGauge):
 
 
 def _fail_writes_after(writes: int) -> None:
-    """Runs where round files are written: the ``writes``-th later write finds tmpfs full."""
+    """Runs where round files are written: after ``writes`` more writes, every write finds
+    tmpfs full (``_writes_again`` undoes it)."""
     import party.cluster_mpc as cluster_mpc
 
     left = [writes]
