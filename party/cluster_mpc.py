@@ -18,8 +18,9 @@ cluster's workers (this machine) map the shares from a file of a private tmpfs f
 reserved on the node's memory budget, and take one of the machine's cores while they compute
 (``party.cluster_tasks.CoreSlots``); a scheduler address's get them through Dask. On the embedded
 cluster a batch's round payloads cross in a file of that folder too (``RoundFiles``: one per
-running batch, rewritten in place each round), so only the call itself goes through Dask's TLS
-and messages; a file the budget or tmpfs refuses sends that batch's payloads through Dask.
+running batch, rewritten in place each round and handed on to a batch of the next window), so
+only the call itself goes through Dask's TLS and messages; a file the budget or tmpfs refuses
+sends that batch's payloads through Dask.
 Everything goes only to the party's own workers; round payloads reach the other compute parties
 only through the node. A failed call or a lost worker is a ClusterError naming the worker and the
 error's type, never data; every actor, file and reservation goes when the circuit ends or fails.
@@ -94,14 +95,15 @@ def to_wire(step: Step) -> Wire:
     return step
 
 
-def from_wire(got: Wire, files: RoundFiles | None = None) -> Step:
-    """The step that crossed as ``got`` (``to_wire``; a payload's length: read from ``files``)."""
+def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1) -> Step:
+    """The step that crossed as ``got`` (``to_wire``; a payload's length: read from round file
+    ``file`` of ``files``)."""
     if isinstance(got, tuple):
         batch, number, payload = got
         if isinstance(payload, int | np.integer):
-            if files is None:
+            if files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
-            return Round(int(batch), int(number), files.read(int(batch), int(payload)))
+            return Round(int(batch), int(number), files.read(file, int(payload)))
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
     return got
 
@@ -121,32 +123,35 @@ class _RoundFile:
 
 class RoundFiles:
     """The round files of one side (the node or a worker) of a circuit on the embedded cluster:
-    per running batch, the file ``round-<batch>`` of the circuit's private folder (mode 0600),
-    mapped, into which each side copies its payload at offset 0 for the other to copy out; a
-    round's reply has the round's size, so a file holds at most the batch's largest round. A
-    side allocates the bytes (``posix_fallocate``) before it first writes them, so a full tmpfs
-    is an OSError (the payload then crosses through Dask), never a fault in the mapping. The
-    node makes and removes the files (``make``, ``remove``) and reserves their bytes on its
-    budget before they are written (``ClusterCircuits``); a worker opens them."""
+    files ``round-<file>`` of the circuit's private folder (mode 0600), each held by one running
+    batch at a time, mapped, into which each side copies its payload at offset 0 for the other
+    to copy out; a round's reply has the round's size, so a file holds at most the largest round
+    of the batches that held it. A side allocates the bytes (``posix_fallocate``) before it
+    first writes them, so a full tmpfs is an OSError (the payload then crosses through Dask),
+    never a fault in the mapping; a file keeps them, and its mappings, for the batches after
+    (allocating and mapping in a file's pages for every batch cost each worker 13,000 page
+    faults a circuit, 3 x 400k on 4 workers). The node makes and removes the files (``make``,
+    ``remove``) and reserves their bytes on its budget before they are written
+    (``ClusterCircuits``); a worker opens them."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
         self._files: dict[int, _RoundFile] = {}
         self._finalizer = weakref.finalize(self, _close_all, self._files)
 
-    def path(self, batch: int) -> str:
-        return os.path.join(self.folder, f"round-{batch}")
+    def path(self, file: int) -> str:
+        return os.path.join(self.folder, f"round-{file}")
 
-    def make(self, batch: int) -> None:
-        """Create batch ``batch``'s file, no byte of it allocated (the node, before the batch
-        starts); OSError if it cannot."""
+    def make(self, file: int) -> None:
+        """Create round file ``file``, no byte of it allocated (the node); OSError if it
+        cannot."""
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
-        self._files[batch] = _mapped(os.open(self.path(batch), flags, 0o600), made=True)
+        self._files[file] = _mapped(os.open(self.path(file), flags, 0o600), made=True)
 
-    def _file(self, batch: int) -> _RoundFile:
-        got = self._files.get(batch)
+    def _file(self, file: int) -> _RoundFile:
+        got = self._files.get(file)
         if got is None:  # a worker: the node made it
-            got = self._files[batch] = _mapped(os.open(self.path(batch), os.O_RDWR | os.O_CLOEXEC))
+            got = self._files[file] = _mapped(os.open(self.path(file), os.O_RDWR | os.O_CLOEXEC))
         return got
 
     def _ready(self, f: _RoundFile, nbytes: int) -> None:
@@ -158,46 +163,44 @@ class RoundFiles:
                 f.map.madvise(_MADV_POPULATE_WRITE, start, nbytes - start)
             f.ready = nbytes
 
-    def write(self, batch: int, payload: bytes | memoryview) -> bool:
-        """``payload`` into the batch's file; False if it is too large, or tmpfs has no room
+    def write(self, file: int, payload: bytes | memoryview) -> bool:
+        """``payload`` into round file ``file``; False if it is too large, or tmpfs has no room
         for it, or the file cannot be mapped here."""
         if len(payload) > ROUND_FILE_BYTES:
             return False
         try:
-            f = self._file(batch)  # a worker maps it on first use
+            f = self._file(file)  # a worker maps it on first use
             self._ready(f, len(payload))
         except OSError:
             return False
         f.map[: len(payload)] = payload
         return True
 
-    def read(self, batch: int, nbytes: int) -> bytes:
-        """A copy of the ``nbytes`` of the payload in the batch's file (written by the other
+    def read(self, file: int, nbytes: int) -> bytes:
+        """A copy of the ``nbytes`` of the payload in round file ``file`` (written by the other
         side, which allocated them)."""
         if not 0 <= nbytes <= ROUND_FILE_BYTES:
-            raise ClusterError(
-                f"cluster: batch {batch}'s round of {nbytes} bytes cannot be in a file"
-            )
-        f = self._file(batch)
+            raise ClusterError(f"cluster: a round of {nbytes} bytes cannot be in a file")
+        f = self._file(file)
         self._ready(f, nbytes)
         return f.map[:nbytes]
 
-    def close(self, batch: int) -> None:
-        """Unmap and close the batch's file (it stays until ``remove``)."""
-        f = self._files.pop(batch, None)
+    def close(self, file: int) -> None:
+        """Unmap and close round file ``file`` (it stays until ``remove``)."""
+        f = self._files.pop(file, None)
         if f is not None:
             _close(f)
 
-    def remove(self, batch: int, *, empty: bool = True) -> None:
-        """Close and remove the batch's file (the node), emptied first with ``empty`` (its
-        worker may still hold it mapped: only when no call of the batch runs)."""
-        f = self._files.get(batch)
+    def remove(self, file: int, *, empty: bool = True) -> None:
+        """Close and remove round file ``file`` (the node), emptied first with ``empty`` (a
+        worker may still hold it mapped: only when no call that uses it runs)."""
+        f = self._files.get(file)
         if f is not None and empty:
             with contextlib.suppress(OSError):
                 os.ftruncate(f.fd, 0)
-        self.close(batch)
+        self.close(file)
         with contextlib.suppress(OSError):
-            os.unlink(self.path(batch))
+            os.unlink(self.path(file))
 
 
 def _mapped(fd: int, made: bool = False) -> _RoundFile:
@@ -258,7 +261,8 @@ class CircuitWorker:
     ) -> None:
         from party.mpc.pairs import compute_party_class
 
-        party = compute_party_class(params)(index, params, keys, workers=1)
+        # each round's payload is copied (into its file, or by Dask) before the next call
+        party = compute_party_class(params)(index, params, keys, workers=1, payload_views=True)
         inputs = [
             _share_of(
                 source,
@@ -271,38 +275,44 @@ class CircuitWorker:
         self._local = LocalCircuits(party, inputs)
         self._slots = None if gate is None else CoreSlots(*gate)
         self._files = None if rounds is None else RoundFiles(rounds)
+        self._file_of: dict[int, int] = {}  # running batch -> its round file
 
     def _held(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext() if self._slots is None else self._slots.hold()
 
-    def start(self, job: BatchJob, room: int = 0) -> Wire:
-        """The batch's first step (its round in the batch's file if it has ``room``)."""
+    def start(self, job: BatchJob, room: int = 0, file: int = -1) -> Wire:
+        """The batch's first step; the batch's rounds cross in round file ``file`` (-1: none)
+        when they fit in ``room`` (``advance``)."""
         with self._held():
+            self._file_of[job.batch] = file
             return self._wire(job.batch, self._local.start_one(job), room)
 
     def advance(self, batch: int, payload: np.ndarray | int, room: int = 0) -> Wire:
         """The batch's next step, given the incoming payload as a uint8 array (``to_wire``) or
-        as its length in the batch's file; the step's round in the file if it fits in ``room``
-        (the bytes the node reserved for the file; 0: none)."""
+        as its length in the batch's round file; the step's round in the file if it fits in
+        ``room`` (the bytes the node reserved for the file; 0: none)."""
         with self._held():
+            file = self._file_of.get(batch, -1)
             if isinstance(payload, np.ndarray):
                 data: bytes | memoryview = payload.data
-            elif self._files is None:
+            elif self._files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
             else:
-                data = self._files.read(batch, payload)
+                data = self._files.read(file, payload)
             return self._wire(batch, self._local.advance(batch, data), room)
 
     def _wire(self, batch: int, step: Step, room: int) -> Wire:
         """``step`` of ``batch`` as it crosses: a round in the batch's file if it fits in
-        ``room`` and tmpfs takes it; at the batch's end its file is closed here."""
+        ``room`` and tmpfs takes it; at the batch's end the file stays mapped here for the
+        batch the node hands it to next."""
         files = self._files
         if isinstance(step, Round):
-            fits = 0 < len(step.payload) <= room
-            if fits and files is not None and files.write(batch, step.payload):
+            file = self._file_of.get(batch, -1)
+            fits = 0 < len(step.payload) <= room and file >= 0
+            if fits and files is not None and files.write(file, step.payload):
                 return step.batch, step.number, len(step.payload)
-        elif files is not None:
-            files.close(batch)
+        else:
+            self._file_of.pop(batch, None)
         return to_wire(step)
 
 
@@ -315,11 +325,16 @@ class ClusterCircuits(ClusterTasks):
         super().__init__(*args, **kwargs)
         self.cancel = cancel
         self._actors: list[tuple[str, Any]] = []  # (worker, actor) in address order
-        self._where: dict[int, tuple[str, Any]] = {}  # batch -> its worker and actor
+        self._where: dict[int, tuple[str, Any, int]] = {}  # batch -> worker, actor, its index
         self._sets: list[int] = []  # candidate sets given to each actor so far
-        #: the running batches' round files (the embedded cluster), their reserved bytes
+        #: the round files (the embedded cluster): their reserved bytes, the running batch that
+        #: holds each, the files no batch holds by the actor whose batch held one last (handed
+        #: to that actor's next batch first: its worker has the file's pages mapped in)
         self._files = None if self.folder is None else RoundFiles(self.folder)
-        self._filed: dict[int, int] = {}  # batch -> bytes reserved for its file
+        self._filed: dict[int, int] = {}  # file -> bytes reserved for it
+        self._file_of: dict[int, int] = {}  # running batch -> its file
+        self._free: dict[int, list[int]] = {}
+        self._made = 0  # files made so far (the next one's number)
         self._largest = 0  # the largest round payload so far (a new file's first reservation)
         self.calls = 0
         self.payloads_in_files = 0  # round payloads that crossed in files, both ways
@@ -369,69 +384,87 @@ class ClusterCircuits(ClusterTasks):
         placed = place_batches([len(job.rows) for job in jobs], self._sets)
         for job, at in zip(jobs, placed, strict=True):
             worker, actor = self._actors[at]
-            self._where[job.batch] = (worker, actor)
-            self._make_file(job.batch)
-            room = self._filed.get(job.batch, 0)
+            self._where[job.batch] = (worker, actor, at)
+            file = self._take_file(job.batch, at)
+            room = self._filed.get(file, 0)
             what = f"batch {job.batch}"
-            calls.append((what, worker, self._call(what, worker, actor, "start", job, room)))
+            args = (job, room, file)
+            calls.append((what, worker, self._call(what, worker, actor, "start", *args)))
         return self._results(calls, [job.batch for job in jobs])
 
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
         calls = []
         for batch, payload in replies:
-            worker, actor = self._where[batch]
+            worker, actor, _ = self._where[batch]
             what = f"batch {batch}"
             wired: np.ndarray | int
             if self._put(batch, payload):
                 wired = len(payload)
             else:
                 wired = np.frombuffer(payload, dtype=np.uint8)  # a buffer of its own (``Wire``)
-            args = (batch, wired, self._filed.get(batch, 0))
+            args = (batch, wired, self._filed.get(self._file_of.get(batch, -1), 0))
             calls.append((what, worker, self._call(what, worker, actor, "advance", *args)))
         return self._results(calls, [batch for batch, _ in replies])
 
-    def _make_file(self, batch: int) -> None:
-        """Make the batch's round file (``RoundFiles``; without a folder or room: none), with
-        the largest round so far reserved for it: its worker writes a round into it only up to
-        the bytes reserved (``CircuitWorker.advance``)."""
+    def _take_file(self, batch: int, at: int) -> int:
+        """The round file of a batch starting on actor ``at`` (-1: none, without a folder or
+        room): one an ended batch held, that actor's first, else a new one with the largest
+        round so far reserved for it. Its worker writes a round into it only up to the bytes
+        reserved (``CircuitWorker.advance``)."""
         if self._files is None:
-            return
-        try:
-            self._files.make(batch)
-        except OSError:
-            return
-        self._filed[batch] = 0
-        if self._largest:
-            self._room(batch, self._largest)
+            return -1
+        free = self._free.get(at) or next((f for f in self._free.values() if f), None)
+        if free:
+            file = free.pop()
+        else:
+            file = self._made
+            try:
+                self._files.make(file)
+            except OSError:
+                return -1
+            self._made += 1
+            self._filed[file] = 0
+        self._file_of[batch] = file
+        if self._largest and not self._room(batch, self._largest):
+            return -1
+        return file
 
     def _room(self, batch: int, nbytes: int) -> bool:
         """The batch's file may hold ``nbytes``: reserved on the budget (its largest round so
         far); refused: the file goes, and the batch's payloads cross through Dask from now on."""
-        held = self._filed[batch]
+        file = self._file_of[batch]
+        held = self._filed[file]
         if nbytes > held:
             if not self._reserve(nbytes - held):
                 self._unfile(batch)
                 return False
-            self._filed[batch] = nbytes
+            self._filed[file] = nbytes
         return True
 
     def _put(self, batch: int, payload: bytes) -> bool:
         """``payload`` into the batch's file (True), if it has one with room for it."""
-        if batch not in self._filed or not self._room(batch, len(payload)):
+        if batch not in self._file_of or not self._room(batch, len(payload)):
             return False
         assert self._files is not None
-        if not self._files.write(batch, payload):
+        if not self._files.write(self._file_of[batch], payload):
             self._unfile(batch)
             return False
         self.payloads_in_files += 1
         return True
 
-    def _unfile(self, batch: int, *, empty: bool = True) -> None:
-        """Remove the batch's round file and release its reservation; ``empty``: its memory
-        freed now (no call of the batch runs), not when its worker unmaps it."""
-        if batch in self._filed and self._files is not None:
-            self._files.remove(batch, empty=empty)
-            self._remove([], self._filed.pop(batch))
+    def _unfile(self, batch: int) -> None:
+        """Remove the batch's round file and release its reservation (its memory freed now: no
+        call of the batch runs)."""
+        file = self._file_of.pop(batch, None)
+        if file is not None:
+            self._drop_file(file, empty=True)
+
+    def _drop_file(self, file: int, *, empty: bool) -> None:
+        """Remove round ``file`` and release its reservation; ``empty``: its memory freed now,
+        not when the last worker that maps it unmaps it."""
+        assert self._files is not None
+        self._files.remove(file, empty=empty)
+        self._remove([], self._filed.pop(file))
 
     def _call(self, what: str, worker: str, actor: Any, method: str, *args: Any) -> Any:
         """The future of ``actor.method(*args)``; a ClusterError when the actor is known to be
@@ -448,14 +481,16 @@ class ClusterCircuits(ClusterTasks):
         steps = []
         for (what, worker, future), batch in zip(calls, batches, strict=True):
             got = self._wait(what, worker, future)
-            step = from_wire(got, self._files)
+            step = from_wire(got, self._files, self._file_of.get(batch, -1))
             if isinstance(step, Round):
                 self._largest = max(self._largest, len(step.payload))
                 if not isinstance(got[2], np.ndarray):  # in the file, within its reservation
                     self.payloads_in_files += 1
-            else:  # a BatchResult: the batch has ended
-                self._where.pop(batch, None)
-                self._unfile(batch)
+            else:  # a BatchResult: the batch has ended; its file goes to the next batch
+                _, _, at = self._where.pop(batch)
+                file = self._file_of.pop(batch, None)
+                if file is not None:
+                    self._free.setdefault(at, []).append(file)
             steps.append(step)
         return steps
 
@@ -483,8 +518,10 @@ class ClusterCircuits(ClusterTasks):
     def close(self) -> None:
         self._where.clear()
         self._actors = []
-        for batch in list(self._filed):  # a call may still run (a failure, a cancel)
-            self._unfile(batch, empty=False)
+        self._file_of.clear()
+        self._free.clear()
+        for file in list(self._filed):  # a call may still run (a failure, a cancel)
+            self._drop_file(file, empty=False)
         super().close()
 
 

@@ -148,7 +148,8 @@ class ComputeParty:
     window of batches' working memory; ``workers`` threads share every layer of the circuit (the node's
     ``[limits] workers``): the same payloads and outcome as one thread. ``circuits(party,
     inputs)`` makes what evaluates the batches of a window (``party.mpc.flight``; default
-    ``LocalCircuits``: this process), the same payloads and outcome wherever they run.
+    ``LocalCircuits``: this process), the same payloads and outcome wherever they run;
+    ``payload_views``: its gates' ``payload_views``.
     """
 
     def __init__(
@@ -161,6 +162,7 @@ class ComputeParty:
         batch_sets: int | None = None,
         workers: int = 1,
         circuits: CircuitsFactory | None = None,
+        payload_views: bool = False,
     ) -> None:
         if isinstance(index, bool) or index not in (0, 1, 2):
             raise MpcError(f"compute party index must be 0, 1 or 2, got {index!r}")
@@ -187,6 +189,7 @@ class ComputeParty:
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
             raise MpcError(f"workers must be a positive integer, got {workers!r}")
         self.workers = workers
+        self.payload_views = payload_views  # ``Gates.payload_views``
         self.keys = keys
         self._zero = ZeroShares(keys, workers)
         self._circuits = circuits
@@ -284,7 +287,7 @@ class ComputeParty:
 
     def new_gates(self, batch: int) -> Gates:
         """The gates of one batch of this compute party (sharing its zero-share source)."""
-        gates = Gates(self.index, self._zero, self.workers)
+        gates = Gates(self.index, self._zero, self.workers, payload_views=self.payload_views)
         gates.start_batch(batch)
         return gates
 

@@ -58,7 +58,8 @@ def drive(generators: Sequence[Generator[Round, bytes, T]]) -> list[T]:
         keys = {(r.batch, r.number) for r in current if r is not None}
         if len(keys) != 1:
             raise MpcError("compute parties are at different rounds")
-        incoming = [current[(i + 1) % 3].payload for i in range(3)]  # type: ignore[union-attr]
+        # bytes of bytes is the same object: a copy only of a view (``Gates.payload_views``)
+        incoming = [bytes(current[(i + 1) % 3].payload) for i in range(3)]  # type: ignore[union-attr]
 
 
 def run_mpc3_in_process(

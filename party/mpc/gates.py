@@ -44,11 +44,12 @@ ALL_ONES = np.uint64(2**64 - 1)
 
 @dataclass(frozen=True)
 class Round:
-    """One message of CP i to CP (i + 2) % 3: batch, round number within the batch, payload."""
+    """One message of CP i to CP (i + 2) % 3: batch, round number within the batch, payload
+    (a view of the gates' array with ``Gates.payload_views``)."""
 
     batch: int
     number: int
-    payload: bytes
+    payload: bytes | memoryview
 
     def __repr__(self) -> str:  # never print shares
         return f"Round(batch={self.batch}, number={self.number}, bytes={len(self.payload)})"
@@ -75,13 +76,18 @@ class Gates:
     """Gate evaluation for CP ``index`` with its zero-share source; counts rounds, ANDs, bytes.
 
     ``workers`` threads share every layer's compiled kernels (``party.protocol.threads``): the same
-    shares and payloads as one thread.
+    shares and payloads as one thread. ``payload_views``: each round's payload is a view of the
+    array it sends, not a copy, for a consumer done with it before it sends the reply (a cluster
+    worker copying it into a round file: ``party.cluster_mpc``).
     """
 
-    def __init__(self, index: int, zero: ZeroShares, workers: int = 1) -> None:
+    def __init__(
+        self, index: int, zero: ZeroShares, workers: int = 1, *, payload_views: bool = False
+    ) -> None:
         self.index = index
         self._zero = zero
         self.workers = workers
+        self.payload_views = payload_views
         self.batch = 0
         self.number = 0
         self.rounds = 0
@@ -98,7 +104,7 @@ class Gates:
 
     def _exchange(self, payload: np.ndarray) -> Generator[Round, bytes, np.ndarray]:
         """Send ``payload`` (C-contiguous uint64), receive the same shape from the other side."""
-        data = payload.tobytes()
+        data = payload.data.cast("B") if self.payload_views else payload.tobytes()
         self.busy_seconds += time.perf_counter() - self._resumed
         rnd = Round(self.batch, self.number, data)
         incoming = checked_reply(rnd, (yield rnd))

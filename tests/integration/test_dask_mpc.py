@@ -133,9 +133,9 @@ def _fail_writes_after(writes: int) -> None:
     write = cluster_mpc.RoundFiles.write
     cluster_mpc._unpatched_write = write  # type: ignore[attr-defined]
 
-    def full_later(self: Any, batch: int, payload: Any) -> bool:
+    def full_later(self: Any, file: int, payload: Any) -> bool:
         left[0] -= 1
-        return left[0] >= 0 and write(self, batch, payload)
+        return left[0] >= 0 and write(self, file, payload)
 
     cluster_mpc.RoundFiles.write = full_later  # type: ignore[method-assign]
 
@@ -160,8 +160,8 @@ def test_a_round_file_refused_midway_sends_its_batch_through_dask(  # type: igno
     want = _run(params, shares, keys)
     with ClusterCircuits(client, folder=str(tmp_path)) as whole:
         _same(want, _run(params, shares, keys, whole))
-    # three share files, then four rounds' files on the budget
-    budget = _Stingy(3 + 4) if refused == "by the budget" else LocalGauge(1 << 40)
+    # three share files, then two round files on the budget (files pass from batch to batch)
+    budget = _Stingy(3 + 2) if refused == "by the budget" else LocalGauge(1 << 40)
     try:
         if refused == "on the node":
             _fail_writes_after(6)
@@ -248,7 +248,7 @@ def test_a_whole_batch_ends_with_its_result(client) -> None:  # type: ignore[no-
     job = BatchJob(0, (0, 1), np.zeros((70, 2), dtype=np.int64))
     steps = [r(cp, cp._take_inputs()).start([job])[0] for r, cp in zip(remotes, cps, strict=True)]
     while isinstance(steps[0], Round):
-        payloads = [s.payload for s in steps if isinstance(s, Round)]
+        payloads = [bytes(s.payload) for s in steps if isinstance(s, Round)]
         steps = [r.step([(0, payloads[(i + 1) % 3])])[0] for i, r in enumerate(remotes)]
     ends = [s for s in steps if isinstance(s, BatchResult)]
     assert len(ends) == 3 and ends[0].hit.shape == (70,)
@@ -288,7 +288,7 @@ def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
             own.run(os._exit, 1, workers=[lost])
         t0 = time.monotonic()
         with pytest.raises(ClusterError, match=f"(failed on|lost with) worker {lost}"):
-            remote.step([(r.batch, r.payload) for r in first if isinstance(r, Round)])
+            remote.step([(r.batch, bytes(r.payload)) for r in first if isinstance(r, Round)])
         assert time.monotonic() - t0 < 60
         remote.close()
 

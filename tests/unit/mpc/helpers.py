@@ -9,7 +9,7 @@ import numpy as np
 
 from party.mpc.driver import drive, run_keys
 from party.mpc.gates import Gates, Pair, Round
-from party.mpc.keys import ZeroShares
+from party.mpc.keys import ComputeKeys, ZeroShares
 
 
 def share3(values: np.ndarray, rng: np.random.Generator) -> list[Pair]:
@@ -30,9 +30,13 @@ def reveal(pairs: list[Pair]) -> np.ndarray:
 def run3(
     circuit: Callable[[Gates, list[Pair]], Generator[Round, bytes, Pair]],
     inputs: list[list[Pair]],
+    keys: list[ComputeKeys] | None = None,
+    **options: Any,
 ) -> tuple[list[Pair], list[Gates]]:
-    """Run ``circuit(gates_i, inputs_i)`` at the three CPs in lockstep with fresh keys."""
-    gates = [Gates(i, ZeroShares(k)) for i, k in enumerate(run_keys())]
+    """Run ``circuit(gates_i, inputs_i)`` at the three CPs in lockstep with ``keys`` (default:
+    fresh ones), ``Gates(**options)``."""
+    keys = run_keys() if keys is None else keys
+    gates = [Gates(i, ZeroShares(k), **options) for i, k in enumerate(keys)]
     outs = drive([circuit(gates[i], inputs[i]) for i in range(3)])
     return outs, gates
 
@@ -59,5 +63,5 @@ def recorded(
             rnd: Round = gen.send(incoming)  # type: ignore[arg-type]
         except StopIteration as stop:
             return stop.value
-        sent.append((rnd.batch, rnd.number, rnd.payload))
+        sent.append((rnd.batch, rnd.number, bytes(rnd.payload)))
         incoming = yield rnd
