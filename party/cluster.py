@@ -32,11 +32,13 @@ shares leave the party only through its node, over the protocol.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import resource
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
@@ -333,6 +335,22 @@ class WorkerUsage:
 
 #: in the names of distributed's task threads, and of the thread its actors' calls run in
 TASK_THREAD_NAMES = ("Dask-Default-Threads", "Dask-Actor-Threads")
+#: CPU seconds of the threads that take steps outside Dask's (the circuit's round channels,
+#: ``party.round_channel``), each as of its last step, by a number of its own: they end with
+#: their circuit, and ``/proc/self/task`` forgets an ended thread
+_SERVING_CPU: dict[int, float] = {}
+_serving = itertools.count()
+
+
+def serving_thread() -> Callable[[], None]:
+    """For a thread that takes steps outside Dask's task threads: what it calls after each
+    step, so that ``worker_usage`` counts its CPU with the tasks'."""
+    key = next(_serving)
+
+    def note() -> None:
+        _SERVING_CPU[key] = time.thread_time()
+
+    return note
 
 
 def _peak_rss() -> int:
@@ -347,7 +365,8 @@ def _peak_rss() -> int:
 
 def worker_usage() -> WorkerUsage:
     """Runs on a worker: its process CPU so far, its task threads' share (Linux
-    ``/proc/self/task``; elsewhere the task share is reported as 0) and its peak RSS."""
+    ``/proc/self/task``; elsewhere the task share is reported as 0; with the threads of
+    ``serving_thread``) and its peak RSS."""
     times = os.times()
     peak = _peak_rss()
     names = {t.native_id: t.name for t in threading.enumerate()}
@@ -361,6 +380,7 @@ def worker_usage() -> WorkerUsage:
             with contextlib.suppress(OSError), open(f"/proc/self/task/{tid}/stat") as fh:
                 after_name = fh.read().rsplit(")", 1)[1].split()  # fields 3.. of stat(5)
                 tasks += (int(after_name[11]) + int(after_name[12])) / tick  # utime, stime
+    tasks += sum(_SERVING_CPU.values())
     return WorkerUsage(times.user + times.system, tasks, peak)
 
 

@@ -32,15 +32,16 @@ import contextlib
 import logging
 import mmap
 import os
+import socket
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 import numpy as np
 
-from party.cluster import ClusterError, dask_client
+from party.cluster import ClusterError, dask_client, serving_thread
 from party.cluster_tasks import ClusterTasks, CoreSlots, Mapped
 from party.config import ClusterConfig
 from party.encoding.parallel import scratch_folder
@@ -51,6 +52,15 @@ from party.mpc.inputs import InputShare
 from party.mpc.keys import ComputeKeys
 from party.protocol.params import ProtocolParameters
 from party.protocol.spill import MemoryGauge
+from party.round_channel import (
+    ASK,
+    ROUNDS_THREAD,
+    TELL,
+    ChannelClosed,
+    ChannelServer,
+    connect,
+    receive,
+)
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +116,16 @@ def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1) -> Ste
             return Round(int(batch), int(number), files.read(file, int(payload)))
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
     return got
+
+
+#: seconds the node waits for its actors' round channels, once the actors are made (each
+#: connected while it was made: its connection waits to be taken)
+CHANNEL_TIMEOUT_S = 10.0
+
+
+def _bytes(payload: bytes) -> np.ndarray:
+    """A payload as it crosses through Dask: a uint8 array over its bytes (``Wire``)."""
+    return np.frombuffer(payload, dtype=np.uint8)
 
 
 #: the length a round file is made with and mapped (sparse on tmpfs: only the bytes allocated
@@ -247,7 +267,9 @@ class CircuitWorker:
 
     ``shares`` are (source, Mapped) or (source, arrays); ``gate`` (folder, slots) makes each
     call hold one of the machine's cores (the embedded cluster with more workers than cores);
-    ``rounds``: the folder of the batches' round files (``RoundFiles``; None: through Dask).
+    ``rounds``: the folder of the batches' round files (``RoundFiles``; None: through Dask);
+    ``channel`` (socket path, token, actor index): the node's round channel, served by a
+    thread of this actor's own (``party.round_channel``; None: every step through Dask).
     """
 
     def __init__(
@@ -258,6 +280,7 @@ class CircuitWorker:
         shares: Sequence[tuple[int, Mapped | dict[str, np.ndarray]]],
         gate: tuple[str, int] | None,
         rounds: str | None = None,
+        channel: tuple[str, bytes, int] | None = None,
     ) -> None:
         from party.mpc.pairs import compute_party_class
 
@@ -276,6 +299,16 @@ class CircuitWorker:
         self._slots = None if gate is None else CoreSlots(*gate)
         self._files = None if rounds is None else RoundFiles(rounds)
         self._file_of: dict[int, int] = {}  # running batch -> its round file
+        self._one_step = threading.Lock()  # the actor's thread and the channel's take turns
+        self._kept: dict[int, Wire | Exception] = {}  # a channel's step for the node to take
+        if channel is not None and self._files is not None:
+            try:
+                sock = connect(*channel)
+            except OSError:  # the node takes every step through Dask (``ClusterCircuits``)
+                return
+            serve = threading.Thread(target=self._serve, args=(sock,), name=ROUNDS_THREAD)
+            serve.daemon = True
+            serve.start()
 
     def _held(self) -> contextlib.AbstractContextManager[Any]:
         return contextlib.nullcontext() if self._slots is None else self._slots.hold()
@@ -283,7 +316,7 @@ class CircuitWorker:
     def start(self, job: BatchJob, room: int = 0, file: int = -1) -> Wire:
         """The batch's first step; the batch's rounds cross in round file ``file`` (-1: none)
         when they fit in ``room`` (``advance``)."""
-        with self._held():
+        with self._one_step, self._held():
             self._file_of[job.batch] = file
             return self._wire(job.batch, self._local.start_one(job), room)
 
@@ -291,7 +324,7 @@ class CircuitWorker:
         """The batch's next step, given the incoming payload as a uint8 array (``to_wire``) or
         as its length in the batch's round file; the step's round in the file if it fits in
         ``room`` (the bytes the node reserved for the file; 0: none)."""
-        with self._held():
+        with self._one_step, self._held():
             file = self._file_of.get(batch, -1)
             if isinstance(payload, np.ndarray):
                 data: bytes | memoryview = payload.data
@@ -300,6 +333,34 @@ class CircuitWorker:
             else:
                 data = self._files.read(file, payload)
             return self._wire(batch, self._local.advance(batch, data), room)
+
+    def take(self, batch: int) -> Wire:
+        """The step of ``batch`` its channel kept (``party.round_channel``: a TELL of -1); its
+        error, raised."""
+        got = self._kept.pop(batch)
+        if isinstance(got, Exception):
+            raise got
+        return got
+
+    def _serve(self, sock: socket.socket) -> None:
+        """The channel's thread: each ASK's step (``advance`` of the payload in the batch's
+        file), told back as a TELL, or kept for ``take``; ends when the node closes it."""
+        served = serving_thread()
+        with sock, contextlib.suppress(OSError, ChannelClosed):
+            while True:
+                batch, length, room = ASK.unpack(receive(sock, ASK.size))
+                number = -1
+                try:
+                    wire = self.advance(batch, length, room)
+                except Exception as exc:  # noqa: BLE001 (the node takes it through Dask)
+                    self._kept[batch] = exc
+                else:
+                    if isinstance(wire, tuple) and not isinstance(wire[2], np.ndarray):
+                        number, length = wire[1], int(wire[2])
+                    else:
+                        self._kept[batch] = wire
+                sock.sendall(TELL.pack(batch, number, length))
+                served()
 
     def _wire(self, batch: int, step: Step, room: int) -> Wire:
         """``step`` of ``batch`` as it crosses: a round in the batch's file if it fits in
@@ -336,7 +397,10 @@ class ClusterCircuits(ClusterTasks):
         self._free: dict[int, list[int]] = {}
         self._made = 0  # files made so far (the next one's number)
         self._largest = 0  # the largest round payload so far (a new file's first reservation)
-        self.calls = 0
+        #: the actors' round channels (the embedded cluster with round files; else None)
+        self._channels: ChannelServer | None = None
+        self.calls = 0  # steps asked of the actors, through Dask or a round channel
+        self.channel_steps = 0  # of them over round channels
         self.payloads_in_files = 0  # round payloads that crossed in files, both ways
 
     def __call__(self, party: Any, inputs: list[InputShare]) -> ClusterCircuits:
@@ -356,8 +420,13 @@ class ClusterCircuits(ClusterTasks):
                 # one future for the share (a dict's keys would name its arrays' futures)
                 shares[k] = (source, self._scatter([s], hosts)[0])
         gate = (self.folder, self.slots) if self.slots is not None else None
+        if self._files is not None:
+            with contextlib.suppress(OSError):  # no channels: every step through Dask
+                self._channels = ChannelServer(self._files.folder)
+        channels = self._channels
         futures = []
-        for worker in hosts:
+        for at, worker in enumerate(hosts):
+            channel = None if channels is None else (channels.path, channels.token, at)
             future = self.client.submit(
                 CircuitWorker,
                 party.index,
@@ -366,6 +435,7 @@ class ClusterCircuits(ClusterTasks):
                 shares,
                 gate,
                 self.folder,
+                channel,
                 actor=True,
                 workers=[worker],
                 allow_other_workers=False,
@@ -377,34 +447,95 @@ class ClusterCircuits(ClusterTasks):
             for worker, future in futures
         ]
         self._sets = [0] * len(self._actors)
+        if channels is not None:
+            try:
+                channels.accept(len(self._actors), CHANNEL_TIMEOUT_S)
+            except OSError:
+                log.warning("circuit: the round channels did not open; its rounds go through Dask")
+                channels.close()
+                self._channels = None
         return self
 
     def start(self, jobs: Sequence[BatchJob]) -> list[Step]:
-        calls = []
+        calls: list[Callable[[], Any]] = []
         placed = place_batches([len(job.rows) for job in jobs], self._sets)
         for job, at in zip(jobs, placed, strict=True):
             worker, actor = self._actors[at]
             self._where[job.batch] = (worker, actor, at)
             file = self._take_file(job.batch, at)
             room = self._filed.get(file, 0)
-            what = f"batch {job.batch}"
-            args = (job, room, file)
-            calls.append((what, worker, self._call(what, worker, actor, "start", *args)))
+            calls.append(self._through_dask(job.batch, "start", job, room, file))
         return self._results(calls, [job.batch for job in jobs])
 
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
-        calls = []
+        calls: list[Callable[[], Any]] = []
         for batch, payload in replies:
-            worker, actor, _ = self._where[batch]
-            what = f"batch {batch}"
-            wired: np.ndarray | int
-            if self._put(batch, payload):
-                wired = len(payload)
+            if not self._put(batch, payload):  # a buffer of its own (``Wire``)
+                calls.append(self._through_dask(batch, "advance", batch, _bytes(payload), 0))
+                continue
+            room = self._filed[self._file_of[batch]]
+            conn = (
+                None
+                if self._channels is None
+                else self._channels.connections.get(self._where[batch][2])
+            )
+            if conn is None:
+                calls.append(self._through_dask(batch, "advance", batch, len(payload), room))
             else:
-                wired = np.frombuffer(payload, dtype=np.uint8)  # a buffer of its own (``Wire``)
-            args = (batch, wired, self._filed.get(self._file_of.get(batch, -1), 0))
-            calls.append((what, worker, self._call(what, worker, actor, "advance", *args)))
+                calls.append(self._over_channel(batch, conn, len(payload), room))
         return self._results(calls, [batch for batch, _ in replies])
+
+    def _through_dask(self, batch: int, method: str, *args: Any) -> Callable[[], Any]:
+        """Call ``method`` of the batch's actor now; what waits for its result."""
+        worker, actor, _ = self._where[batch]
+        what = f"batch {batch}"
+        future = self._call(what, worker, actor, method, *args)
+        return lambda: self._wait(what, worker, future)
+
+    def _over_channel(
+        self, batch: int, conn: socket.socket, length: int, room: int
+    ) -> Callable[[], Any]:
+        """Ask the batch's actor for its next step over its round channel now (the payload is
+        in the batch's file); what waits for the answer (``party.round_channel``)."""
+        worker, actor, _ = self._where[batch]
+        what = f"batch {batch}"
+        try:
+            conn.sendall(ASK.pack(batch, length, room))
+        except OSError:
+            raise self._lost(what, worker) from None
+        self.channel_steps += 1
+        return lambda: self._hear(what, worker, actor, conn, batch)
+
+    def _hear(self, what: str, worker: str, actor: Any, conn: socket.socket, batch: int) -> Wire:
+        """The actor's answer on its round channel: the round in the batch's file, or the step
+        it kept, taken through Dask; while waiting, the run's cancel and the worker's presence
+        are looked at."""
+
+        def cancelled() -> None:
+            if self.cancel is not None and self.cancel.is_set():
+                raise MpcCancelled("computation cancelled")
+
+        def waiting() -> None:
+            cancelled()
+            self._check_alive(what, worker)
+
+        cancelled()  # as ``ClusterTasks._result``: a cancelled run takes no step's answer
+        try:
+            told, number, length = TELL.unpack(receive(conn, TELL.size, waiting))
+        except (OSError, ChannelClosed):
+            raise self._lost(what, worker) from None
+        if told != batch:
+            raise ClusterError(f"cluster: {what} of the circuit: worker {worker} answered another")
+        if number < 0:
+            return self._through_dask(batch, "take", batch)()
+        return batch, number, length
+
+    @staticmethod
+    def _lost(what: str, worker: str) -> ClusterError:
+        return ClusterError(
+            f"cluster: {what} of the circuit was lost with worker {worker} (its round channel "
+            "closed)"
+        )
 
     def _take_file(self, batch: int, at: int) -> int:
         """The round file of a batch starting on actor ``at`` (-1: none, without a folder or
@@ -476,11 +607,11 @@ class ClusterCircuits(ClusterTasks):
                 f"cluster: {what} of the circuit failed on worker {worker} ({type(exc).__name__})"
             ) from None
 
-    def _results(self, calls: list[tuple[str, str, Any]], batches: list[int]) -> list[Step]:
+    def _results(self, calls: list[Callable[[], Any]], batches: list[int]) -> list[Step]:
         self.calls += len(calls)
         steps = []
-        for (what, worker, future), batch in zip(calls, batches, strict=True):
-            got = self._wait(what, worker, future)
+        for wait, batch in zip(calls, batches, strict=True):
+            got = wait()
             step = from_wire(got, self._files, self._file_of.get(batch, -1))
             if isinstance(step, Round):
                 self._largest = max(self._largest, len(step.payload))
@@ -516,6 +647,9 @@ class ClusterCircuits(ClusterTasks):
             )
 
     def close(self) -> None:
+        if self._channels is not None:
+            self._channels.close()  # each actor's channel thread ends
+            self._channels = None
         self._where.clear()
         self._actors = []
         self._file_of.clear()
@@ -547,10 +681,11 @@ def circuits_on_cluster(
     ):
         yield circuits
         log.info(
-            "circuit on %d Dask workers: %d calls, %d round payloads in files, %.1f MB of shares "
-            "sent (%.1f MB of them in files the workers map)",
+            "circuit on %d Dask workers: %d steps (%d over round channels), %d round payloads in "
+            "files, %.1f MB of shares sent (%.1f MB of them in files the workers map)",
             len(circuits.workers),
             circuits.calls,
+            circuits.channel_steps,
             circuits.payloads_in_files,
             circuits.sent_bytes / 1e6,
             circuits.mapped_bytes / 1e6,

@@ -22,6 +22,7 @@ from party.mpc.flight import BatchJob, BatchResult
 from party.mpc.gates import Round
 from party.mpc.pairs import PairComputeParty, pair_input_shares
 from party.protocol.spill import LocalGauge
+from party.round_channel import ROUNDS_THREAD, ChannelServer
 from tests.integration.dask_support import INPUTS, inputs_case, workers_emptied
 from tests.unit.mpc.helpers import recorded
 from tests.unit.mpc.test_mpc3_any import any_params
@@ -68,13 +69,19 @@ def _same(want: Any, got: Any) -> None:
 
 
 def _no_actors(client: Any) -> bool:
-    """No worker holds an actor (released asynchronously: waits up to a minute for it)."""
+    """No worker holds an actor or serves a round channel (released asynchronously: waits up
+    to a minute for it)."""
     deadline = time.monotonic() + 60
-    while sum(client.run(lambda dask_worker: len(dask_worker.state.actors)).values()):
+    while sum(client.run(_actors_and_channels).values()):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
     return True
+
+
+def _actors_and_channels(dask_worker: Any) -> int:
+    serving = sum(t.name == ROUNDS_THREAD for t in threading.enumerate())
+    return len(dask_worker.state.actors) + serving
 
 
 @pytest.mark.parametrize("target", ["any", "all"])
@@ -100,6 +107,9 @@ def test_batches_on_workers_send_what_the_threads_send(  # type: ignore[no-untyp
         # most rounds both ways: not a batch's rounds larger than any before (not reserved)
         filed = remote.payloads_in_files
         assert (filed > remote.calls) if inputs == "mapped files" else (filed == 0)
+        # a step whose payload is in its file goes over the actor's round channel
+        assert (remote.channel_steps > remote.calls // 2) == (inputs == "mapped files")
+        assert remote.channel_steps == 0 or inputs == "mapped files"
     _same(want, got)
     assert _no_actors(client) and workers_emptied(client)
     assert list(tmp_path.iterdir()) == [] and budget.held == 0
@@ -204,8 +214,19 @@ def _started(client: Any, **options: Any) -> tuple[ClusterCircuits, list[Any]]:
     return remote, remote.start([BatchJob(b, (0, 1), rows) for b in range(3)])
 
 
-def test_a_workers_error_is_a_cluster_error_naming_the_worker_not_the_data(client) -> None:  # type: ignore[no-untyped-def]
-    remote, first = _started(client)
+#: how a test's steps cross: through Dask, or in round files over the actors' round channels
+CROSSINGS = ["through Dask", "over round channels"]
+
+
+def _crossing(how: str, tmp_path: Any) -> dict[str, Any]:
+    return {"folder": str(tmp_path)} if how == "over round channels" else {}
+
+
+@pytest.mark.parametrize("how", CROSSINGS)
+def test_a_workers_error_is_a_cluster_error_naming_the_worker_not_the_data(  # type: ignore[no-untyped-def]
+    client, how, tmp_path
+) -> None:
+    remote, first = _started(client, **_crossing(how, tmp_path))
     assert [r.batch for r in first] == [0, 1, 2] and all(isinstance(r, Round) for r in first)
     secret = first[0].payload
     with pytest.raises(
@@ -214,18 +235,61 @@ def test_a_workers_error_is_a_cluster_error_naming_the_worker_not_the_data(clien
         remote.step([(0, secret + b"!")])  # the worker's circuit refuses the size
     assert "MpcError" in str(err.value) and secret.hex()[:16] not in str(err.value)
     with pytest.raises(ClusterError, match="(MpcError)"):  # a failed batch is gone
-        remote.step([(0, secret)])
+        remote.step([(0, bytes(secret))])
+    assert remote.channel_steps == (2 if how == "over round channels" else 0)
     remote.close()
     assert _no_actors(client) and workers_emptied(client)
+    assert list(tmp_path.iterdir()) == []
 
 
-def test_a_cancelled_circuit_stops_and_frees_the_workers(client) -> None:  # type: ignore[no-untyped-def]
+@pytest.mark.parametrize("how", CROSSINGS)
+def test_a_cancelled_circuit_stops_and_frees_the_workers(client, how, tmp_path) -> None:  # type: ignore[no-untyped-def]
     cancel = threading.Event()
-    remote, first = _started(client, cancel=cancel)
+    remote, first = _started(client, cancel=cancel, **_crossing(how, tmp_path))
     cancel.set()
     with pytest.raises(MpcCancelled):
-        remote.step([(r.batch, r.payload) for r in first])
+        remote.step([(r.batch, bytes(r.payload)) for r in first if isinstance(r, Round)])
     remote.close()
+    assert _no_actors(client) and workers_emptied(client)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("fails", ["to listen", "to be reached"])
+def test_round_channels_that_do_not_open_leave_the_steps_to_dask(  # type: ignore[no-untyped-def]
+    client, fails, tmp_path, monkeypatch
+) -> None:
+    """No socket for the channels, or actors that cannot reach it (the node then waits for
+    them no longer than ``CHANNEL_TIMEOUT_S``): every step through Dask, the same payloads and
+    outcome, round files still used."""
+    import party.cluster_mpc as cluster_mpc
+
+    params, shares = _any_inputs()
+    keys = run_keys()
+    want = _run(params, shares, keys)
+    if fails == "to listen":
+
+        def no_socket(*_args: Any) -> None:
+            raise OSError(98, "Address already in use")
+
+        monkeypatch.setattr(cluster_mpc, "ChannelServer", no_socket)
+    else:  # the actors are given a path nobody listens at
+
+        class Elsewhere(ChannelServer):
+            def __init__(self, folder: str) -> None:
+                super().__init__(folder)
+                self.listening, self.path = self.path, str(tmp_path / "elsewhere.sock")
+
+            def close(self) -> None:
+                self.path = self.listening
+                super().close()
+
+        monkeypatch.setattr(cluster_mpc, "CHANNEL_TIMEOUT_S", 0.5)
+        monkeypatch.setattr(cluster_mpc, "ChannelServer", Elsewhere)
+    with ClusterCircuits(client, folder=str(tmp_path)) as remote:
+        got = _run(params, shares, keys, remote)
+    _same(want, got)
+    assert remote.channel_steps == 0 and remote.payloads_in_files > remote.calls
+    assert list(tmp_path.iterdir()) == []
     assert _no_actors(client) and workers_emptied(client)
 
 
@@ -274,7 +338,8 @@ def test_an_unreachable_scheduler_is_a_clear_error(tmp_path) -> None:  # type: i
 
 
 @pytest.mark.slow
-def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
+@pytest.mark.parametrize("how", CROSSINGS)
+def test_a_lost_worker_is_a_clear_error_not_a_hang(how, tmp_path) -> None:  # type: ignore[no-untyped-def]
     """A worker killed between two rounds: its batches' state went with it (not rebuilt: their
     earlier rounds were sent), so the next step is a ClusterError naming it, not a hang."""
     import os
@@ -282,7 +347,7 @@ def test_a_lost_worker_is_a_clear_error_not_a_hang() -> None:
     from party.cluster import dask_client
 
     with dask_client(ClusterConfig("local"), 2) as own:
-        remote, first = _started(own)
+        remote, first = _started(own, **_crossing(how, tmp_path))
         lost = remote._where[0][0]
         with contextlib.suppress(Exception):  # the worker dies before it answers
             own.run(os._exit, 1, workers=[lost])
