@@ -61,9 +61,10 @@ features, two blocking keys; l = 1020 so that P = 3 divides it), three parties, 
   payloads (``replay_peers``, which checks each payload it sends against the recording), as if
   the other two ran on machines of their own: this process does only its node part while the
   workers compute. Each worker's CPU
-  in its actor's calls against a k-th of the same batches' thread CPU on one thread
-  (``LocalCircuits``, measured before each cluster run), the actor calls, the shares sent, and
-  whether the matched pairs are identical.
+  in its actor's steps (Dask's calls and its round channel's thread) against a k-th of the same
+  batches' thread CPU on one thread (``LocalCircuits``, measured before each cluster run), and
+  its whole process's; the steps, the shares sent, and whether the matched pairs are
+  identical.
   For the comparison and the circuit the one-thread reference is also measured beside busy
   processes (``busy_neighbours``): on a core it shares with one (both pinned to it, as a
   worker's core is time-shared with the node and the other workers when there are more workers
@@ -768,15 +769,16 @@ def cmd_cluster_mpc(args: argparse.Namespace) -> None:
         print(
             f"run {n}: CP 0 alone on one thread {ref_wall:.2f}s wall; on the {k}-worker "
             f"LocalCluster {wall:.2f}s wall, this process (CP 0's node part) {node:.2f} CPU-s; "
-            f"{remote.calls} actor calls, {remote.sent_bytes / 1e6:.0f} MB of shares sent "
+            f"{remote.calls} steps asked of the actors ({remote.channel_steps} over round "
+            f"channels, the rest Dask calls), {remote.sent_bytes / 1e6:.0f} MB of shares sent "
             f"({how}); every payload as recorded, outcome identical to one thread: {same}\n"
-            f"  CPU per worker in its actor's calls {', '.join(f'{c:.2f}' for c in tasks)} s: "
+            f"  CPU per worker in its actor's steps {', '.join(f'{c:.2f}' for c in tasks)} s: "
             f"worst / ideal {tasks[0] / ideal:.2f}, worst / mean "
             f"{tasks[0] * len(tasks) / sum(tasks):.2f}, total / one thread {sum(tasks) / one:.2f}; "
             f"whole worker processes {', '.join(f'{u.process:.2f}' for u in usage)} s; {at}"
         )
     print(
-        f"busiest worker's calls / ideal over the {len(worst)} runs: "
+        f"busiest worker's steps / ideal over the {len(worst)} runs: "
         f"{', '.join(f'{r:.2f}' for r in worst)} (median {statistics.median(worst):.2f}); "
         f"{against_loaded(worst, ideal, loaded, k)}{load()}"
     )
