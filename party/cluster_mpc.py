@@ -18,9 +18,10 @@ cluster's workers (this machine) map the shares from a file of a private tmpfs f
 reserved on the node's memory budget, and take one of the machine's cores while they compute
 (``party.cluster_tasks.CoreSlots``); a scheduler address's get them through Dask. On the embedded
 cluster a batch's round payloads cross in a file of that folder too (``RoundFiles``: one per
-running batch, rewritten in place each round and handed on to a batch of the next window), so
-only the call itself goes through Dask's TLS and messages; a file the budget or tmpfs refuses
-sends that batch's payloads through Dask.
+running batch, rewritten in place each round and handed on to a batch of the next window),
+and such a step is asked of the actor over its round channel (``party.round_channel``: a Unix
+socket of that folder, served by a thread of the actor's own), not through Dask; a batch's start
+and result, an error, and a payload whose file the budget or tmpfs refuses go through Dask.
 Everything goes only to the party's own workers; round payloads reach the other compute parties
 only through the node. A failed call or a lost worker is a ClusterError naming the worker and the
 error's type, never data; every actor, file and reservation goes when the circuit ends or fails.
@@ -121,11 +122,6 @@ def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1) -> Ste
 #: seconds the node waits for its actors' round channels, once the actors are made (each
 #: connected while it was made: its connection waits to be taken)
 CHANNEL_TIMEOUT_S = 10.0
-
-
-def _bytes(payload: bytes) -> np.ndarray:
-    """A payload as it crosses through Dask: a uint8 array over its bytes (``Wire``)."""
-    return np.frombuffer(payload, dtype=np.uint8)
 
 
 #: the length a round file is made with and mapped (sparse on tmpfs: only the bytes allocated
@@ -471,7 +467,8 @@ class ClusterCircuits(ClusterTasks):
         calls: list[Callable[[], Any]] = []
         for batch, payload in replies:
             if not self._put(batch, payload):  # a buffer of its own (``Wire``)
-                calls.append(self._through_dask(batch, "advance", batch, _bytes(payload), 0))
+                wired = np.frombuffer(payload, dtype=np.uint8)
+                calls.append(self._through_dask(batch, "advance", batch, wired, 0))
                 continue
             room = self._filed[self._file_of[batch]]
             conn = (
