@@ -106,15 +106,15 @@ def to_wire(step: Step) -> Wire:
     return step
 
 
-def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1) -> Step:
+def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1, at: int = 0) -> Step:
     """The step that crossed as ``got`` (``to_wire``; a payload's length: read from round file
-    ``file`` of ``files``)."""
+    ``file`` of ``files`` at offset ``at``)."""
     if isinstance(got, tuple):
         batch, number, payload = got
         if isinstance(payload, int | np.integer):
             if files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
-            return Round(int(batch), int(number), files.read(file, int(payload)))
+            return Round(int(batch), int(number), files.read(file, int(payload), at))
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
     return got
 
@@ -140,15 +140,18 @@ class _RoundFile:
 class RoundFiles:
     """The round files of one side (the node or a worker) of a circuit on the embedded cluster:
     files ``round-<file>`` of the circuit's private folder (mode 0600), each held by one running
-    batch at a time, mapped, into which each side copies its payload at offset 0 for the other
-    to copy out; a round's reply has the round's size, so a file holds at most the largest round
-    of the batches that held it. A side allocates the bytes (``posix_fallocate``) before it
-    first writes them, so a full tmpfs is an OSError (the payload then crosses through Dask),
-    never a fault in the mapping; a file keeps them, and its mappings, for the batches after
-    (allocating and mapping in a file's pages for every batch cost each worker 13,000 page
-    faults a circuit, 3 x 400k on 4 workers). The node makes and removes the files (``make``,
-    ``remove``) and reserves their bytes on its budget before they are written
-    (``ClusterCircuits``); a worker opens them."""
+    batch at a time, mapped. A batch's rounds go one after another from offset 0: its worker
+    writes a round at the batch's offset, the node copies it out and writes the reply (the
+    same size) over it, and the worker's circuit reads the reply where it is (``view``: no
+    copy) while the next round goes after it; so a file holds a batch's rounds, and is written
+    from 0 again only by the next batch that takes it (the last one has ended: nothing reads
+    its replies). A side allocates the bytes (``posix_fallocate``) before it first writes them,
+    so a full tmpfs is an OSError (the payload then crosses through Dask), never a fault in
+    the mapping; a file keeps them, and its mappings, for the batches after (allocating and
+    mapping in a file's pages for every batch cost each worker 13,000 page faults a circuit, 3
+    x 400k on 4 workers). The node makes and removes the files (``make``, ``remove``: never
+    emptied, a worker may read them) and reserves their bytes on its budget before they are
+    written (``ClusterCircuits``); a worker opens them."""
 
     def __init__(self, folder: str) -> None:
         self.folder = folder
@@ -179,27 +182,32 @@ class RoundFiles:
                 f.map.madvise(_MADV_POPULATE_WRITE, start, nbytes - start)
             f.ready = nbytes
 
-    def write(self, file: int, payload: bytes | memoryview) -> bool:
-        """``payload`` into round file ``file``; False if it is too large, or tmpfs has no room
-        for it, or the file cannot be mapped here."""
-        if len(payload) > ROUND_FILE_BYTES:
+    def write(self, file: int, payload: bytes | memoryview, at: int = 0) -> bool:
+        """``payload`` into round file ``file`` at offset ``at``; False if it goes beyond the
+        file, or tmpfs has no room for it, or the file cannot be mapped here."""
+        end = at + len(payload)
+        if not 0 <= at <= end <= ROUND_FILE_BYTES:
             return False
         try:
             f = self._file(file)  # a worker maps it on first use
-            self._ready(f, len(payload))
+            self._ready(f, end)
         except OSError:
             return False
-        f.map[: len(payload)] = payload
+        f.map[at:end] = payload
         return True
 
-    def read(self, file: int, nbytes: int) -> bytes:
-        """A copy of the ``nbytes`` of the payload in round file ``file`` (written by the other
-        side, which allocated them)."""
-        if not 0 <= nbytes <= ROUND_FILE_BYTES:
-            raise ClusterError(f"cluster: a round of {nbytes} bytes cannot be in a file")
+    def read(self, file: int, nbytes: int, at: int = 0) -> bytes:
+        """A copy of the ``nbytes`` of the payload in round file ``file`` at offset ``at``."""
+        return bytes(self.view(file, at, nbytes))
+
+    def view(self, file: int, at: int, nbytes: int) -> memoryview:
+        """The ``nbytes`` of the payload in round file ``file`` at offset ``at`` (written by
+        the other side, which allocated them), read-only and where they are."""
+        if not 0 <= at <= at + nbytes <= ROUND_FILE_BYTES:
+            raise ClusterError(f"cluster: a round of {nbytes} bytes at {at} is not in a file")
         f = self._file(file)
-        self._ready(f, nbytes)
-        return f.map[:nbytes]
+        self._ready(f, at + nbytes)
+        return memoryview(f.map).toreadonly()[at : at + nbytes]
 
     def close(self, file: int) -> None:
         """Unmap and close round file ``file`` (it stays until ``remove``)."""
@@ -207,13 +215,9 @@ class RoundFiles:
         if f is not None:
             _close(f)
 
-    def remove(self, file: int, *, empty: bool = True) -> None:
-        """Close and remove round file ``file`` (the node), emptied first with ``empty`` (a
-        worker may still hold it mapped: only when no call that uses it runs)."""
-        f = self._files.get(file)
-        if f is not None and empty:
-            with contextlib.suppress(OSError):
-                os.ftruncate(f.fd, 0)
+    def remove(self, file: int) -> None:
+        """Close and remove round file ``file`` (the node); its memory goes when the last
+        worker that maps it unmaps it (never emptied first: a worker may read a reply there)."""
         self.close(file)
         with contextlib.suppress(OSError):
             os.unlink(self.path(file))
@@ -311,24 +315,27 @@ class CircuitWorker:
 
     def start(self, job: BatchJob, room: int = 0, file: int = -1) -> Wire:
         """The batch's first step; the batch's rounds cross in round file ``file`` (-1: none)
-        when they fit in ``room`` (``advance``)."""
+        when they fit in ``room`` (``advance``), the first at offset 0."""
         with self._one_step, self._held():
             self._file_of[job.batch] = file
-            return self._wire(job.batch, self._local.start_one(job), room)
+            return self._wire(job.batch, self._local.start_one(job), room, 0)
 
-    def advance(self, batch: int, payload: np.ndarray | int, room: int = 0) -> Wire:
+    def advance(self, batch: int, payload: np.ndarray | int, room: int = 0, at: int = 0) -> Wire:
         """The batch's next step, given the incoming payload as a uint8 array (``to_wire``) or
-        as its length in the batch's round file; the step's round in the file if it fits in
-        ``room`` (the bytes the node reserved for the file; 0: none)."""
+        as its length in the batch's round file at offset ``at`` (read there, not copied); the
+        step's round in the file right after it if it fits in ``room`` (the bytes the node
+        reserved beyond it; 0: none)."""
         with self._one_step, self._held():
             file = self._file_of.get(batch, -1)
             if isinstance(payload, np.ndarray):
                 data: bytes | memoryview = payload.data
+                at = 0
             elif self._files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
             else:
-                data = self._files.read(file, payload)
-            return self._wire(batch, self._local.advance(batch, data), room)
+                data = self._files.view(file, at, payload)
+                at += payload
+            return self._wire(batch, self._local.advance(batch, data), room, at)
 
     def take(self, batch: int) -> Wire:
         """The step of ``batch`` its channel kept (``party.round_channel``: a TELL of -1); its
@@ -344,10 +351,10 @@ class CircuitWorker:
         served = serving_thread()
         with sock, contextlib.suppress(OSError, ChannelClosed):
             while True:
-                batch, length, room = ASK.unpack(receive(sock, ASK.size))
+                batch, at, length, room = ASK.unpack(receive(sock, ASK.size))
                 number = -1
                 try:
-                    wire = self.advance(batch, length, room)
+                    wire = self.advance(batch, length, room, at)
                 except Exception as exc:  # noqa: BLE001 (the node takes it through Dask)
                     self._kept[batch] = exc
                 else:
@@ -358,15 +365,15 @@ class CircuitWorker:
                 sock.sendall(TELL.pack(batch, number, length))
                 served()
 
-    def _wire(self, batch: int, step: Step, room: int) -> Wire:
-        """``step`` of ``batch`` as it crosses: a round in the batch's file if it fits in
-        ``room`` and tmpfs takes it; at the batch's end the file stays mapped here for the
-        batch the node hands it to next."""
+    def _wire(self, batch: int, step: Step, room: int, at: int) -> Wire:
+        """``step`` of ``batch`` as it crosses: a round in the batch's file at offset ``at`` if
+        it fits in ``room`` and tmpfs takes it; at the batch's end the file stays mapped here
+        for the batch the node hands it to next."""
         files = self._files
         if isinstance(step, Round):
             file = self._file_of.get(batch, -1)
             fits = 0 < len(step.payload) <= room and file >= 0
-            if fits and files is not None and files.write(file, step.payload):
+            if fits and files is not None and files.write(file, step.payload, at):
                 return step.batch, step.number, len(step.payload)
         else:
             self._file_of.pop(batch, None)
@@ -390,6 +397,8 @@ class ClusterCircuits(ClusterTasks):
         self._files = None if self.folder is None else RoundFiles(self.folder)
         self._filed: dict[int, int] = {}  # file -> bytes reserved for it
         self._file_of: dict[int, int] = {}  # running batch -> its file
+        self._at: dict[int, int] = {}  # running batch -> the offset of its next round there
+        self._refused: set[int] = set()  # running batches whose rounds go through Dask
         self._free: dict[int, list[int]] = {}
         self._made = 0  # files made so far (the next one's number)
         self._largest = 0  # the largest round payload so far (a new file's first reservation)
@@ -466,20 +475,23 @@ class ClusterCircuits(ClusterTasks):
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
         calls: list[Callable[[], Any]] = []
         for batch, payload in replies:
-            if not self._put(batch, payload):  # a buffer of its own (``Wire``)
+            at = self._at.get(batch, 0)
+            if not self._put(batch, payload, at):  # a buffer of its own (``Wire``)
                 wired = np.frombuffer(payload, dtype=np.uint8)
                 calls.append(self._through_dask(batch, "advance", batch, wired, 0))
                 continue
-            room = self._filed[self._file_of[batch]]
+            self._at[batch] = end = at + len(payload)
+            room = self._filed[self._file_of[batch]] - end  # for its next round, after it
             conn = (
                 None
                 if self._channels is None
                 else self._channels.connections.get(self._where[batch][2])
             )
             if conn is None:
-                calls.append(self._through_dask(batch, "advance", batch, len(payload), room))
+                args = (batch, len(payload), room, at)
+                calls.append(self._through_dask(batch, "advance", *args))
             else:
-                calls.append(self._over_channel(batch, conn, len(payload), room))
+                calls.append(self._over_channel(batch, conn, at, len(payload), room))
         return self._results(calls, [batch for batch, _ in replies])
 
     def _through_dask(self, batch: int, method: str, *args: Any) -> Callable[[], Any]:
@@ -490,14 +502,14 @@ class ClusterCircuits(ClusterTasks):
         return lambda: self._wait(what, worker, future)
 
     def _over_channel(
-        self, batch: int, conn: socket.socket, length: int, room: int
+        self, batch: int, conn: socket.socket, at: int, length: int, room: int
     ) -> Callable[[], Any]:
         """Ask the batch's actor for its next step over its round channel now (the payload is
-        in the batch's file); what waits for the answer (``party.round_channel``)."""
+        in the batch's file at ``at``); what waits for the answer (``party.round_channel``)."""
         worker, actor, _ = self._where[batch]
         what = f"batch {batch}"
         try:
-            conn.sendall(ASK.pack(batch, length, room))
+            conn.sendall(ASK.pack(batch, at, length, room))
         except OSError:
             raise self._lost(what, worker) from None
         self.channel_steps += 1
@@ -536,9 +548,9 @@ class ClusterCircuits(ClusterTasks):
 
     def _take_file(self, batch: int, at: int) -> int:
         """The round file of a batch starting on actor ``at`` (-1: none, without a folder or
-        room): one an ended batch held, that actor's first, else a new one with the largest
-        round so far reserved for it. Its worker writes a round into it only up to the bytes
-        reserved (``CircuitWorker.advance``)."""
+        room): one an ended batch held, that actor's first, else a new one; with the largest
+        round so far reserved for its first round. Its worker writes a round into it only
+        within the bytes reserved (``CircuitWorker.advance``)."""
         if self._files is None:
             return -1
         free = self._free.get(at) or next((f for f in self._free.values() if f), None)
@@ -553,46 +565,37 @@ class ClusterCircuits(ClusterTasks):
             self._made += 1
             self._filed[file] = 0
         self._file_of[batch] = file
-        if self._largest and not self._room(batch, self._largest):
+        self._at[batch] = 0
+        if not self._room(batch, self._largest):
             return -1
         return file
 
     def _room(self, batch: int, nbytes: int) -> bool:
-        """The batch's file may hold ``nbytes``: reserved on the budget (its largest round so
-        far); refused: the file goes, and the batch's payloads cross through Dask from now on."""
+        """The batch's file may hold ``nbytes``: reserved on the budget; refused: the batch's
+        rounds go through Dask to its end (its file stays with it: its worker reads its
+        replies where they are)."""
         file = self._file_of[batch]
         held = self._filed[file]
         if nbytes > held:
             if not self._reserve(nbytes - held):
-                self._unfile(batch)
+                self._refused.add(batch)
                 return False
             self._filed[file] = nbytes
         return True
 
-    def _put(self, batch: int, payload: bytes) -> bool:
-        """``payload`` into the batch's file (True), if it has one with room for it."""
-        if batch not in self._file_of or not self._room(batch, len(payload)):
+    def _put(self, batch: int, payload: bytes, at: int) -> bool:
+        """``payload`` into the batch's file at ``at`` (True), if it has one with room for it
+        and for a next round as large as the largest so far."""
+        if batch not in self._file_of or batch in self._refused:
+            return False
+        if not self._room(batch, at + len(payload) + max(len(payload), self._largest)):
             return False
         assert self._files is not None
-        if not self._files.write(self._file_of[batch], payload):
-            self._unfile(batch)
+        if not self._files.write(self._file_of[batch], payload, at):
+            self._refused.add(batch)
             return False
         self.payloads_in_files += 1
         return True
-
-    def _unfile(self, batch: int) -> None:
-        """Remove the batch's round file and release its reservation (its memory freed now: no
-        call of the batch runs)."""
-        file = self._file_of.pop(batch, None)
-        if file is not None:
-            self._drop_file(file, empty=True)
-
-    def _drop_file(self, file: int, *, empty: bool) -> None:
-        """Remove round ``file`` and release its reservation; ``empty``: its memory freed now,
-        not when the last worker that maps it unmaps it."""
-        assert self._files is not None
-        self._files.remove(file, empty=empty)
-        self._remove([], self._filed.pop(file))
 
     def _call(self, what: str, worker: str, actor: Any, method: str, *args: Any) -> Any:
         """The future of ``actor.method(*args)``; a ClusterError when the actor is known to be
@@ -609,13 +612,15 @@ class ClusterCircuits(ClusterTasks):
         steps = []
         for wait, batch in zip(calls, batches, strict=True):
             got = wait()
-            step = from_wire(got, self._files, self._file_of.get(batch, -1))
+            step = from_wire(got, self._files, self._file_of.get(batch, -1), self._at.get(batch, 0))
             if isinstance(step, Round):
                 self._largest = max(self._largest, len(step.payload))
                 if not isinstance(got[2], np.ndarray):  # in the file, within its reservation
                     self.payloads_in_files += 1
             else:  # a BatchResult: the batch has ended; its file goes to the next batch
                 _, _, at = self._where.pop(batch)
+                self._at.pop(batch, None)
+                self._refused.discard(batch)
                 file = self._file_of.pop(batch, None)
                 if file is not None:
                     self._free.setdefault(at, []).append(file)
@@ -650,9 +655,14 @@ class ClusterCircuits(ClusterTasks):
         self._where.clear()
         self._actors = []
         self._file_of.clear()
+        self._at.clear()
+        self._refused.clear()
         self._free.clear()
-        for file in list(self._filed):  # a call may still run (a failure, a cancel)
-            self._drop_file(file, empty=False)
+        for file, held in list(self._filed.items()):  # a call may still run (a failure, a cancel)
+            assert self._files is not None
+            self._files.remove(file)
+            self._remove([], held)
+        self._filed.clear()
         super().close()
 
 

@@ -7,8 +7,8 @@ a hop to the actor's thread, about 0.7 ms of the worker's CPU a call. A round ch
 the same in two fixed-size records over a Unix socket in the circuit's private folder (0700),
 to a thread of the actor's own (``ROUNDS_THREAD``):
 
-* ``ASK`` (node -> worker): batch, the incoming payload's length in the batch's round file, the
-  bytes the worker may write into it (``room``);
+* ``ASK`` (node -> worker): batch, the incoming payload's offset and length in the batch's
+  round file, the bytes the worker may write after it (``room``);
 * ``TELL`` (worker -> node): batch, the next round's number and its length in the file; a
   number of -1: the step did not fit (a result, a round through Dask, an error) and is kept
   on the worker for the node to take through Dask.
@@ -28,7 +28,7 @@ import socket
 import struct
 from collections.abc import Callable
 
-ASK = struct.Struct("<qqq")
+ASK = struct.Struct("<qqqq")
 TELL = struct.Struct("<qqq")
 _HELLO = struct.Struct("<16sq")  # the circuit's token, the actor's index
 #: the name of the thread that serves an actor's channel (a worker's task threads, for

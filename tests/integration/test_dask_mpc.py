@@ -143,9 +143,9 @@ def _fail_writes_after(writes: int) -> None:
     write = cluster_mpc.RoundFiles.write
     cluster_mpc._unpatched_write = write  # type: ignore[attr-defined]
 
-    def full_later(self: Any, file: int, payload: Any) -> bool:
+    def full_later(self: Any, file: int, payload: Any, at: int = 0) -> bool:
         left[0] -= 1
-        return left[0] >= 0 and write(self, file, payload)
+        return left[0] >= 0 and write(self, file, payload, at)
 
     cluster_mpc.RoundFiles.write = full_later  # type: ignore[method-assign]
 

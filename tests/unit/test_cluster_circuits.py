@@ -103,7 +103,7 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     tmp_path, monkeypatch
 ) -> None:
     """The node's and a worker's side of one batch's round file: payloads each way, a larger
-    one after a smaller, copies read out; a payload beyond the file's length, or one that finds
+    one after a smaller, copies read out, rounds at offsets and a reply viewed where it is; a payload beyond the file's length, or one that finds
     tmpfs full, is refused (False); the file takes only the bytes written, and is gone once
     removed."""
     import party.cluster_mpc as cluster_mpc
@@ -126,6 +126,15 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     def full(*_args: Any) -> None:
         raise OSError(28, "No space left on device")
 
+    # one after another: a reply read where it is (no copy), the next round after it
+    assert worker.write(5, b"round", 10) and node.read(5, 5, 10) == b"round"
+    assert node.write(5, b"reply", 10)
+    seen = worker.view(5, 10, 5)
+    assert seen == b"reply" and seen.readonly
+    assert node.write(5, b"again", 10) and seen == b"again"  # the file's bytes, not a copy
+    assert not worker.write(5, b"!", len(big))  # beyond the file
+    with pytest.raises(ClusterError, match="a round of 2 bytes at"):
+        worker.view(5, len(big) - 1, 2)
     node.make(6)
     monkeypatch.setattr(cluster_mpc.os, "posix_fallocate", full)
     assert not node.write(6, b"abc")

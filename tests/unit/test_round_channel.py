@@ -26,7 +26,7 @@ def test_records_cross_whole_in_pieces_and_a_closed_side_is_told() -> None:
         a.sendall(record[:5])
         threading.Timer(0.05, lambda: a.sendall(record[5:])).start()
         assert TELL.unpack(receive(b, TELL.size)) == (7, 35, 1 << 33)
-        a.sendall(ASK.pack(1, 2, 3)[:4])
+        a.sendall(ASK.pack(1, 2, 3, 4)[:4])
         a.close()
         with pytest.raises(ChannelClosed):
             receive(b, ASK.size)
@@ -59,8 +59,8 @@ def test_the_node_takes_its_actors_connections_by_index_and_token(tmp_path: Any)
     assert sorted(server.connections) == [0, 1, 2]
     ends[0].sendall(TELL.pack(4, 5, 6))  # actor 2's
     assert TELL.unpack(receive(server.connections[2], TELL.size)) == (4, 5, 6)
-    server.connections[0].sendall(ASK.pack(1, 2, 3))
-    assert ASK.unpack(receive(ends[1], ASK.size)) == (1, 2, 3)
+    server.connections[0].sendall(ASK.pack(1, 2, 3, 4))
+    assert ASK.unpack(receive(ends[1], ASK.size)) == (1, 2, 3, 4)
     server.close()
     assert not os.path.exists(server.path)
     with pytest.raises(ChannelClosed):
