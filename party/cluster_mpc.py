@@ -106,15 +106,15 @@ def to_wire(step: Step) -> Wire:
     return step
 
 
-def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1, at: int = 0) -> Step:
+def from_wire(got: Wire, files: RoundFiles | None = None, file: int = -1) -> Step:
     """The step that crossed as ``got`` (``to_wire``; a payload's length: read from round file
-    ``file`` of ``files`` at offset ``at``)."""
+    ``file`` of ``files``)."""
     if isinstance(got, tuple):
         batch, number, payload = got
         if isinstance(payload, int | np.integer):
             if files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
-            return Round(int(batch), int(number), files.read(file, int(payload), at))
+            return Round(int(batch), int(number), files.read(file, int(payload)))
         return Round(int(batch), int(number), np.ascontiguousarray(payload).tobytes())
     return got
 
@@ -134,18 +134,20 @@ _MADV_POPULATE_WRITE = 23  # Linux 5.14: map a range's pages in one call, not a 
 class _RoundFile:
     fd: int
     map: mmap.mmap
-    ready: int = 0  # bytes from the start known allocated, and mapped in here
+    ready: int = 0  # bytes from the start known allocated, and mapped in here (the head)
+    low: int = 0  # the offset from which the bytes to the end are (the tail; made: the end)
 
 
 class RoundFiles:
     """The round files of one side (the node or a worker) of a circuit on the embedded cluster:
     files ``round-<file>`` of the circuit's private folder (mode 0600), each held by one running
-    batch at a time, mapped. A batch's rounds go one after another from offset 0: its worker
-    writes a round at the batch's offset, the node copies it out and writes the reply (the
-    same size) over it, and the worker's circuit reads the reply where it is (``view``: no
-    copy) while the next round goes after it; so a file holds a batch's rounds, and is written
-    from 0 again only by the next batch that takes it (the last one has ended: nothing reads
-    its replies). A side allocates the bytes (``posix_fallocate``) before it first writes them,
+    batch at a time, mapped. Its worker writes each round at offset 0 (its head, rewritten in
+    place: warm in the caches), the node copies it out and writes the reply (the same size)
+    below the batch's earlier replies at the file's end (its tail), and the worker's circuit
+    reads the reply where it is (``view``: no copy, kept as long as the circuit needs it); so
+    the tail holds a batch's replies, written again only by the next batch that takes the file
+    (the last one has ended: nothing reads its replies). A side allocates the bytes
+    (``posix_fallocate``) before it first writes them,
     so a full tmpfs is an OSError (the payload then crosses through Dask), never a fault in
     the mapping; a file keeps them, and its mappings, for the batches after (allocating and
     mapping in a file's pages for every batch cost each worker 13,000 page faults a circuit, 3
@@ -173,14 +175,23 @@ class RoundFiles:
             got = self._files[file] = _mapped(os.open(self.path(file), os.O_RDWR | os.O_CLOEXEC))
         return got
 
-    def _ready(self, f: _RoundFile, nbytes: int) -> None:
-        """The file's first ``nbytes`` allocated and mapped in here (OSError: no room)."""
-        if nbytes > f.ready:
-            start = f.ready - f.ready % mmap.PAGESIZE  # the bytes beyond those ready only
-            os.posix_fallocate(f.fd, start, nbytes - start)  # the other side's bytes: a no-op
-            with contextlib.suppress(OSError, ValueError):  # an older kernel: faults instead
-                f.map.madvise(_MADV_POPULATE_WRITE, start, nbytes - start)
-            f.ready = nbytes
+    def _ready(self, f: _RoundFile, at: int, end: int) -> None:
+        """The file's bytes [at, end) allocated and mapped in here (OSError: no room): in its
+        head (``at`` 0: a round) or its tail (a reply), each grown by the bytes beyond those
+        ready only."""
+        if end <= f.ready or at >= f.low:
+            return
+        if at == 0:
+            start, stop = f.ready - f.ready % mmap.PAGESIZE, end
+        else:
+            start, stop = at - at % mmap.PAGESIZE, f.low
+        os.posix_fallocate(f.fd, start, stop - start)  # the other side's bytes: a no-op
+        with contextlib.suppress(OSError, ValueError):  # an older kernel: faults instead
+            f.map.madvise(_MADV_POPULATE_WRITE, start, stop - start)
+        if at == 0:
+            f.ready = end
+        else:
+            f.low = start
 
     def write(self, file: int, payload: bytes | memoryview, at: int = 0) -> bool:
         """``payload`` into round file ``file`` at offset ``at``; False if it goes beyond the
@@ -190,7 +201,7 @@ class RoundFiles:
             return False
         try:
             f = self._file(file)  # a worker maps it on first use
-            self._ready(f, end)
+            self._ready(f, at, end)
         except OSError:
             return False
         f.map[at:end] = payload
@@ -206,7 +217,7 @@ class RoundFiles:
         if not 0 <= at <= at + nbytes <= ROUND_FILE_BYTES:
             raise ClusterError(f"cluster: a round of {nbytes} bytes at {at} is not in a file")
         f = self._file(file)
-        self._ready(f, at + nbytes)
+        self._ready(f, at, at + nbytes)
         return memoryview(f.map).toreadonly()[at : at + nbytes]
 
     def close(self, file: int) -> None:
@@ -228,7 +239,7 @@ def _mapped(fd: int, made: bool = False) -> _RoundFile:
     try:
         if made:
             os.ftruncate(fd, ROUND_FILE_BYTES)
-        return _RoundFile(fd, mmap.mmap(fd, ROUND_FILE_BYTES))
+        return _RoundFile(fd, mmap.mmap(fd, ROUND_FILE_BYTES), low=ROUND_FILE_BYTES)
     except BaseException:
         os.close(fd)
         raise
@@ -315,27 +326,25 @@ class CircuitWorker:
 
     def start(self, job: BatchJob, room: int = 0, file: int = -1) -> Wire:
         """The batch's first step; the batch's rounds cross in round file ``file`` (-1: none)
-        when they fit in ``room`` (``advance``), the first at offset 0."""
+        when they fit in ``room`` (``advance``)."""
         with self._one_step, self._held():
             self._file_of[job.batch] = file
-            return self._wire(job.batch, self._local.start_one(job), room, 0)
+            return self._wire(job.batch, self._local.start_one(job), room)
 
     def advance(self, batch: int, payload: np.ndarray | int, room: int = 0, at: int = 0) -> Wire:
         """The batch's next step, given the incoming payload as a uint8 array (``to_wire``) or
         as its length in the batch's round file at offset ``at`` (read there, not copied); the
-        step's round in the file right after it if it fits in ``room`` (the bytes the node
-        reserved beyond it; 0: none)."""
+        step's round at the file's offset 0 if it fits in ``room`` (the bytes the node reserved
+        there; 0: none)."""
         with self._one_step, self._held():
             file = self._file_of.get(batch, -1)
             if isinstance(payload, np.ndarray):
                 data: bytes | memoryview = payload.data
-                at = 0
             elif self._files is None or file < 0:
                 raise ClusterError(f"cluster: batch {batch}'s round came in a file not made")
             else:
                 data = self._files.view(file, at, payload)
-                at += payload
-            return self._wire(batch, self._local.advance(batch, data), room, at)
+            return self._wire(batch, self._local.advance(batch, data), room)
 
     def take(self, batch: int) -> Wire:
         """The step of ``batch`` its channel kept (``party.round_channel``: a TELL of -1); its
@@ -365,15 +374,15 @@ class CircuitWorker:
                 sock.sendall(TELL.pack(batch, number, length))
                 served()
 
-    def _wire(self, batch: int, step: Step, room: int, at: int) -> Wire:
-        """``step`` of ``batch`` as it crosses: a round in the batch's file at offset ``at`` if
-        it fits in ``room`` and tmpfs takes it; at the batch's end the file stays mapped here
+    def _wire(self, batch: int, step: Step, room: int) -> Wire:
+        """``step`` of ``batch`` as it crosses: a round in the batch's file at offset 0 if it
+        fits in ``room`` and tmpfs takes it; at the batch's end the file stays mapped here
         for the batch the node hands it to next."""
         files = self._files
         if isinstance(step, Round):
             file = self._file_of.get(batch, -1)
             fits = 0 < len(step.payload) <= room and file >= 0
-            if fits and files is not None and files.write(file, step.payload, at):
+            if fits and files is not None and files.write(file, step.payload):
                 return step.batch, step.number, len(step.payload)
         else:
             self._file_of.pop(batch, None)
@@ -395,9 +404,10 @@ class ClusterCircuits(ClusterTasks):
         #: holds each, the files no batch holds by the actor whose batch held one last (handed
         #: to that actor's next batch first: its worker has the file's pages mapped in)
         self._files = None if self.folder is None else RoundFiles(self.folder)
-        self._filed: dict[int, int] = {}  # file -> bytes reserved for it
+        #: file -> bytes reserved for its head (a round) and its tail (a batch's replies)
+        self._filed: dict[int, tuple[int, int]] = {}
         self._file_of: dict[int, int] = {}  # running batch -> its file
-        self._at: dict[int, int] = {}  # running batch -> the offset of its next round there
+        self._top: dict[int, int] = {}  # running batch -> where its last reply starts
         self._refused: set[int] = set()  # running batches whose rounds go through Dask
         self._free: dict[int, list[int]] = {}
         self._made = 0  # files made so far (the next one's number)
@@ -468,20 +478,20 @@ class ClusterCircuits(ClusterTasks):
             worker, actor = self._actors[at]
             self._where[job.batch] = (worker, actor, at)
             file = self._take_file(job.batch, at)
-            room = self._filed.get(file, 0)
+            room = self._filed[file][0] if file >= 0 else 0
             calls.append(self._through_dask(job.batch, "start", job, room, file))
         return self._results(calls, [job.batch for job in jobs])
 
     def step(self, replies: Sequence[tuple[int, bytes]]) -> list[Step]:
         calls: list[Callable[[], Any]] = []
         for batch, payload in replies:
-            at = self._at.get(batch, 0)
+            at = self._top.get(batch, ROUND_FILE_BYTES) - len(payload)
             if not self._put(batch, payload, at):  # a buffer of its own (``Wire``)
                 wired = np.frombuffer(payload, dtype=np.uint8)
                 calls.append(self._through_dask(batch, "advance", batch, wired, 0))
                 continue
-            self._at[batch] = end = at + len(payload)
-            room = self._filed[self._file_of[batch]] - end  # for its next round, after it
+            self._top[batch] = at
+            room = min(self._filed[self._file_of[batch]][0], at)  # for its next round
             conn = (
                 None
                 if self._channels is None
@@ -549,8 +559,8 @@ class ClusterCircuits(ClusterTasks):
     def _take_file(self, batch: int, at: int) -> int:
         """The round file of a batch starting on actor ``at`` (-1: none, without a folder or
         room): one an ended batch held, that actor's first, else a new one; with the largest
-        round so far reserved for its first round. Its worker writes a round into it only
-        within the bytes reserved (``CircuitWorker.advance``)."""
+        round so far reserved for its head. Its worker writes a round into it only within the
+        bytes reserved (``CircuitWorker.advance``)."""
         if self._files is None:
             return -1
         free = self._free.get(at) or next((f for f in self._free.values() if f), None)
@@ -563,32 +573,34 @@ class ClusterCircuits(ClusterTasks):
             except OSError:
                 return -1
             self._made += 1
-            self._filed[file] = 0
+            self._filed[file] = (0, 0)
         self._file_of[batch] = file
-        self._at[batch] = 0
-        if not self._room(batch, self._largest):
+        self._top[batch] = ROUND_FILE_BYTES
+        if not self._room(batch, self._largest, 0):
             return -1
         return file
 
-    def _room(self, batch: int, nbytes: int) -> bool:
-        """The batch's file may hold ``nbytes``: reserved on the budget; refused: the batch's
-        rounds go through Dask to its end (its file stays with it: its worker reads its
-        replies where they are)."""
+    def _room(self, batch: int, head: int, tail: int) -> bool:
+        """The batch's file may hold a round of ``head`` bytes and ``tail`` bytes of replies:
+        reserved on the budget; refused: the batch's rounds go through Dask to its end (its file
+        stays with it: its worker reads its replies where they are)."""
         file = self._file_of[batch]
         held = self._filed[file]
-        if nbytes > held:
-            if not self._reserve(nbytes - held):
+        want = (max(head, held[0]), max(tail, held[1]))
+        if want != held:
+            if not self._reserve(sum(want) - sum(held)):
                 self._refused.add(batch)
                 return False
-            self._filed[file] = nbytes
+            self._filed[file] = want
         return True
 
     def _put(self, batch: int, payload: bytes, at: int) -> bool:
-        """``payload`` into the batch's file at ``at`` (True), if it has one with room for it
-        and for a next round as large as the largest so far."""
+        """The reply ``payload`` into the batch's file at ``at`` (True), if it has one with
+        room for it, and for a next round as large as the largest so far."""
         if batch not in self._file_of or batch in self._refused:
             return False
-        if not self._room(batch, at + len(payload) + max(len(payload), self._largest)):
+        head = max(len(payload), self._largest)
+        if at < head or not self._room(batch, head, ROUND_FILE_BYTES - at):
             return False
         assert self._files is not None
         if not self._files.write(self._file_of[batch], payload, at):
@@ -612,14 +624,14 @@ class ClusterCircuits(ClusterTasks):
         steps = []
         for wait, batch in zip(calls, batches, strict=True):
             got = wait()
-            step = from_wire(got, self._files, self._file_of.get(batch, -1), self._at.get(batch, 0))
+            step = from_wire(got, self._files, self._file_of.get(batch, -1))
             if isinstance(step, Round):
                 self._largest = max(self._largest, len(step.payload))
                 if not isinstance(got[2], np.ndarray):  # in the file, within its reservation
                     self.payloads_in_files += 1
             else:  # a BatchResult: the batch has ended; its file goes to the next batch
                 _, _, at = self._where.pop(batch)
-                self._at.pop(batch, None)
+                self._top.pop(batch, None)
                 self._refused.discard(batch)
                 file = self._file_of.pop(batch, None)
                 if file is not None:
@@ -655,13 +667,13 @@ class ClusterCircuits(ClusterTasks):
         self._where.clear()
         self._actors = []
         self._file_of.clear()
-        self._at.clear()
+        self._top.clear()
         self._refused.clear()
         self._free.clear()
         for file, held in list(self._filed.items()):  # a call may still run (a failure, a cancel)
             assert self._files is not None
             self._files.remove(file)
-            self._remove([], held)
+            self._remove([], sum(held))
         self._filed.clear()
         super().close()
 

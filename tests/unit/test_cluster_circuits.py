@@ -126,12 +126,17 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     def full(*_args: Any) -> None:
         raise OSError(28, "No space left on device")
 
-    # one after another: a reply read where it is (no copy), the next round after it
-    assert worker.write(5, b"round", 10) and node.read(5, 5, 10) == b"round"
-    assert node.write(5, b"reply", 10)
-    seen = worker.view(5, 10, 5)
-    assert seen == b"reply" and seen.readonly
-    assert node.write(5, b"again", 10) and seen == b"again"  # the file's bytes, not a copy
+    # replies below one another at the file's end, each read where it is (no copy)
+    fresh = RoundFiles(str(tmp_path))
+    fresh.make(7)
+    tail = tmp_path / "round-7"
+    end = 1 << 20
+    assert fresh.write(7, b"r" * 5000) and node.read(7, 5000) == b"r" * 5000  # the head
+    assert node.write(7, b"first", end - 5) and node.write(7, b"second", end - 11)
+    seen = fresh.view(7, end - 5, 5)
+    assert seen == b"first" and seen.readonly and fresh.view(7, end - 11, 6) == b"second"
+    assert node.write(7, b"again", end - 5) and seen == b"again"  # the file's bytes, not a copy
+    assert tail.stat().st_blocks * 512 <= 4 * 4096  # two head pages, one tail page (and slack)
     assert not worker.write(5, b"!", len(big))  # beyond the file
     with pytest.raises(ClusterError, match="a round of 2 bytes at"):
         worker.view(5, len(big) - 1, 2)
@@ -140,6 +145,7 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     assert not node.write(6, b"abc")
     assert node.write(5, b"fits")  # bytes allocated already need no room
     worker.close(5)
-    node.remove(5)
-    node.remove(6)
+    fresh.close(7)
+    for made in (5, 6, 7):
+        node.remove(made)
     assert list(tmp_path.iterdir()) == []
