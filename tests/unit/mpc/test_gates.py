@@ -10,7 +10,15 @@ from hypothesis import strategies as st
 from party.mpc.driver import run_keys
 from party.mpc.errors import MpcError
 from party.mpc.gates import Gates, Pair
-from tests.unit.mpc.helpers import bits_from_words, reveal, run3, share3, words_from_bits
+from party.mpc.keys import ZeroShares
+from tests.unit.mpc.helpers import (
+    bits_from_words,
+    recorded,
+    reveal,
+    run3,
+    share3,
+    words_from_bits,
+)
 
 
 def _gate_circuit(op: str):
@@ -112,22 +120,15 @@ def test_payload_views_send_the_same_rounds_as_copies():
     bits = rng.integers(0, 2, size=(count, n), dtype=np.uint8)
     sx = share3(words_from_bits(bits), rng)
     keys = run_keys()
-    sent: dict[bool, list[bytes]] = {}
+    sent: dict[bool, list[tuple[int, int, bytes]]] = {}
     outs = {}
     for views in (False, True):
         sent[views] = []
+        first = next(Gates(0, ZeroShares(keys[0]), payload_views=views).and_(sx[0], sx[0]))
+        assert isinstance(first.payload, memoryview if views else bytes)
 
-        def circuit(g: Gates, ins: list[Pair], kept: list[bytes] = sent[views], views=views):
-            rounds = _sum_circuit(count.bit_length(), n // 64, [0] * count)(g, ins)
-            incoming = None
-            while True:
-                try:
-                    rnd = rounds.send(incoming)
-                except StopIteration as stop:
-                    return stop.value
-                assert isinstance(rnd.payload, memoryview if views else bytes)
-                kept.append(bytes(rnd.payload))
-                incoming = yield rnd
+        def circuit(g: Gates, ins: list[Pair], kept: list[tuple[int, int, bytes]] = sent[views]):
+            return recorded(_sum_circuit(count.bit_length(), n // 64, [0] * count)(g, ins), kept)
 
         outs[views], _ = run3(circuit, [[s] for s in sx], keys, payload_views=views)
     assert len(sent[True]) > 3 and sent[True] == sent[False]
