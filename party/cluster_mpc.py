@@ -177,18 +177,19 @@ class RoundFiles:
 
     def _ready(self, f: _RoundFile, at: int, end: int) -> None:
         """The file's bytes [at, end) allocated and mapped in here (OSError: no room): in its
-        head (``at`` 0: a round) or its tail (a reply), each grown by the bytes beyond those
-        ready only."""
+        head (the first half: rounds, at 0) or its tail (the second: replies), each grown by
+        the bytes beyond those ready only."""
         if end <= f.ready or at >= f.low:
             return
-        if at == 0:
+        head = at < ROUND_FILE_BYTES // 2
+        if head:
             start, stop = f.ready - f.ready % mmap.PAGESIZE, end
         else:
             start, stop = at - at % mmap.PAGESIZE, f.low
         os.posix_fallocate(f.fd, start, stop - start)  # the other side's bytes: a no-op
         with contextlib.suppress(OSError, ValueError):  # an older kernel: faults instead
             f.map.madvise(_MADV_POPULATE_WRITE, start, stop - start)
-        if at == 0:
+        if head:
             f.ready = end
         else:
             f.low = start
@@ -600,7 +601,9 @@ class ClusterCircuits(ClusterTasks):
         if batch not in self._file_of or batch in self._refused:
             return False
         head = max(len(payload), self._largest)
-        if at < head or not self._room(batch, head, ROUND_FILE_BYTES - at):
+        if at < max(head, ROUND_FILE_BYTES // 2) or not self._room(
+            batch, head, ROUND_FILE_BYTES - at
+        ):
             return False
         assert self._files is not None
         if not self._files.write(self._file_of[batch], payload, at):

@@ -8,7 +8,7 @@ the same in two fixed-size records over a Unix socket in the circuit's private f
 to a thread of the actor's own (``ROUNDS_THREAD``):
 
 * ``ASK`` (node -> worker): batch, the incoming payload's offset and length in the batch's
-  round file, the bytes the worker may write after it (``room``);
+  round file, the bytes the worker may write for its next round (``room``);
 * ``TELL`` (worker -> node): batch, the next round's number and its length in the file; a
   number of -1: the step did not fit (a result, a round through Dask, an error) and is kept
   on the worker for the node to take through Dask.
@@ -31,8 +31,8 @@ from collections.abc import Callable
 ASK = struct.Struct("<qqqq")
 TELL = struct.Struct("<qqq")
 _HELLO = struct.Struct("<16sq")  # the circuit's token, the actor's index
-#: the name of the thread that serves an actor's channel (a worker's task threads, for
-#: ``party.cluster.worker_usage``)
+#: the name of the thread that serves an actor's channel (its CPU is counted with the worker's
+#: tasks': ``party.cluster.serving_thread``)
 ROUNDS_THREAD = "pprl-circuit-rounds"
 #: seconds a node waits for a worker's reply before it looks at the run's cancel event and at
 #: whether the worker is still in the cluster

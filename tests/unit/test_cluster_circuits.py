@@ -137,6 +137,10 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     assert seen == b"first" and seen.readonly and fresh.view(7, end - 11, 6) == b"second"
     assert node.write(7, b"again", end - 5) and seen == b"again"  # the file's bytes, not a copy
     assert tail.stat().st_blocks * 512 <= 4 * 4096  # two head pages, one tail page (and slack)
+    fresh.make(8)  # a write in the first half grows the head, never a tail down to it
+    assert (
+        fresh.write(8, b"mid", 8192) and (tmp_path / "round-8").stat().st_blocks * 512 <= 3 * 4096
+    )
     assert not worker.write(5, b"!", len(big))  # beyond the file
     with pytest.raises(ClusterError, match="a round of 2 bytes at"):
         worker.view(5, len(big) - 1, 2)
@@ -146,6 +150,7 @@ def test_round_files_carry_payloads_both_ways_and_refuse_what_does_not_fit(  # t
     assert node.write(5, b"fits")  # bytes allocated already need no room
     worker.close(5)
     fresh.close(7)
+    fresh.remove(8)
     for made in (5, 6, 7):
         node.remove(made)
     assert list(tmp_path.iterdir()) == []
