@@ -147,11 +147,10 @@ class RoundFiles:
     reads the reply where it is (``view``: no copy, kept as long as the circuit needs it); so
     the tail holds a batch's replies, written again only by the next batch that takes the file
     (the last one has ended: nothing reads its replies). A side allocates the bytes
-    (``posix_fallocate``) before it first writes them,
-    so a full tmpfs is an OSError (the payload then crosses through Dask), never a fault in
-    the mapping; a file keeps them, and its mappings, for the batches after (allocating and
-    mapping in a file's pages for every batch cost each worker 13,000 page faults a circuit, 3
-    x 400k on 4 workers). The node makes and removes the files (``make``, ``remove``: never
+    (``posix_fallocate``) before it first writes them, so a full tmpfs is an OSError (the
+    payload then crosses through Dask), never a fault in the mapping; a file keeps them, and
+    its mappings, for the batches after (allocating and mapping in a file's pages for every
+    batch cost each worker 13,000 page faults a circuit, 3 x 400k on 4 workers). The node makes and removes the files (``make``, ``remove``: never
     emptied, a worker may read them) and reserves their bytes on its budget before they are
     written (``ClusterCircuits``); a worker opens them."""
 
