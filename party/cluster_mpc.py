@@ -207,9 +207,9 @@ class RoundFiles:
         f.map[at:end] = payload
         return True
 
-    def read(self, file: int, nbytes: int, at: int = 0) -> bytes:
-        """A copy of the ``nbytes`` of the payload in round file ``file`` at offset ``at``."""
-        return bytes(self.view(file, at, nbytes))
+    def read(self, file: int, nbytes: int) -> bytes:
+        """A copy of the ``nbytes`` of the round at the start of round file ``file``."""
+        return bytes(self.view(file, 0, nbytes))
 
     def view(self, file: int, at: int, nbytes: int) -> memoryview:
         """The ``nbytes`` of the payload in round file ``file`` at offset ``at`` (written by
@@ -516,16 +516,16 @@ class ClusterCircuits(ClusterTasks):
     ) -> Callable[[], Any]:
         """Ask the batch's actor for its next step over its round channel now (the payload is
         in the batch's file at ``at``); what waits for the answer (``party.round_channel``)."""
-        worker, actor, _ = self._where[batch]
+        worker, _, _ = self._where[batch]
         what = f"batch {batch}"
         try:
             conn.sendall(ASK.pack(batch, at, length, room))
         except OSError:
             raise self._lost(what, worker) from None
         self.channel_steps += 1
-        return lambda: self._hear(what, worker, actor, conn, batch)
+        return lambda: self._hear(what, worker, conn, batch)
 
-    def _hear(self, what: str, worker: str, actor: Any, conn: socket.socket, batch: int) -> Wire:
+    def _hear(self, what: str, worker: str, conn: socket.socket, batch: int) -> Wire:
         """The actor's answer on its round channel: the round in the batch's file, or the step
         it kept, taken through Dask; while waiting, the run's cancel and the worker's presence
         are looked at."""
